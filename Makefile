@@ -1,0 +1,48 @@
+# Harmony. `make build` builds the binaries into bin/, `make test` runs
+# every test this machine can run, `make bench` prints measured figures.
+
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/harmonykaas/harmony/internal/buildinfo.Version=$(VERSION)
+BINARIES  := harmony-agent harmony-controller harmonyctl
+FUZZTIME  ?= 5s
+# Each fuzz target of outside input, as package:Target.
+FUZZ_TARGETS := \
+	./api/v1:FuzzDecodeBootstrap \
+	./api/v1:FuzzDecodeEnrollRequest \
+	./api/v1:FuzzDecodeRole \
+	./api/v1:FuzzDecodeStatus \
+	./agent/bootstrap:FuzzParseOVFEnvProperty
+
+.PHONY: all build test unit fuzz vet bench lab clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+vet:
+	$(GO) vet ./...
+
+# The integration tests start the binaries from bin/.
+test: build vet unit fuzz
+
+unit:
+	HARMONY_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m ./...
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+bench: build
+	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
+
+lab: build
+	scripts/lab-identity.sh
+
+clean:
+	rm -rf bin

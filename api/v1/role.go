@@ -1,0 +1,366 @@
+package v1
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/netip"
+	"path"
+	"regexp"
+	"time"
+)
+
+// NodeRole is what a machine is.
+type NodeRole string
+
+const (
+	RoleAppliance NodeRole = "appliance"
+	RoleMaster    NodeRole = "master"
+	RoleWorker    NodeRole = "worker"
+)
+
+// Valid reports whether r is one of the known roles.
+func (r NodeRole) Valid() bool {
+	return r == RoleAppliance || r == RoleMaster || r == RoleWorker
+}
+
+// Role is the one document that says what a machine is. The controller
+// owns Revision and UpdatedAt; values sent in are ignored.
+type Role struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	NodeName   string    `json:"nodeName"`
+	Revision   int64     `json:"revision"`
+	UpdatedAt  time.Time `json:"updatedAt,omitzero"`
+	Role       NodeRole  `json:"role"`
+
+	Cluster   ClusterSettings   `json:"cluster"`
+	Addresses NodeAddresses     `json:"addresses"`
+	Peers     []Peer            `json:"peers,omitempty"`
+	Versions  ComponentVersions `json:"versions,omitzero"`
+	Etcd      *EtcdSettings     `json:"etcd,omitempty"`
+	// PKI carries the cluster CAs a master needs; kubeadm makes the leaf
+	// certificates from them. Secret: never logged.
+	PKI *ClusterPKI `json:"pki,omitempty"`
+}
+
+// ClusterSettings are shared by every node of a cluster.
+type ClusterSettings struct {
+	Name              string `json:"name"`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// VIP is the API virtual IP that keepalived holds and HAProxy serves on
+	// port 8443.
+	VIP string `json:"vip,omitempty"`
+	// VRID is the VRRP virtual router ID, unique per cluster on a network.
+	VRID        int         `json:"vrid,omitempty"`
+	PodCIDR     string      `json:"podCIDR,omitempty"`
+	ServiceCIDR string      `json:"serviceCIDR,omitempty"`
+	DNSDomain   string      `json:"dnsDomain,omitempty"`
+	CNI         CNISettings `json:"cni,omitzero"`
+}
+
+// CNISettings selects the pod network. Only Contiv exists today; the type
+// is a string so that another CNI can be added without a new version.
+type CNISettings struct {
+	Type   string          `json:"type,omitempty"`
+	Contiv *ContivSettings `json:"contiv,omitempty"`
+}
+
+// ContivSettings configure Contiv in VXLAN mode.
+type ContivSettings struct {
+	Mode string `json:"mode,omitempty"`
+	// VNI is the VXLAN network identifier of the default network.
+	VNI int `json:"vni,omitempty"`
+}
+
+// NodeAddresses are the node's own addresses, from its inventory.
+type NodeAddresses struct {
+	IPs       []string `json:"ips,omitempty"`
+	DNSNames  []string `json:"dnsNames,omitempty"`
+	Interface string   `json:"interface,omitempty"`
+}
+
+// Peer is another node of the same cluster.
+type Peer struct {
+	Name    string   `json:"name"`
+	Role    NodeRole `json:"role"`
+	Address string   `json:"address"`
+	// Rank orders masters for keepalived priorities; 0 is the first.
+	Rank int `json:"rank,omitempty"`
+}
+
+// ComponentVersions pins what the node runs.
+type ComponentVersions struct {
+	Kubernetes string `json:"kubernetes,omitempty"`
+	Etcd       string `json:"etcd,omitempty"`
+	Containerd string `json:"containerd,omitempty"`
+	Keepalived string `json:"keepalived,omitempty"`
+	HAProxy    string `json:"haproxy,omitempty"`
+	CNI        string `json:"cni,omitempty"`
+}
+
+// EtcdSettings configure the agent-managed etcd member.
+type EtcdSettings struct {
+	// DataDir is on the node's data disk; default /var/lib/etcd.
+	DataDir string `json:"dataDir,omitempty"`
+}
+
+// ClusterPKI holds the cluster CAs the controller keeps for a cluster.
+type ClusterPKI struct {
+	ClusterCA    *KeyPair `json:"clusterCA,omitempty"`
+	EtcdCA       *KeyPair `json:"etcdCA,omitempty"`
+	FrontProxyCA *KeyPair `json:"frontProxyCA,omitempty"`
+	// ServiceAccountKey is the PEM private key that signs service account
+	// tokens.
+	ServiceAccountKey string `json:"serviceAccountKey,omitempty"`
+}
+
+// KeyPair is a PEM certificate and its PEM private key.
+type KeyPair struct {
+	Certificate string `json:"certificate"`
+	Key         string `json:"key"`
+}
+
+const redacted = "REDACTED"
+
+// Redacted returns a copy of the role with every private key replaced, for
+// display and logs.
+func (r Role) Redacted() Role {
+	if r.PKI == nil {
+		return r
+	}
+	pki := *r.PKI
+	for _, kp := range []**KeyPair{&pki.ClusterCA, &pki.EtcdCA, &pki.FrontProxyCA} {
+		if *kp != nil {
+			c := **kp
+			c.Key = redacted
+			*kp = &c
+		}
+	}
+	if pki.ServiceAccountKey != "" {
+		pki.ServiceAccountKey = redacted
+	}
+	r.PKI = &pki
+	return r
+}
+
+// DecodeRole reads and validates a role document.
+func DecodeRole(rd io.Reader) (*Role, error) {
+	var r Role
+	if err := decodeStrict(rd, MaxRoleBytes, &r); err != nil {
+		return nil, fmt.Errorf("role document: %w", err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("role document: %w", err)
+	}
+	return &r, nil
+}
+
+var (
+	versionPattern = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
+	labelPattern   = regexp.MustCompile(`^` + dnsLabel + `$`)
+	ifacePattern   = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+)
+
+// Validate checks every field and names the first one that is wrong.
+func (r *Role) Validate() error {
+	if r.APIVersion != APIVersion {
+		return fieldErr("apiVersion", "must be %q, got %q", APIVersion, r.APIVersion)
+	}
+	if r.Kind != "Role" {
+		return fieldErr("kind", "must be \"Role\", got %q", r.Kind)
+	}
+	if err := ValidateNodeName(r.NodeName); err != nil {
+		return fieldErr("nodeName", "%v", err)
+	}
+	if !r.Role.Valid() {
+		return fieldErr("role", "must be appliance, master or worker, got %q", r.Role)
+	}
+	if r.Revision < 0 {
+		return fieldErr("revision", "must not be negative")
+	}
+	if err := r.Cluster.validate("cluster"); err != nil {
+		return err
+	}
+	if err := r.Addresses.validate("addresses"); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, p := range r.Peers {
+		f := fmt.Sprintf("peers[%d]", i)
+		if err := ValidateNodeName(p.Name); err != nil {
+			return fieldErr(f+".name", "%v", err)
+		}
+		if seen[p.Name] {
+			return fieldErr(f+".name", "%q appears twice", p.Name)
+		}
+		seen[p.Name] = true
+		if !p.Role.Valid() {
+			return fieldErr(f+".role", "must be appliance, master or worker, got %q", p.Role)
+		}
+		if _, err := netip.ParseAddr(p.Address); err != nil {
+			return fieldErr(f+".address", "%q is not an IP address", p.Address)
+		}
+		if p.Rank < 0 || p.Rank > 254 {
+			return fieldErr(f+".rank", "must be between 0 and 254")
+		}
+	}
+	if err := r.Versions.validate("versions"); err != nil {
+		return err
+	}
+	if r.Etcd != nil && r.Etcd.DataDir != "" {
+		if !path.IsAbs(r.Etcd.DataDir) || path.Clean(r.Etcd.DataDir) != r.Etcd.DataDir || r.Etcd.DataDir == "/" {
+			return fieldErr("etcd.dataDir", "must be a clean absolute path other than /, got %q", r.Etcd.DataDir)
+		}
+	}
+	if r.PKI != nil {
+		if err := r.PKI.validate("pki"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *ClusterSettings) validate(f string) error {
+	if !labelPattern.MatchString(c.Name) {
+		return fieldErr(f+".name", "%q is not a lowercase DNS label", c.Name)
+	}
+	if c.KubernetesVersion != "" && !versionPattern.MatchString(c.KubernetesVersion) {
+		return fieldErr(f+".kubernetesVersion", "%q is not a version such as v1.31.2", c.KubernetesVersion)
+	}
+	if c.VIP != "" {
+		if _, err := netip.ParseAddr(c.VIP); err != nil {
+			return fieldErr(f+".vip", "%q is not an IP address", c.VIP)
+		}
+	}
+	if c.VRID < 0 || c.VRID > 255 {
+		return fieldErr(f+".vrid", "must be between 1 and 255, got %d", c.VRID)
+	}
+	var prefixes []netip.Prefix
+	for _, cidr := range []struct{ name, value string }{{"podCIDR", c.PodCIDR}, {"serviceCIDR", c.ServiceCIDR}} {
+		if cidr.value == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(cidr.value)
+		if err != nil || p.Masked() != p {
+			return fieldErr(f+"."+cidr.name, "%q is not a network in CIDR form", cidr.value)
+		}
+		prefixes = append(prefixes, p)
+	}
+	if len(prefixes) == 2 && prefixes[0].Overlaps(prefixes[1]) {
+		return fieldErr(f+".serviceCIDR", "%s overlaps podCIDR %s", prefixes[1], prefixes[0])
+	}
+	if c.DNSDomain != "" && ValidateNodeName(c.DNSDomain) != nil {
+		return fieldErr(f+".dnsDomain", "%q is not a DNS name", c.DNSDomain)
+	}
+	if c.CNI.Type != "" && c.CNI.Type != "contiv" {
+		return fieldErr(f+".cni.type", "must be \"contiv\", got %q", c.CNI.Type)
+	}
+	if ct := c.CNI.Contiv; ct != nil {
+		if ct.Mode != "" && ct.Mode != "vxlan" {
+			return fieldErr(f+".cni.contiv.mode", "must be \"vxlan\", got %q", ct.Mode)
+		}
+		if ct.VNI < 0 || ct.VNI > 1<<24-1 {
+			return fieldErr(f+".cni.contiv.vni", "must be between 1 and 16777215")
+		}
+	}
+	return nil
+}
+
+func (a *NodeAddresses) validate(f string) error {
+	for i, ip := range a.IPs {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return fieldErr(fmt.Sprintf("%s.ips[%d]", f, i), "%q is not an IP address", ip)
+		}
+	}
+	for i, name := range a.DNSNames {
+		if err := ValidateNodeName(name); err != nil {
+			return fieldErr(fmt.Sprintf("%s.dnsNames[%d]", f, i), "%v", err)
+		}
+	}
+	if a.Interface != "" && !ifacePattern.MatchString(a.Interface) {
+		return fieldErr(f+".interface", "%q is not an interface name", a.Interface)
+	}
+	return nil
+}
+
+func (v *ComponentVersions) validate(f string) error {
+	for _, c := range []struct{ name, value string }{
+		{"kubernetes", v.Kubernetes}, {"etcd", v.Etcd}, {"containerd", v.Containerd},
+		{"keepalived", v.Keepalived}, {"haproxy", v.HAProxy}, {"cni", v.CNI},
+	} {
+		if c.value != "" && !versionPattern.MatchString(c.value) {
+			return fieldErr(f+"."+c.name, "%q is not a version such as 1.2.3", c.value)
+		}
+	}
+	return nil
+}
+
+func (p *ClusterPKI) validate(f string) error {
+	for _, kp := range []struct {
+		name string
+		pair *KeyPair
+	}{{"clusterCA", p.ClusterCA}, {"etcdCA", p.EtcdCA}, {"frontProxyCA", p.FrontProxyCA}} {
+		if kp.pair == nil {
+			continue
+		}
+		certs, err := ParseCertificatesPEM([]byte(kp.pair.Certificate))
+		if err != nil {
+			return fieldErr(f+"."+kp.name+".certificate", "%v", err)
+		}
+		if !certs[0].IsCA {
+			return fieldErr(f+"."+kp.name+".certificate", "is not a CA certificate")
+		}
+		if err := keyMatches(kp.pair.Key, certs[0]); err != nil {
+			return fieldErr(f+"."+kp.name+".key", "%v", err)
+		}
+	}
+	if p.ServiceAccountKey != "" {
+		if _, err := ParsePrivateKeyPEM([]byte(p.ServiceAccountKey)); err != nil {
+			return fieldErr(f+".serviceAccountKey", "%v", err)
+		}
+	}
+	return nil
+}
+
+// ParsePrivateKeyPEM parses one PKCS#8, SEC1 or PKCS#1 private key.
+func ParsePrivateKeyPEM(data []byte) (any, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("is not a PEM private key")
+	}
+	switch block.Type {
+	case "PRIVATE KEY":
+		return x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		return x509.ParseECPrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		return x509.ParsePKCS1PrivateKey(block.Bytes)
+	}
+	return nil, fmt.Errorf("unexpected PEM block %q", block.Type)
+}
+
+type publicKeyer interface {
+	Public() any
+}
+
+type equaler interface {
+	Equal(any) bool
+}
+
+func keyMatches(keyPEM string, cert *x509.Certificate) error {
+	key, err := ParsePrivateKeyPEM([]byte(keyPEM))
+	if err != nil {
+		return err
+	}
+	signer, ok := key.(publicKeyer)
+	if !ok {
+		return fmt.Errorf("unsupported key type %T", key)
+	}
+	pub, ok := signer.Public().(equaler)
+	if !ok || !pub.Equal(cert.PublicKey) {
+		return fmt.Errorf("does not match the certificate")
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+// Command harmony-agent runs on every Harmony VM.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harmonykaas/harmony/agent"
+	"github.com/harmonykaas/harmony/agent/bootstrap"
+	"github.com/harmonykaas/harmony/internal/buildinfo"
+	"github.com/harmonykaas/harmony/internal/logging"
+)
+
+func main() {
+	var cfg agent.Config
+	var logFormat, logLevel string
+	var noGuestinfo bool
+	cmd := &cobra.Command{
+		Use:   "harmony-agent",
+		Short: "The Harmony node agent: enrolls, watches its role, reports status",
+		Long: `The Harmony node agent.
+
+It reads its one-time bootstrap document from --bootstrap-file, else from
+VMware guestinfo (guestinfo.harmony.bootstrap), else from the OVF
+environment; enrolls with the controller over TLS; keeps its key and
+certificate in --state-dir; renews the certificate at about two thirds of
+its life; and watches its role over mutual TLS.`,
+		Version:       buildinfo.Version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logging.New(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			if !noGuestinfo {
+				reader, how := bootstrap.DetectGuestinfo()
+				cfg.Guestinfo = reader
+				log.Info("guestinfo access", "via", how)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			log.Info("harmony-agent starting", "version", buildinfo.Version, "state_dir", cfg.StateDir)
+			return a.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.BootstrapFile, "bootstrap-file", "", "bootstrap document file (JSON or base64 JSON); watched for replacement")
+	f.StringVar(&cfg.OVFEnvFile, "ovf-env-file", "", "OVF environment file (ISO transport); guestinfo.ovfEnv is read otherwise")
+	f.BoolVar(&noGuestinfo, "no-guestinfo", false, "do not read VMware guestinfo")
+	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/harmony", "directory for the node key, certificate and cached role")
+	f.StringSliceVar(&cfg.Addresses, "address", nil, "IP address for the node certificate (repeatable; default: the primary interface's)")
+	f.StringSliceVar(&cfg.DNSNames, "dns-name", nil, "extra DNS name for the node certificate (repeatable; must be in the node's inventory)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", ":9101", "mutual-TLS /metrics listener; empty disables it")
+	f.StringVar(&cfg.MetricsLocalListen, "metrics-local-listen", "", "optional plain-HTTP /metrics listener on loopback, e.g. 127.0.0.1:9102")
+	f.DurationVar(&cfg.WatchWait, "watch-wait", 0, "how long one role long poll waits (default 55s)")
+	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "harmony-agent:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,75 @@
+// Command harmony-controller runs the Harmony controller.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/internal/buildinfo"
+	"github.com/harmonykaas/harmony/internal/logging"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "harmony-controller",
+		Short:         "The Harmony controller: CA, node enrollment, roles and the admin API",
+		Version:       buildinfo.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "harmony-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func serveCommand() *cobra.Command {
+	var cfg controller.Config
+	var logFormat, logLevel string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the controller API over TLS",
+		Long: `Serve the controller API over TLS.
+
+On first start it creates the data directory, a self-signed ECDSA P-256 CA
+(or imports --ca-cert/--ca-key), the state store, and DIR/admin.conf, the
+admin client configuration that harmonyctl reads (mode 0600).
+
+Every API but enrollment requires a client certificate from the CA.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logging.New(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := controller.New(cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.Serve(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/harmony-controller", "directory for the CA, the store and admin.conf")
+	f.StringVar(&cfg.Listen, "listen", controller.DefaultListen, "TLS listen address")
+	f.StringSliceVar(&cfg.AdvertiseURLs, "advertise-url", nil, "controller URL written into bootstrap documents (repeatable; default from --listen)")
+	f.StringSliceVar(&cfg.ExtraSANs, "san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
+	f.DurationVar(&cfg.CertLifetime, "cert-lifetime", controller.DefaultCertLifetime, "lifetime of node certificates")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "optional plain-HTTP /metrics listener; loopback only")
+	f.StringVar(&cfg.ImportCACert, "ca-cert", "", "on first start, import this CA certificate (PEM, may include its parents) instead of creating one")
+	f.StringVar(&cfg.ImportCAKey, "ca-key", "", "the private key of --ca-cert")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
+)
+
+func certScraperCommand(g *globals) *cobra.Command {
+	var outDir string
+	cmd := &cobra.Command{
+		Use:   "scraper NAME --out-dir DIR",
+		Short: "Issue a client certificate that may scrape agent and controller /metrics",
+		Long: `Make a key here, have the controller sign it as a metrics scraper, and write
+DIR/NAME.key (0600), DIR/NAME.crt and DIR/ca.crt. Point Prometheus at them:
+
+  scheme: https
+  tls_config:
+    ca_file: DIR/ca.crt
+    cert_file: DIR/NAME.crt
+    key_file: DIR/NAME.key`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				return err
+			}
+			der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var res v1.CertificateResponse
+			if err := c.Do(cmd.Context(), "POST", v1.PathScraperCert, v1.ScraperCertRequest{Name: name, CSR: v1.EncodeCSR(der)}, &res); err != nil {
+				return err
+			}
+			keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(outDir, 0o700); err != nil {
+				return err
+			}
+			files := []struct {
+				name string
+				data []byte
+				mode os.FileMode
+			}{
+				{name + ".key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
+				{name + ".crt", []byte(res.Certificate), 0o644},
+				{"ca.crt", []byte(res.CABundle), 0o644},
+			}
+			for _, f := range files {
+				if err := atomicfile.Write(filepath.Join(outDir, f.name), f.data, f.mode); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(os.Stderr, "wrote %s, %s and %s\n", filepath.Join(outDir, name+".key"),
+				filepath.Join(outDir, name+".crt"), filepath.Join(outDir, "ca.crt"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&outDir, "out-dir", ".", "directory for the key, certificate and CA")
+	return cmd
+}

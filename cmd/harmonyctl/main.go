@@ -1,0 +1,89 @@
+// Command harmonyctl is the Harmony admin CLI. Each command lives in its
+// own file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harmonykaas/harmony/controller/client"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/internal/buildinfo"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	config string
+	server string
+}
+
+func main() {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "harmonyctl",
+		Short: "Drive a Harmony controller",
+		Long: `harmonyctl drives a Harmony controller with the admin credential of a
+client config: --config, else $HARMONY_CONFIG, else ~/.harmony/config. The
+controller writes one to DATA_DIR/admin.conf on first start.`,
+		Version:       buildinfo.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.config, "config", "", "client config file (default $HARMONY_CONFIG or ~/.harmony/config)")
+	root.PersistentFlags().StringVar(&g.server, "server", "", "controller URL, overriding the config's")
+
+	node := &cobra.Command{Use: "node", Short: "Manage node records, bootstrap tokens and roles"}
+	node.AddCommand(nodeAddCommand(g), nodeListCommand(g), nodeGetCommand(g), nodeDeleteCommand(g),
+		nodeTokenCommand(g), nodeRoleCommand(g), nodeSetRoleCommand(g))
+	cert := &cobra.Command{Use: "cert", Short: "Issue client certificates"}
+	cert.AddCommand(certScraperCommand(g))
+	root.AddCommand(node, cert)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		var apiErr *client.APIError
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func (g *globals) client() (*client.Client, error) {
+	path, err := clientconfig.Find(g.config)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, g.server)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// outputFlag validates -o.
+func outputFlag(value string, allowed ...string) error {
+	for _, a := range allowed {
+		if value == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("-o %q: want one of %v", value, allowed)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
+)
+
+func nodeAddCommand(g *globals) *cobra.Command {
+	var spec v1.NodeSpec
+	var role, out, encoding string
+	cmd := &cobra.Command{
+		Use:   "add NAME --cluster C --role master|worker|appliance --ip IP [--ip IP] [--dns NAME]",
+		Short: "Create a node record and print its one-time bootstrap document",
+		Long: `Create a node record and print its bootstrap document: the controller URLs,
+the CA, the node's name and a one-time token (at least 128 random bits,
+stored only as a hash, single use). The node's certificate may carry only
+the node's name, its --dns names and its --ip addresses.
+
+The document holds a secret: -o writes it with mode 0600.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec.Name = args[0]
+			spec.Role = v1.NodeRole(role)
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var res v1.NodeWithBootstrap
+			if err := c.Do(cmd.Context(), "POST", v1.PathNodes, spec, &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "node %s added (cluster %s, role %s)\n", res.Node.Name, res.Node.Cluster, res.Node.Role)
+			return writeBootstrap(&res.Bootstrap, out, encoding)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&spec.Cluster, "cluster", "", "cluster the node belongs to (required)")
+	f.StringVar(&role, "role", "", "master, worker or appliance (required)")
+	f.StringSliceVar(&spec.IPs, "ip", nil, "node IP address (repeatable, at least one)")
+	f.StringSliceVar(&spec.DNSNames, "dns", nil, "extra DNS name of the node (repeatable)")
+	f.StringVar(&spec.TokenTTL, "token-ttl", "", "bootstrap token lifetime (default 1h)")
+	f.BoolVar(&spec.CAPinOnly, "ca-pin-only", false, "put only the CA's SHA-256 pin into the document, not the CA itself")
+	f.StringVarP(&out, "output-file", "o", "", "write the bootstrap document to this file (mode 0600) instead of stdout")
+	f.StringVar(&encoding, "encoding", "json", "json, or base64 (the guestinfo form)")
+	_ = cmd.MarkFlagRequired("cluster")
+	_ = cmd.MarkFlagRequired("role")
+	_ = cmd.MarkFlagRequired("ip")
+	return cmd
+}
+
+// writeBootstrap prints a bootstrap document, or writes it to a 0600 file.
+func writeBootstrap(b *v1.Bootstrap, out, encoding string) error {
+	var data []byte
+	switch encoding {
+	case "json":
+		var err error
+		if data, err = json.MarshalIndent(b, "", "  "); err != nil {
+			return err
+		}
+	case "base64":
+		s, err := b.EncodeGuestinfo()
+		if err != nil {
+			return err
+		}
+		data = []byte(s)
+	default:
+		return fmt.Errorf("--encoding %q: want json or base64", encoding)
+	}
+	data = append(data, '\n')
+	if out == "" {
+		_, err := os.Stdout.Write(data)
+		return err
+	}
+	if err := atomicfile.Write(out, data, 0o600); err != nil {
+		return err
+	}
+	id, _, _ := v1.SplitToken(b.Token)
+	fmt.Fprintf(os.Stderr, "bootstrap document for %s written to %s (token %s)\n", b.NodeName, out, id)
+	return nil
+}

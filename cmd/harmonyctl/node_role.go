@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
+)
+
+func nodeRoleCommand(g *globals) *cobra.Command {
+	var showSecrets bool
+	cmd := &cobra.Command{
+		Use:   "role NAME",
+		Short: "Show a node's role document (private keys redacted unless --show-secrets)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var role v1.Role
+			if err := c.Do(cmd.Context(), "GET", client.NodePath(args[0], "/role"), nil, &role); err != nil {
+				return err
+			}
+			if !showSecrets {
+				role = role.Redacted()
+			}
+			return printJSON(os.Stdout, role)
+		},
+	}
+	cmd.Flags().BoolVar(&showSecrets, "show-secrets", false, "print private keys too")
+	return cmd
+}
+
+func nodeSetRoleCommand(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "set-role NAME -f role.json",
+		Short: "Replace a node's role document; watching agents get it at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var in io.Reader = os.Stdin
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			data, err := io.ReadAll(io.LimitReader(in, v1.MaxRoleBytes+1))
+			if err != nil {
+				return err
+			}
+			// Validate here too, so a typo is reported before any request.
+			role, err := v1.DecodeRole(bytes.NewReader(data))
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var updated v1.Role
+			if err := c.Do(cmd.Context(), "PUT", client.NodePath(args[0], "/role"), role, &updated); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "role of %s is now revision %d\n", updated.NodeName, updated.Revision)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "role document (JSON); - for stdin")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}

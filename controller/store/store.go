@@ -1,0 +1,376 @@
+// Package store keeps the controller's state in one bbolt file in the data
+// directory: node records, hashed bootstrap tokens, roles and status.
+// Every change is one transaction, so a crash leaves the old state or the
+// new, and a restart resumes from it.
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// FileName is the store's file inside the data directory.
+const FileName = "harmony.db"
+
+const schemaVersion = 1
+
+var (
+	bucketMeta   = []byte("meta")
+	bucketNodes  = []byte("nodes")
+	bucketTokens = []byte("tokens")
+	bucketRoles  = []byte("roles")
+	bucketStatus = []byte("status")
+
+	keySchema   = []byte("schema")
+	keyRevision = []byte("revision")
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrUsed     = errors.New("token already used")
+	ErrExpired  = errors.New("token expired")
+)
+
+// Node is a node record: identity and inventory.
+type Node struct {
+	Name       string      `json:"name"`
+	UID        string      `json:"uid"`
+	Cluster    string      `json:"cluster"`
+	Role       v1.NodeRole `json:"role"`
+	IPs        []string    `json:"ips"`
+	DNSNames   []string    `json:"dnsNames,omitempty"`
+	CreatedAt  time.Time   `json:"createdAt"`
+	EnrolledAt time.Time   `json:"enrolledAt,omitzero"`
+	// The node's newest certificate, from enrollment or renewal.
+	CertSerial   string    `json:"certSerial,omitempty"`
+	CertNotAfter time.Time `json:"certNotAfter,omitzero"`
+}
+
+// Token is a bootstrap token as stored: its public id and the SHA-256 of its
+// secret, never the secret itself.
+type Token struct {
+	ID         string    `json:"id"`
+	Node       string    `json:"node"`
+	NodeUID    string    `json:"nodeUID"`
+	SecretHash []byte    `json:"secretHash"`
+	CreatedAt  time.Time `json:"createdAt"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	UsedAt     time.Time `json:"usedAt,omitzero"`
+}
+
+// Store is the controller's state.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens or creates the store file. A second controller on the same
+// file fails here rather than corrupting it.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: locked by another process (is another controller using this data directory?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v != nil {
+			if got := binary.BigEndian.Uint64(v); got != schemaVersion {
+				return fmt.Errorf("schema version %d, this controller knows %d", got, schemaVersion)
+			}
+			return nil
+		}
+		return meta.Put(keySchema, u64(schemaVersion))
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// CreateNode stores a new node record with its first role and token.
+// Returns the role's revision.
+func (s *Store) CreateNode(n Node, role v1.Role, tok Token) (int64, error) {
+	var rev int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		nodes := tx.Bucket(bucketNodes)
+		if nodes.Get([]byte(n.Name)) != nil {
+			return fmt.Errorf("node %q: %w", n.Name, ErrExists)
+		}
+		if err := putJSON(nodes, n.Name, n); err != nil {
+			return err
+		}
+		if err := putJSON(tx.Bucket(bucketTokens), tok.ID, tok); err != nil {
+			return err
+		}
+		var err error
+		rev, err = putRoles(tx, []v1.Role{role})
+		return err
+	})
+	return rev, err
+}
+
+// Node returns one node record.
+func (s *Store) Node(name string) (Node, error) {
+	var n Node
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketNodes), name, &n)
+	})
+	return n, err
+}
+
+// Nodes returns every node record, ordered by name.
+func (s *Store) Nodes() ([]Node, error) {
+	var out []Node
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketNodes).ForEach(func(k, v []byte) error {
+			var n Node
+			if err := json.Unmarshal(v, &n); err != nil {
+				return fmt.Errorf("decode node %q: %w", k, err)
+			}
+			out = append(out, n)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteNode removes a node record with its tokens, role and status.
+func (s *Store) DeleteNode(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		nodes := tx.Bucket(bucketNodes)
+		if nodes.Get([]byte(name)) == nil {
+			return fmt.Errorf("node %q: %w", name, ErrNotFound)
+		}
+		if err := deleteTokensOf(tx, name, false); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketNodes, bucketRoles, bucketStatus} {
+			if err := tx.Bucket(b).Delete([]byte(name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ReplaceToken stores a new token for an existing node and removes the
+// node's tokens that were never used.
+func (s *Store) ReplaceToken(tok Token) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		var n Node
+		if err := getJSON(tx.Bucket(bucketNodes), tok.Node, &n); err != nil {
+			return err
+		}
+		if n.UID != tok.NodeUID {
+			return fmt.Errorf("node %q was re-created: %w", tok.Node, ErrNotFound)
+		}
+		if err := deleteTokensOf(tx, tok.Node, true); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bucketTokens), tok.ID, tok)
+	})
+}
+
+// deleteTokensOf removes a node's tokens; with unusedOnly, used tokens stay
+// as a record of the enrollment, and so that a replay still reads "used".
+func deleteTokensOf(tx *bolt.Tx, node string, unusedOnly bool) error {
+	tokens := tx.Bucket(bucketTokens)
+	var doomed [][]byte
+	err := tokens.ForEach(func(k, v []byte) error {
+		var t Token
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("decode token %q: %w", k, err)
+		}
+		if t.Node == node && (!unusedOnly || t.UsedAt.IsZero()) {
+			doomed = append(doomed, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range doomed {
+		if err := tokens.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Token returns a token by its public id.
+func (s *Store) Token(id string) (Token, error) {
+	var t Token
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketTokens), id, &t)
+	})
+	return t, err
+}
+
+// Issued describes a certificate just issued to a node.
+type Issued struct {
+	Node     string
+	NodeUID  string
+	Serial   string
+	NotAfter time.Time
+}
+
+// ConsumeToken marks a token used and records the certificate issued for
+// it, in one transaction. If a concurrent request used the token first, it
+// returns ErrUsed and the caller must discard its certificate.
+func (s *Store) ConsumeToken(id string, issued Issued, now time.Time) error {
+	return s.db.Batch(func(tx *bolt.Tx) error {
+		tokens := tx.Bucket(bucketTokens)
+		var t Token
+		if err := getJSON(tokens, id, &t); err != nil {
+			return err
+		}
+		switch {
+		case !t.UsedAt.IsZero():
+			return ErrUsed
+		case !now.Before(t.ExpiresAt):
+			return ErrExpired
+		case t.Node != issued.Node || t.NodeUID != issued.NodeUID:
+			return fmt.Errorf("token %s belongs to another node: %w", id, ErrNotFound)
+		}
+		t.UsedAt = now
+		if err := putJSON(tokens, id, t); err != nil {
+			return err
+		}
+		return recordCert(tx, issued, now, true)
+	})
+}
+
+// RecordRenewal stores a renewed certificate of a node that still exists.
+func (s *Store) RecordRenewal(issued Issued, now time.Time) error {
+	return s.db.Batch(func(tx *bolt.Tx) error {
+		return recordCert(tx, issued, now, false)
+	})
+}
+
+func recordCert(tx *bolt.Tx, issued Issued, now time.Time, enrolled bool) error {
+	nodes := tx.Bucket(bucketNodes)
+	var n Node
+	if err := getJSON(nodes, issued.Node, &n); err != nil {
+		return err
+	}
+	if n.UID != issued.NodeUID {
+		return fmt.Errorf("node %q was re-created: %w", issued.Node, ErrNotFound)
+	}
+	if enrolled {
+		n.EnrolledAt = now
+	}
+	n.CertSerial = issued.Serial
+	n.CertNotAfter = issued.NotAfter
+	return putJSON(nodes, n.Name, n)
+}
+
+// Role returns a node's role.
+func (s *Store) Role(name string) (v1.Role, error) {
+	var r v1.Role
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketRoles), name, &r)
+	})
+	return r, err
+}
+
+// SetRoles replaces the roles of existing nodes in one transaction and
+// gives them all one new revision, which it returns.
+func (s *Store) SetRoles(roles []v1.Role) (int64, error) {
+	var rev int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		nodes := tx.Bucket(bucketNodes)
+		for _, r := range roles {
+			if nodes.Get([]byte(r.NodeName)) == nil {
+				return fmt.Errorf("node %q: %w", r.NodeName, ErrNotFound)
+			}
+		}
+		var err error
+		rev, err = putRoles(tx, roles)
+		return err
+	})
+	return rev, err
+}
+
+func putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
+	meta := tx.Bucket(bucketMeta)
+	var rev int64 = 1
+	if v := meta.Get(keyRevision); v != nil {
+		rev = int64(binary.BigEndian.Uint64(v)) + 1
+	}
+	if err := meta.Put(keyRevision, u64(uint64(rev))); err != nil {
+		return 0, err
+	}
+	now := time.Now().UTC()
+	for _, r := range roles {
+		r.Revision = rev
+		r.UpdatedAt = now
+		if err := putJSON(tx.Bucket(bucketRoles), r.NodeName, r); err != nil {
+			return 0, err
+		}
+	}
+	return rev, nil
+}
+
+// SetStatus stores a node's latest status report.
+func (s *Store) SetStatus(st v1.Status) error {
+	return s.db.Batch(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketNodes).Get([]byte(st.NodeName)) == nil {
+			return fmt.Errorf("node %q: %w", st.NodeName, ErrNotFound)
+		}
+		return putJSON(tx.Bucket(bucketStatus), st.NodeName, st)
+	})
+}
+
+// Status returns a node's latest status report.
+func (s *Store) Status(name string) (v1.Status, error) {
+	var st v1.Status
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketStatus), name, &st)
+	})
+	return st, err
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	return b.Put([]byte(key), data)
+}
+
+func getJSON(b *bolt.Bucket, key string, v any) error {
+	data := b.Get([]byte(key))
+	if data == nil {
+		return fmt.Errorf("%q: %w", key, ErrNotFound)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %q: %w", key, err)
+	}
+	return nil
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
