@@ -68,6 +68,11 @@ func New() *Agent {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Collector("harmony_agent"))
 	m.SetState(StateWaiting)
+	// The transport failures exist at zero from the start, so that rate()
+	// works on the first one.
+	for _, r := range []string{"connect", "tls", "timeout", "server_error", "bad_response"} {
+		m.RequestErrors.WithLabelValues(r)
+	}
 	return m
 }
 

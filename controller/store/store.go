@@ -111,7 +111,8 @@ func (s *Store) Close() error { return s.db.Close() }
 // Returns the role's revision.
 func (s *Store) CreateNode(n Node, role v1.Role, tok Token) (int64, error) {
 	var rev int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// Batch: concurrent creations share one commit (and one fsync).
+	err := s.db.Batch(func(tx *bolt.Tx) error {
 		nodes := tx.Bucket(bucketNodes)
 		if nodes.Get([]byte(n.Name)) != nil {
 			return fmt.Errorf("node %q: %w", n.Name, ErrExists)
