@@ -84,6 +84,9 @@ type Agent struct {
 	seenMu          sync.Mutex
 	seenBootstrap   []byte // file content last read or written by the agent
 	refusedToken    string // token id refused for good; not retried
+	// revokedSerial is the serial of a certificate the controller refused
+	// (node deleted or re-created): valid on paper, useless in fact.
+	revokedSerial atomic.Value
 
 	metricsServers []*metrics.Server
 	observedRev    atomic.Int64
@@ -214,16 +217,46 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("identity in the state directory is unusable; a new bootstrap token is needed", "err", err)
 	}
 
+	// Sessions that end at once (a controller that keeps refusing) back off.
+	pause := controlclient.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax}
 	for {
 		id, err := a.ensureIdentity(ctx)
 		if err != nil {
 			return nil // ctx done
 		}
+		started := time.Now()
 		reason := a.session(ctx, id)
 		if ctx.Err() != nil {
 			return nil
 		}
 		a.log.Info("re-checking identity", "reason", reason)
+		if time.Since(started) > time.Minute {
+			pause.Reset()
+		}
+		if err := controlclient.Sleep(ctx, pause.Next()); err != nil {
+			return nil
+		}
+	}
+}
+
+// usable reports whether id can be used now.
+func (a *Agent) usable(id *identity.Identity) bool {
+	if id == nil || !id.ValidAt(a.now()) {
+		return false
+	}
+	revoked, _ := a.revokedSerial.Load().(string)
+	return revoked != id.Leaf().SerialNumber.Text(16)
+}
+
+// noteRefusal marks the current certificate revoked when the controller's
+// refusal says it no longer grants access.
+func (a *Agent) noteRefusal(refused *controlclient.RefusedError) {
+	switch refused.Code {
+	case v1.CodeNodeGone, v1.CodeBadClientCert, v1.CodeForbidden:
+		if id := a.current.Load(); id != nil {
+			a.revokedSerial.Store(id.Leaf().SerialNumber.Text(16))
+			a.metrics.SetState(metrics.StateRefused)
+		}
 	}
 }
 
@@ -267,8 +300,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) (*identity.Identity, error) 
 				a.metrics.SetState(metrics.StateRefused)
 			}
 		}
-		now := a.now()
-		if cur = a.current.Load(); cur != nil && cur.ValidAt(now) {
+		if cur = a.current.Load(); a.usable(cur) {
 			if found != nil {
 				a.adoptControllers(cur, found.Doc)
 			}
@@ -279,6 +311,9 @@ func (a *Agent) ensureIdentity(ctx context.Context) (*identity.Identity, error) 
 		case a.refusedToken != "" && found != nil && found.Doc.Token != "":
 			a.log.Error("waiting for a new bootstrap document; the current token was refused",
 				"hint", "on the controller: harmonyctl node token NODE -o FILE")
+		case cur != nil && cur.ValidAt(a.now()):
+			a.log.Error("the controller no longer accepts this node's certificate (node deleted or re-created); waiting for a new bootstrap document",
+				"hint", "on the controller: harmonyctl node token "+cur.NodeName+" -o FILE")
 		case cur != nil:
 			a.metrics.SetState(metrics.StateExpired)
 			a.log.Error("certificate expired and no bootstrap token is available",
@@ -456,7 +491,10 @@ func (a *Agent) session(parent context.Context, id *identity.Identity) string {
 	run(a.renewLoop)
 	run(a.watchLoop)
 	run(a.statusLoop)
-	defer wg.Wait()
+	defer func() {
+		cancel() // before Wait: the loops end on it
+		wg.Wait()
+	}()
 	for {
 		select {
 		case reason := <-done:
@@ -491,6 +529,7 @@ func (a *Agent) renewLoop(ctx context.Context, client *controlclient.Client) str
 			var refused *controlclient.RefusedError
 			if errors.As(err, &refused) && refused.Permanent() {
 				a.log.Error("renewal refused by the controller", "reason", refused.Code, "message", refused.Message)
+				a.noteRefusal(refused)
 				return "renewal refused: " + refused.Code
 			}
 			left := id.Leaf().NotAfter.Sub(a.now())
@@ -527,6 +566,7 @@ func (a *Agent) renew(ctx context.Context, client *controlclient.Client, id *ide
 		return fmt.Errorf("save identity: %w", err)
 	}
 	a.setIdentity(next)
+	client.Rotate(a.cfg.WatchWait + time.Minute)
 	a.log.Info("certificate renewed", "serial", next.Leaf().SerialNumber.Text(16), "not_after", next.Leaf().NotAfter)
 	return nil
 }
@@ -548,6 +588,7 @@ func (a *Agent) watchLoop(ctx context.Context, client *controlclient.Client) str
 			var refused *controlclient.RefusedError
 			if errors.As(err, &refused) && refused.Permanent() {
 				a.log.Error("role watch refused by the controller", "reason", refused.Code, "message", refused.Message)
+				a.noteRefusal(refused)
 				return "role watch refused: " + refused.Code
 			}
 			d := backoff.Next()

@@ -116,7 +116,8 @@ func (e *badResponseError) Error() string { return fmt.Sprintf("%s: bad response
 // Client talks to one controller deployment through any of its URLs.
 type Client struct {
 	urls      []string
-	http      *http.Client
+	tlsConf   *tls.Config
+	http      atomic.Pointer[http.Client]
 	preferred atomic.Int32
 	// OnError observes every failed attempt (for metrics).
 	OnError func(reason string)
@@ -138,6 +139,12 @@ func New(urls []string, roots *x509.CertPool, getCert func() *tls.Certificate) *
 }
 
 func newClient(urls []string, tlsConf *tls.Config) *Client {
+	c := &Client{urls: urls, tlsConf: tlsConf}
+	c.http.Store(newHTTPClient(tlsConf))
+	return c
+}
+
+func newHTTPClient(tlsConf *tls.Config) *http.Client {
 	transport := &http.Transport{
 		TLSClientConfig:       tlsConf,
 		ForceAttemptHTTP2:     true,
@@ -147,11 +154,21 @@ func newClient(urls []string, tlsConf *tls.Config) *Client {
 		MaxIdleConnsPerHost:   2,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 	}
-	return &Client{urls: urls, http: &http.Client{Transport: transport}}
+	return &http.Client{Transport: transport}
 }
 
 // Close drops idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() { c.http.Load().CloseIdleConnections() }
+
+// Rotate moves new requests to fresh connections, so that the controller
+// sees a renewed client certificate: a kept-alive connection presents the
+// certificate of its handshake. Connections busy with a long poll are
+// closed once they fall idle, at the latest after grace.
+func (c *Client) Rotate(grace time.Duration) {
+	old := c.http.Swap(newHTTPClient(c.tlsConf))
+	old.CloseIdleConnections()
+	time.AfterFunc(grace, old.CloseIdleConnections)
+}
 
 // Do sends one request, trying each URL from the last one that worked.
 // It decodes a 200 body into out (if non-nil) and returns the status. A
@@ -202,7 +219,7 @@ func (c *Client) once(ctx context.Context, base, method, path string, query url.
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.http.Load().Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -260,7 +277,7 @@ func FetchPinnedCA(ctx context.Context, urls []string, pin string) ([]byte, erro
 		if err != nil {
 			return nil, err
 		}
-		resp, err := c.http.Do(req)
+		resp, err := c.http.Load().Do(req)
 		if err != nil {
 			lastErr = err
 			continue

@@ -70,8 +70,8 @@ func TestDecodeBootstrap(t *testing.T) {
 		{name: "controller not a URL", mut: func(b *v1.Bootstrap) { b.Controllers[0] = "https://[::1" }, field: "controllers[0]"},
 		{name: "no CA at all", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = "", "" }, field: "caBundle"},
 		{name: "bundle not PEM", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = "not a certificate", "" }, field: "caBundle"},
-		{name: "bundle holds a private key", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = f.caPEM + f.caKey, "" }, field: "caBundle"},
-		{name: "bundle with trailing garbage", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = f.caPEM + "garbage", "" }, field: "caBundle"},
+		{name: "bundle holds a private key", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = f.caPEM+f.caKey, "" }, field: "caBundle"},
+		{name: "bundle with trailing garbage", mut: func(b *v1.Bootstrap) { b.CABundle, b.CAPin = f.caPEM+"garbage", "" }, field: "caBundle"},
 		{name: "bundle with corrupt DER", mut: func(b *v1.Bootstrap) {
 			b.CABundle = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
 			b.CAPin = ""

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// wantNoFile is the descriptor limit the run asks for: W watches need W
+// sockets in the controller and W more in this process.
+const wantNoFile = 65536
+
+// raiseNoFile sets RLIMIT_NOFILE to soft = hard, raising the hard limit to
+// wantNoFile when allowed (root). Calling Setrlimit explicitly also stops
+// the Go runtime from restoring the old soft limit in children, so the
+// controller inherits it.
+// The note says why the hard limit stayed lower, if it did.
+func raiseNoFile() (limit uint64, note string, _ error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, "", fmt.Errorf("getrlimit: %w", err)
+	}
+	if lim.Max < wantNoFile {
+		raised := syscall.Rlimit{Cur: wantNoFile, Max: wantNoFile}
+		err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised)
+		if err == nil {
+			return raised.Cur, "", nil
+		}
+		note = fmt.Sprintf("hard limit %d could not be raised to %d: %v", lim.Max, wantNoFile, err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, note, fmt.Errorf("setrlimit: %w", err)
+	}
+	return lim.Cur, note, nil
+}
+
+// freeLoopbackAddr returns 127.0.0.1:PORT with a port that was free a
+// moment ago; the controller prints its bound port only in a log line.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr, nil
+}
+
+// child is a process the run started, with its output in a log file.
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	waitErr error
+}
+
+func startChild(name, logPath, bin string, args ...string) (*child, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// If the benchmark dies, so do its children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		logFile.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// exitedErr reports a child that ended before it was asked to, with the
+// end of its log.
+func (c *child) exitedErr() error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("%s exited early (%v); its log ends with:\n%s", c.name, c.waitErr, c.logTail(20))
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM and waits, then SIGKILL if it takes too long.
+func (c *child) stop(grace time.Duration) error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+		var exit *exec.ExitError
+		if c.waitErr != nil && !errors.As(c.waitErr, &exit) {
+			return c.waitErr
+		}
+		return nil
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed", c.name, grace)
+	}
+}
+
+func (c *child) logTail(lines int) string {
+	data, err := os.ReadFile(c.logPath)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return "  " + strings.Join(all, "\n  ")
+}
+
+// poll calls f every interval until it returns true or an error, or ctx ends.
+func poll(ctx context.Context, interval time.Duration, f func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		ok, err := f()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// procMemory is a process's resident memory from /proc/PID/status.
+type procMemory struct {
+	hwm, rss uint64 // bytes
+	threads  int
+}
+
+func readProcMemory(pid int) (procMemory, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return procMemory{}, fmt.Errorf("read memory of pid %d: %w", pid, err)
+	}
+	var m procMemory
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(val)
+		if len(fields) == 0 {
+			continue
+		}
+		n, _ := strconv.ParseUint(fields[0], 10, 64)
+		switch key {
+		case "VmHWM":
+			m.hwm = n << 10 // kB
+		case "VmRSS":
+			m.rss = n << 10
+		case "Threads":
+			m.threads = int(n)
+		}
+	}
+	if m.rss == 0 {
+		return m, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+	return m, nil
+}
+
+// countFDs counts a process's open descriptors.
+func countFDs(pid int) int {
+	entries, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	if err != nil {
+		return -1
+	}
+	return len(entries)
+}
