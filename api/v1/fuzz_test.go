@@ -1,9 +1,6 @@
 package v1_test
 
 import (
-	"fmt"
-	"os"
-	"time"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -70,8 +67,6 @@ func FuzzDecodeBootstrap(f *testing.F) {
 	f.Add([]byte{})
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		DEBUGstart := time.Now()
-		defer func() { fh, _ := os.OpenFile("/tmp/fuzzdebug.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); fmt.Fprintf(fh, "DEBUG len=%d took=%v %.80q\n", len(data), time.Since(DEBUGstart), data); fh.Close() }()
 		b, err := v1.DecodeBootstrap(data)
 		if err != nil {
 			if b != nil {
