@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything `make test` needs on a fresh Debian machine of this
+# project's kind, explicitly, so that CI does not pass on leftovers.
+set -euo pipefail
+
+GO_MIN=1.26
+export PATH="/usr/local/go/bin:$PATH"
+
+need_apt=()
+for pkg in make git ca-certificates curl; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "install-deps: apt-get install ${need_apt[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+if ! command -v go >/dev/null; then
+  echo "install-deps: Go $GO_MIN or later is required at /usr/local/go (this machine kind ships it)" >&2
+  exit 1
+fi
+have=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$GO_MIN" "$have" | sort -V | head -1)" != "$GO_MIN" ]; then
+  echo "install-deps: Go $have is older than $GO_MIN" >&2
+  exit 1
+fi
+
+# Every module, at the exact versions go.sum pins.
+go mod download
+go mod verify
+echo "install-deps: ok (go $have)"
