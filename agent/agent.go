@@ -683,6 +683,11 @@ func (a *Agent) watchBootstrapFile(ctx context.Context, wg *sync.WaitGroup) erro
 	dir := filepath.Dir(a.cfg.BootstrapFile)
 	if err := w.Add(dir); err != nil {
 		w.Close()
+		if errors.Is(err, os.ErrNotExist) {
+			// Normal on a VM bootstrapped through guestinfo.
+			a.log.Info("bootstrap file directory does not exist; not watching it", "dir", dir)
+			return nil
+		}
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	target := filepath.Clean(a.cfg.BootstrapFile)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,4 +198,100 @@ func countFDs(pid int) int {
 		return -1
 	}
 	return len(entries)
+}
+
+// cpuTime is the user and system CPU time a process has used so far.
+func cpuTime(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14 and stime 15.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	const userHZ = 100 // USER_HZ is 100 on every Linux the kernel ABI allows
+	return time.Duration(utime+stime) * time.Second / userHZ, nil
+}
+
+// cpuMeter reads the CPU time of several processes at the start and end
+// of a phase, to tell whether the phase was bound by CPU.
+type cpuMeter struct {
+	pids      []int
+	names     []string
+	start     []time.Duration
+	busyStart time.Duration
+	t0        time.Time
+}
+
+// The other process is the server of the phase; this one holds the clients.
+func newCPUMeter(server int) *cpuMeter {
+	pids := []int{server, os.Getpid()}
+	m := &cpuMeter{pids: pids, names: []string{"server", "clients"}, start: make([]time.Duration, len(pids)), t0: time.Now()}
+	for i, pid := range pids {
+		m.start[i], _ = cpuTime(pid)
+	}
+	m.busyStart, _ = machineBusy()
+	return m
+}
+
+// machineBusy is the CPU time the whole machine has spent not idle, from
+// /proc/stat. Less the benchmark's own processes, it shows whether
+// something else ran during a phase (another build, a noisy neighbour's
+// steal), which would make the phase's figures unreliable.
+func machineBusy() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, errors.New("parse /proc/stat")
+	}
+	var busy uint64
+	// user nice system idle iowait irq softirq steal: all but idle and iowait.
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseUint(v, 10, 64)
+		busy += n
+	}
+	const userHZ = 100
+	return time.Duration(busy) * time.Second / userHZ, nil
+}
+
+// report prints each process's CPU use over the phase, as a share of
+// one core and per unit of work.
+func (m *cpuMeter) report(perUnit int, unit string) string {
+	wall := time.Since(m.t0)
+	var parts []string
+	var total time.Duration
+	for i, pid := range m.pids {
+		end, err := cpuTime(pid)
+		if err != nil {
+			continue
+		}
+		used := end - m.start[i]
+		total += used
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", m.names[i], 100*used.Seconds()/wall.Seconds()))
+		if perUnit > 0 {
+			parts[len(parts)-1] += fmt.Sprintf(" (%s/%s)", ms(used/time.Duration(perUnit)), unit)
+		}
+	}
+	others := ""
+	if busy, err := machineBusy(); err == nil {
+		others = fmt.Sprintf("; anything else on the machine %.0f%%", max(0, 100*(busy-m.busyStart-total).Seconds()/wall.Seconds()))
+	}
+	return fmt.Sprintf("CPU: %s; together %.0f%% of %d cores%s", strings.Join(parts, ", "),
+		100*total.Seconds()/wall.Seconds(), runtime.NumCPU(), others)
 }

@@ -92,12 +92,14 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 	// 1. Node records.
 	o.f("\n[1] create %d node records: POST %s, %d concurrent\n", cfg.nodes, "/api/v1/nodes", cfg.createConcurrency)
 	pctx, cancel := phase(ctx, cfg.phaseTimeout)
+	cpu := newCPUMeter(p.pid())
 	r.create, err = createNodes(pctx, o, p, nodes, cfg.createConcurrency)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("create nodes: %w", err)
 	}
 	o.f("    %d nodes in %s (%.0f nodes/s)\n", cfg.nodes, secs(r.create), rate(cfg.nodes, r.create))
+	o.f("    %s\n", cpu.report(cfg.nodes, "node"))
 
 	pctx, cancel = phase(ctx, cfg.phaseTimeout)
 	err = prepareKeys(pctx, o, nodes, cfg.concurrency)
@@ -123,12 +125,14 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 	o.f("    (keys and CSRs were made beforehand, as each node makes its own)\n")
 	o.f("    TLS: %s\n", r.tlsController)
 	pctx, cancel = phase(ctx, cfg.phaseTimeout)
+	cpu = newCPUMeter(p.pid())
 	r.enroll, err = enrollNodes(pctx, o, first, pool, cfg.concurrency)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("enrollment: %w", err)
 	}
 	printEnroll(o, r.enroll)
+	o.f("    %s\n", cpu.report(r.enroll.n, "enrollment"))
 	o.f("    time for %d at this rate: %s   target < %s: %s\n", targetEnrollN,
 		secs(projected(r.enroll)), secs(targetEnrollWithin), verdict(projected(r.enroll) < targetEnrollWithin))
 
@@ -144,7 +148,9 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 	}
 	o.f("    TLS: %s\n", r.tlsReference)
 	pctx, cancel = phase(ctx, cfg.phaseTimeout)
+	cpu = newCPUMeter(ref.pid())
 	r.reference, err = ref.handshakes(pctx, o, cfg.enroll, cfg.concurrency)
+	cpuReport := cpu.report(cfg.enroll, "handshake")
 	cancel()
 	if serr := ref.stop(10 * time.Second); err == nil && serr != nil {
 		err = serr
@@ -154,6 +160,7 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 	}
 	o.f("    %d handshakes in %s: %.0f handshakes/s\n", r.reference.n, secs(r.reference.total), r.reference.rate())
 	o.f("    latency %s\n", r.reference.latency)
+	o.f("    %s\n", cpuReport)
 	o.f("    enrollments/s ÷ handshakes/s = %.0f ÷ %.0f = %.2f   target ≥ %.1f: %s\n",
 		r.enroll.rate(), r.reference.rate(), ratio(r), targetRatio, verdict(ratio(r) >= targetRatio))
 
@@ -161,12 +168,14 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 	if len(rest) > 0 {
 		o.f("\n[4] enroll the other %d nodes, %d concurrent\n", len(rest), cfg.concurrency)
 		pctx, cancel = phase(ctx, cfg.phaseTimeout)
+		cpu = newCPUMeter(p.pid())
 		r.rest, err = enrollNodes(pctx, o, rest, pool, cfg.concurrency)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("enrollment of the rest: %w", err)
 		}
 		printEnroll(o, r.rest)
+		o.f("    %s\n", cpu.report(r.rest.n, "enrollment"))
 	}
 	if err := buildIdentities(nodes); err != nil {
 		return err
@@ -183,6 +192,7 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 		watchers := nodes[:cfg.watches]
 		wctx, cancel := phase(ctx, cfg.watchTimeout)
 		start := time.Now()
+		cpu = newCPUMeter(p.pid())
 		// The long polls live until the end of the run; only opening them
 		// is bounded by the watch timeout.
 		ws, err := openWatches(ctx, wctx, watchers, pool, cfg.concurrency)
@@ -191,6 +201,7 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 			err = waitActive(wctx, o, p, ws, watchers, cfg.watches)
 		}
 		r.watchesOpen = time.Since(start)
+		watchCPU := cpu.report(cfg.watches, "watch")
 		cancel()
 		if err != nil {
 			if ws != nil {
@@ -207,6 +218,8 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 		r.goroutines, _ = p.metric(mctx, "go_goroutines")
 		r.heapInuse, _ = p.metric(mctx, "go_memstats_heap_inuse_bytes")
 		mcancel()
+		o.f("    all %d open after %s\n", cfg.watches, secs(r.watchesOpen))
+		o.f("    %s\n", watchCPU)
 		printWatches(o, cfg, r)
 
 		// 6. Fan-out.
@@ -236,7 +249,6 @@ func printEnroll(o out, e enrollResult) {
 }
 
 func printWatches(o out, cfg *config, r results) {
-	o.f("    all %d open after %s\n", cfg.watches, secs(r.watchesOpen))
 	o.f("    controller with %d watches open: VmRSS %s, VmHWM (peak since start) %s, %d threads, %d descriptors, %.0f goroutines, Go heap in use %s\n",
 		cfg.watches, mib(r.memWatching.rss), mib(r.memWatching.hwm), r.memWatching.threads, r.fdsController, r.goroutines, mib(uint64(r.heapInuse)))
 	if cfg.watches > 0 && r.memWatching.rss > r.memBefore.rss {
