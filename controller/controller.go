@@ -30,6 +30,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/netaddr"
 )
 
 // AdminConfigFile is written into the data directory on first start.
@@ -426,17 +427,11 @@ func (s *sans) add(name string) {
 }
 
 func localAddrs() []netip.Addr {
-	var out []netip.Addr
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil
 	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
+	return netaddr.GlobalUnicast(addrs)
 }
 
 func defaultAdvertiseURLs(host string, port int) []string {

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/harmonykaas/harmony/internal/netaddr"
 )
 
 // Primary returns the interface that holds the IPv4 default route and its
@@ -35,17 +37,11 @@ func Primary() (string, []netip.Addr, error) {
 }
 
 func unicastAddrs(iface net.Interface) []netip.Addr {
-	var out []netip.Addr
 	addrs, err := iface.Addrs()
 	if err != nil {
 		return nil
 	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
+	return netaddr.GlobalUnicast(addrs)
 }
 
 // defaultRouteInterface reads the kernel's IPv4 routing table.
