@@ -25,12 +25,12 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/agent/bootstrap"
 	"github.com/harmonykaas/harmony/agent/controlclient"
 	"github.com/harmonykaas/harmony/agent/identity"
 	"github.com/harmonykaas/harmony/agent/metrics"
 	"github.com/harmonykaas/harmony/agent/netinfo"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 )

@@ -91,14 +91,14 @@ func ParseOVFEnvProperty(doc []byte, key string) (string, error) {
 	if err := dec.Decode(&env); err != nil {
 		return "", fmt.Errorf("OVF environment: %w", err)
 	}
-	found := ""
+	value, seen := "", false
 	for _, p := range env.Properties {
 		if p.Key == key {
-			if found != "" {
+			if seen {
 				return "", fmt.Errorf("OVF environment: property %q appears twice", key)
 			}
-			found = p.Value
+			value, seen = p.Value, true
 		}
 	}
-	return found, nil
+	return value, nil
 }

@@ -92,8 +92,11 @@ func (s *NodeSpec) Validate() (time.Duration, error) {
 	if len(s.IPs) == 0 {
 		return 0, fieldErr("ips", "at least one IP address is required")
 	}
-	if len(s.IPs) > 32 || len(s.DNSNames) > 32 {
-		return 0, fieldErr("ips", "at most 32 IP addresses and 32 DNS names")
+	if len(s.IPs) > 32 {
+		return 0, fieldErr("ips", "at most 32 IP addresses, got %d", len(s.IPs))
+	}
+	if len(s.DNSNames) > 32 {
+		return 0, fieldErr("dnsNames", "at most 32 DNS names, got %d", len(s.DNSNames))
 	}
 	for i, ip := range s.IPs {
 		a, err := netip.ParseAddr(ip)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -134,6 +135,16 @@ func ValidateControllerURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("not a URL: %v", err)
+	}
+	// Paths are appended to the URL, so even an empty query or fragment
+	// ("https://c?") would swallow them.
+	if strings.ContainsAny(raw, "?#") {
+		return fmt.Errorf("must have no query or fragment")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not between 1 and 65535", p)
+		}
 	}
 	switch {
 	case u.Scheme != "https":

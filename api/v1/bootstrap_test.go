@@ -167,10 +167,6 @@ func TestValidateControllerURL(t *testing.T) {
 	tests := []struct {
 		url string
 		ok  bool
-		// knownBug, if set, describes a known defect that makes the code
-		// accept this URL; the case is skipped while the defect remains and
-		// enforced once it is fixed.
-		knownBug string
 	}{
 		{url: "https://c.example.com", ok: true},
 		{url: "https://c.example.com/", ok: true},
@@ -196,16 +192,15 @@ func TestValidateControllerURL(t *testing.T) {
 		// The agent joins base and path as strings
 		// (agent/controlclient: TrimSuffix(base, "/") + path), so an
 		// empty query or fragment swallows the API path.
-		{url: "https://c.example.com?", knownBug: "ValidateControllerURL accepts an empty query (u.ForceQuery is not checked)"},
-		{url: "https://c.example.com#", knownBug: "ValidateControllerURL accepts an empty fragment (a trailing '#' is not checked)"},
+		{url: "https://c.example.com?"},
+		{url: "https://c.example.com#"},
+		{url: "https://c.example.com:99999"},
+		{url: "https://c.example.com:0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.url, func(t *testing.T) {
 			err := v1.ValidateControllerURL(tc.url)
 			if tc.ok != (err == nil) {
-				if tc.knownBug != "" && err == nil {
-					t.Skipf("KNOWN BUG: %s", tc.knownBug)
-				}
 				t.Fatalf("ValidateControllerURL(%q) = %v, want ok=%v", tc.url, err, tc.ok)
 			}
 		})

@@ -106,6 +106,7 @@ func FuzzDecodeEnrollRequest(f *testing.F) {
 	valid := mustJSON(f, v1.EnrollRequest{Token: fx.token, CSR: fx.csrPEM})
 	f.Add(valid)
 	f.Add(mustJSON(f, v1.EnrollRequest{Token: "x", CSR: fx.csrPEM}))
+	f.Add(mustJSON(f, v1.EnrollRequest{CSR: fx.csrPEM}))
 	f.Add(mustJSON(f, v1.EnrollRequest{Token: fx.token, CSR: fx.leafPEM}))
 	f.Add(mustJSON(f, v1.EnrollRequest{Token: fx.token, CSR: fx.csrPEM + fx.csrPEM}))
 	f.Add(mustJSON(f, v1.EnrollRequest{Token: fx.token, CSR: v1.EncodeCSR([]byte{0x30, 0})}))

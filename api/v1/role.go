@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"crypto"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -342,11 +343,11 @@ func ParsePrivateKeyPEM(data []byte) (any, error) {
 }
 
 type publicKeyer interface {
-	Public() any
+	Public() crypto.PublicKey
 }
 
 type equaler interface {
-	Equal(any) bool
+	Equal(crypto.PublicKey) bool
 }
 
 func keyMatches(keyPEM string, cert *x509.Certificate) error {
