@@ -29,7 +29,7 @@ vet:
 test: build vet unit fuzz
 
 unit:
-	HARMONY_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m ./...
+	HARMONY_BIN=$(CURDIR)/bin $(GO) test -race -count=1 -timeout 20m ./...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

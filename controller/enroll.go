@@ -217,4 +217,3 @@ func (c *Controller) handleScraperCert(w http.ResponseWriter, r *http.Request, w
 	writeJSON(w, http.StatusOK, &v1.CertificateResponse{Certificate: string(c.ca.ChainPEM(cert)), CABundle: string(c.ca.BundlePEM())})
 	return nil
 }
-

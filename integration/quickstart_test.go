@@ -224,4 +224,3 @@ func TestQuickStart(t *testing.T) {
 		t.Fatalf("anonymous admin call: %d %v", status, err)
 	}
 }
-

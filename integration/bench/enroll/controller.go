@@ -99,9 +99,9 @@ func (p *controllerProc) waitReady(ctx context.Context, adminConf string) error 
 	return nil
 }
 
-// newAdmin returns another admin client. Each has its own transport, which
-// keeps at most two idle connections: concurrent workers that shared one
-// would keep opening new TLS connections.
+// newAdmin returns another admin client. Each has its own transport; one
+// shared by many workers keeps only two idle connections and would open
+// extra TLS connections as the workers take turns.
 func (p *controllerProc) newAdmin() (*client.Client, error) {
 	return client.New(p.adminCfg, "")
 }

@@ -74,21 +74,22 @@ func prepareKeys(ctx context.Context, o out, nodes []*node, workers int) error {
 	})
 }
 
-// enrollResult is the timing of one enrollment phase.
-type enrollResult struct {
-	n         int
-	total     time.Duration
-	latency   latency
+// timing is what one phase of n operations took.
+type timing struct {
+	n       int
+	total   time.Duration
+	latency latency
+	// handshake is the TLS part of each enrollment.
 	handshake latency
 }
 
-func (r enrollResult) rate() float64 { return rate(r.n, r.total) }
+func (r timing) rate() float64 { return rate(r.n, r.total) }
 
 // enrollNodes enrolls each node with a new controlclient, hence a new TLS
 // connection and a full handshake, as each machine of a fleet does. The
 // latency of one enrollment runs from the start of the request (before the
 // dial) to the decoded answer.
-func enrollNodes(ctx context.Context, o out, nodes []*node, pool *x509.CertPool, workers int) (enrollResult, error) {
+func enrollNodes(ctx context.Context, o out, nodes []*node, pool *x509.CertPool, workers int) (timing, error) {
 	lat := make([]time.Duration, len(nodes))
 	hs := make([]time.Duration, len(nodes))
 	start := time.Now()
@@ -114,9 +115,9 @@ func enrollNodes(ctx context.Context, o out, nodes []*node, pool *x509.CertPool,
 	})
 	total := time.Since(start)
 	if err != nil {
-		return enrollResult{}, err
+		return timing{}, err
 	}
-	return enrollResult{n: len(nodes), total: total, latency: summarize(lat), handshake: summarize(hs)}, nil
+	return timing{n: len(nodes), total: total, latency: summarize(lat), handshake: summarize(hs)}, nil
 }
 
 // buildIdentities checks each issued chain as the agent does and keeps the
@@ -137,6 +138,8 @@ func buildIdentities(nodes []*node) error {
 // transport uses and reports what was negotiated, so the reference can be
 // checked to match.
 func probeTLS(ctx context.Context, addr string, pool *x509.CertPool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	conf := enrollTLSConfig(pool)
 	requested := false
 	conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {

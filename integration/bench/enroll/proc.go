@@ -270,9 +270,23 @@ func machineBusy() (time.Duration, error) {
 	return time.Duration(busy) * time.Second / userHZ, nil
 }
 
-// report prints each process's CPU use over the phase, as a share of
-// one core and per unit of work.
-func (m *cpuMeter) report(perUnit int, unit string) string {
+// cpuUse is what a cpuMeter saw over one phase.
+type cpuUse struct {
+	text string
+	// others is the CPU, in percent of one core, that the machine spent on
+	// anything but the benchmark's processes.
+	others float64
+}
+
+// disturbed is the share of one core that other work may take before a
+// phase's figures are flagged as unreliable. It is not zero: kernel threads
+// that write the store's commits (the file system journal) count as other
+// work.
+const disturbed = 25.0
+
+// report gives each process's CPU use over the phase, as a share of one
+// core and per unit of work.
+func (m *cpuMeter) report(perUnit int, unit string) cpuUse {
 	wall := time.Since(m.t0)
 	var parts []string
 	var total time.Duration
@@ -283,15 +297,22 @@ func (m *cpuMeter) report(perUnit int, unit string) string {
 		}
 		used := end - m.start[i]
 		total += used
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", m.names[i], 100*used.Seconds()/wall.Seconds()))
+		part := fmt.Sprintf("%s %.0f%%", m.names[i], 100*used.Seconds()/wall.Seconds())
 		if perUnit > 0 {
-			parts[len(parts)-1] += fmt.Sprintf(" (%s/%s)", ms(used/time.Duration(perUnit)), unit)
+			part += fmt.Sprintf(" (%s/%s)", ms(used/time.Duration(perUnit)), unit)
+		}
+		parts = append(parts, part)
+	}
+	u := cpuUse{others: -1}
+	othersText := ""
+	if busy, err := machineBusy(); err == nil {
+		u.others = max(0, 100*(busy-m.busyStart-total).Seconds()/wall.Seconds())
+		othersText = fmt.Sprintf("; anything else on the machine %.0f%%", u.others)
+		if u.others > disturbed {
+			othersText += " (DISTURBED: other work ran during this phase)"
 		}
 	}
-	others := ""
-	if busy, err := machineBusy(); err == nil {
-		others = fmt.Sprintf("; anything else on the machine %.0f%%", max(0, 100*(busy-m.busyStart-total).Seconds()/wall.Seconds()))
-	}
-	return fmt.Sprintf("CPU: %s; together %.0f%% of %d cores%s", strings.Join(parts, ", "),
-		100*total.Seconds()/wall.Seconds(), runtime.NumCPU(), others)
+	u.text = fmt.Sprintf("CPU: %s; together %.0f%% of %d cores%s", strings.Join(parts, ", "),
+		100*total.Seconds()/wall.Seconds(), runtime.NumCPU(), othersText)
+	return u
 }

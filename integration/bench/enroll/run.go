@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/url"
@@ -26,244 +27,295 @@ const (
 type results struct {
 	noFile        uint64
 	create        time.Duration
-	enroll        enrollResult
-	reference     enrollResult
-	rest          enrollResult
-	tlsController string
-	tlsReference  string
+	enroll        timing
+	reference     timing
+	rest          timing
 	watchesOpen   time.Duration
 	memBefore     procMemory
 	memWatching   procMemory
 	goroutines    float64
 	heapInuse     float64
+	stackInuse    float64
 	fdsController int
 	fanout        fanoutResult
+	disturbed     []string // phases during which other work took CPU
+}
+
+// bench is one run: its settings, the controller under test, the fleet
+// and the figures so far.
+type bench struct {
+	cfg   *config
+	o     out
+	tmp   string
+	p     *controllerProc
+	nodes []*node
+	pool  *x509.CertPool // the controller's CA, from the bootstrap documents
+	ws    *watches
+	r     results
 }
 
 func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
-	o := out{w}
-	var r results
-	o.f("Harmony enrollment benchmark\n")
-	o.f("command: %s\n", cfg.command())
-	o.f("settings: nodes=%d enroll=%d concurrency=%d create-concurrency=%d watches=%d fanout=%d\n",
+	b := &bench{cfg: cfg, o: out{w}}
+	b.o.f("Harmony enrollment benchmark\n")
+	b.o.f("command: %s\n", cfg.command())
+	b.o.f("settings: nodes=%d enroll=%d concurrency=%d create-concurrency=%d watches=%d fanout=%d\n",
 		cfg.nodes, cfg.enroll, cfg.concurrency, cfg.createConcurrency, cfg.watches, cfg.fanout)
 
 	var note string
-	if r.noFile, note, err = raiseNoFile(); err != nil {
+	if b.r.noFile, note, err = raiseNoFile(); err != nil {
 		return err
 	}
-	o.f("RLIMIT_NOFILE: %d (soft = hard), inherited by the child processes\n", r.noFile)
+	b.o.f("RLIMIT_NOFILE: %d (soft = hard), inherited by the child processes\n", b.r.noFile)
 	if note != "" {
-		o.f("    (%s)\n", note)
+		b.o.f("    (%s)\n", note)
 	}
-	if need := uint64(cfg.watches + 1000); r.noFile < need {
-		o.f("warning: %d watches need about %d descriptors in each process\n", cfg.watches, need)
+	if need := uint64(cfg.watches + 1000); b.r.noFile < need {
+		b.o.f("warning: %d watches need about %d descriptors in each process\n", cfg.watches, need)
 	}
 
-	tmp, err := os.MkdirTemp("", "harmony-bench-")
-	if err != nil {
+	if b.tmp, err = os.MkdirTemp("", "harmony-bench-"); err != nil {
 		return fmt.Errorf("temporary directory: %w", err)
 	}
 	defer func() {
-		if cfg.keep || err != nil {
-			o.f("kept %s (controller data and logs)\n", tmp)
+		if cfg.keep {
+			b.o.f("kept %s (controller data and logs)\n", b.tmp)
 			return
 		}
-		os.RemoveAll(tmp)
+		os.RemoveAll(b.tmp)
 	}()
-	m := describeMachine(tmp)
+	m := describeMachine(b.tmp)
 
-	p, err := startController(ctx, cfg.binDir, tmp)
+	if b.p, err = startController(ctx, cfg.binDir, b.tmp); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			b.o.f("\ncontroller log ends with:\n%s\n", b.p.logTail(15))
+		}
+		if serr := b.p.stop(20 * time.Second); serr != nil {
+			b.o.f("stop controller: %v\n", serr)
+		}
+	}()
+	defer func() {
+		if b.ws != nil {
+			b.ws.close()
+		}
+	}()
+	b.o.f("controller: %s (pid %d, %s) on %s, data directory on %s\n", b.p.bin, b.p.pid(), b.p.goVer, b.p.url, m.dataFS)
+
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"create nodes", b.createNodes},
+		{"enrollment", b.enroll},
+		{"reference handshakes", b.reference},
+		{"enrollment of the rest", b.enrollRest},
+		{"watches", b.watch},
+		{"fan-out", b.fanout},
+	}
+	for _, s := range steps {
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	b.summary(m)
+	return nil
+}
+
+// createNodes is phase 1, and makes the nodes' keys and CSRs untimed.
+func (b *bench) createNodes(ctx context.Context) error {
+	cfg := b.cfg
+	b.nodes = make([]*node, cfg.nodes)
+	for i := range b.nodes {
+		b.nodes[i] = &node{name: nodeName(i)}
+	}
+	b.o.f("\n[1] create %d node records: POST /api/v1/nodes, %d concurrent\n", cfg.nodes, cfg.createConcurrency)
+	pctx, cancel := phase(ctx, cfg.phaseTimeout)
+	defer cancel()
+	cpu := newCPUMeter(b.p.pid())
+	var err error
+	if b.r.create, err = createNodes(pctx, b.o, b.p, b.nodes, cfg.createConcurrency); err != nil {
+		return err
+	}
+	b.o.f("    %d nodes in %s (%.0f nodes/s)\n", cfg.nodes, secs(b.r.create), rate(cfg.nodes, b.r.create))
+	b.cpu("node records", cpu.report(cfg.nodes, "node"))
+
+	if err := prepareKeys(pctx, b.o, b.nodes, cfg.concurrency); err != nil {
+		return fmt.Errorf("node keys: %w", err)
+	}
+	if b.pool, err = identity.PoolFromPEM([]byte(b.nodes[0].bootstrap.CABundle)); err != nil {
+		return fmt.Errorf("CA bundle of the bootstrap document: %w", err)
+	}
+	return nil
+}
+
+// enroll is phase 2: E enrollments, timed.
+func (b *bench) enroll(ctx context.Context) error {
+	cfg := b.cfg
+	addr, err := hostPort(b.nodes[0].bootstrap.Controllers[0])
+	if err != nil {
+		return err
+	}
+	tlsDesc, err := probeTLS(ctx, addr, b.pool)
+	if err != nil {
+		return err
+	}
+	b.o.f("\n[2] enroll %d nodes: POST /api/v1/enroll, %d concurrent, a new client and TLS connection each\n", cfg.enroll, cfg.concurrency)
+	b.o.f("    (keys and CSRs were made beforehand, as each node makes its own)\n")
+	b.o.f("    TLS: %s\n", tlsDesc)
+	pctx, cancel := phase(ctx, cfg.phaseTimeout)
+	defer cancel()
+	cpu := newCPUMeter(b.p.pid())
+	if b.r.enroll, err = enrollNodes(pctx, b.o, b.nodes[:cfg.enroll], b.pool, cfg.concurrency); err != nil {
+		return err
+	}
+	printEnroll(b.o, b.r.enroll)
+	b.cpu("enrollment", cpu.report(b.r.enroll.n, "enrollment"))
+	b.o.f("    time for %d at this rate: %s   target < %s: %s\n", targetEnrollN,
+		secs(projected(b.r.enroll)), secs(targetEnrollWithin), verdict(projected(b.r.enroll) < targetEnrollWithin))
+	return nil
+}
+
+// reference is phase 3: E raw handshakes against the reference server.
+func (b *bench) reference(ctx context.Context) (err error) {
+	cfg := b.cfg
+	b.o.f("\n[3] reference: %d raw TLS handshakes (dial, handshake, close), %d concurrent, against a TLS-only server process\n", cfg.enroll, cfg.concurrency)
+	ref, err := startReference(ctx, b.tmp)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if serr := p.stop(20 * time.Second); serr != nil {
-			o.f("stop controller: %v\n", serr)
+		if serr := ref.stop(10 * time.Second); err == nil {
+			err = serr
 		}
 	}()
-	o.f("controller: %s (pid %d, %s) on %s, data directory on %s\n", p.bin, p.pid(), p.goVer, p.url, m.dataFS)
-
-	nodes := make([]*node, cfg.nodes)
-	for i := range nodes {
-		nodes[i] = &node{name: nodeName(i)}
+	tlsDesc, err := probeTLS(ctx, ref.addr, ref.pool)
+	if err != nil {
+		return err
 	}
-
-	// 1. Node records.
-	o.f("\n[1] create %d node records: POST %s, %d concurrent\n", cfg.nodes, "/api/v1/nodes", cfg.createConcurrency)
+	b.o.f("    TLS: %s\n", tlsDesc)
 	pctx, cancel := phase(ctx, cfg.phaseTimeout)
-	cpu := newCPUMeter(p.pid())
-	r.create, err = createNodes(pctx, o, p, nodes, cfg.createConcurrency)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("create nodes: %w", err)
-	}
-	o.f("    %d nodes in %s (%.0f nodes/s)\n", cfg.nodes, secs(r.create), rate(cfg.nodes, r.create))
-	o.f("    %s\n", cpu.report(cfg.nodes, "node"))
-
-	pctx, cancel = phase(ctx, cfg.phaseTimeout)
-	err = prepareKeys(pctx, o, nodes, cfg.concurrency)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("node keys: %w", err)
-	}
-	pool, err := identity.PoolFromPEM([]byte(nodes[0].bootstrap.CABundle))
-	if err != nil {
-		return fmt.Errorf("CA bundle of the bootstrap document: %w", err)
-	}
-	ctlAddr, err := hostPort(nodes[0].bootstrap.Controllers[0])
-	if err != nil {
+	defer cancel()
+	cpu := newCPUMeter(ref.pid())
+	if b.r.reference, err = ref.handshakes(pctx, b.o, cfg.enroll, cfg.concurrency); err != nil {
 		return err
 	}
-	if r.tlsController, err = probeTLS(ctx, ctlAddr, pool); err != nil {
-		return err
-	}
-
-	// 2. Timed enrollment.
-	first, rest := nodes[:cfg.enroll], nodes[cfg.enroll:]
-	o.f("\n[2] enroll %d nodes: POST /api/v1/enroll, %d concurrent, a new client and TLS connection each\n", cfg.enroll, cfg.concurrency)
-	o.f("    (keys and CSRs were made beforehand, as each node makes its own)\n")
-	o.f("    TLS: %s\n", r.tlsController)
-	pctx, cancel = phase(ctx, cfg.phaseTimeout)
-	cpu = newCPUMeter(p.pid())
-	r.enroll, err = enrollNodes(pctx, o, first, pool, cfg.concurrency)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("enrollment: %w", err)
-	}
-	printEnroll(o, r.enroll)
-	o.f("    %s\n", cpu.report(r.enroll.n, "enrollment"))
-	o.f("    time for %d at this rate: %s   target < %s: %s\n", targetEnrollN,
-		secs(projected(r.enroll)), secs(targetEnrollWithin), verdict(projected(r.enroll) < targetEnrollWithin))
-
-	// 3. Reference: raw handshakes.
-	o.f("\n[3] reference: %d raw TLS handshakes (dial, handshake, close), %d concurrent, against a TLS-only server process\n", cfg.enroll, cfg.concurrency)
-	ref, err := startReference(ctx, tmp)
-	if err != nil {
-		return err
-	}
-	if r.tlsReference, err = probeTLS(ctx, ref.addr, ref.pool); err != nil {
-		_ = ref.stop(10 * time.Second)
-		return err
-	}
-	o.f("    TLS: %s\n", r.tlsReference)
-	pctx, cancel = phase(ctx, cfg.phaseTimeout)
-	cpu = newCPUMeter(ref.pid())
-	r.reference, err = ref.handshakes(pctx, o, cfg.enroll, cfg.concurrency)
-	cpuReport := cpu.report(cfg.enroll, "handshake")
-	cancel()
-	if serr := ref.stop(10 * time.Second); err == nil && serr != nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("reference handshakes: %w", err)
-	}
-	o.f("    %d handshakes in %s: %.0f handshakes/s\n", r.reference.n, secs(r.reference.total), r.reference.rate())
-	o.f("    latency %s\n", r.reference.latency)
-	o.f("    %s\n", cpuReport)
-	o.f("    enrollments/s ÷ handshakes/s = %.0f ÷ %.0f = %.2f   target ≥ %.1f: %s\n",
-		r.enroll.rate(), r.reference.rate(), ratio(r), targetRatio, verdict(ratio(r) >= targetRatio))
-
-	// 4. The rest of the fleet.
-	if len(rest) > 0 {
-		o.f("\n[4] enroll the other %d nodes, %d concurrent\n", len(rest), cfg.concurrency)
-		pctx, cancel = phase(ctx, cfg.phaseTimeout)
-		cpu = newCPUMeter(p.pid())
-		r.rest, err = enrollNodes(pctx, o, rest, pool, cfg.concurrency)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("enrollment of the rest: %w", err)
-		}
-		printEnroll(o, r.rest)
-		o.f("    %s\n", cpu.report(r.rest.n, "enrollment"))
-	}
-	if err := buildIdentities(nodes); err != nil {
-		return err
-	}
-
-	// 5. Watches and memory.
-	if cfg.watches > 0 {
-		if r.memBefore, err = readProcMemory(p.pid()); err != nil {
-			return err
-		}
-		o.f("\n[5] open %d role watches: GET /api/v1/node/role?after=<revision>&wait=%s, one connection and client certificate per node, %d opening at once\n",
-			cfg.watches, watchWait, cfg.concurrency)
-		o.f("    controller before: VmRSS %s, VmHWM %s\n", mib(r.memBefore.rss), mib(r.memBefore.hwm))
-		watchers := nodes[:cfg.watches]
-		wctx, cancel := phase(ctx, cfg.watchTimeout)
-		start := time.Now()
-		cpu = newCPUMeter(p.pid())
-		// The long polls live until the end of the run; only opening them
-		// is bounded by the watch timeout.
-		ws, err := openWatches(ctx, wctx, watchers, pool, cfg.concurrency)
-		if err == nil {
-			o.f("    %d requests sent in %s; waiting for %s = %d\n", cfg.watches, secs(time.Since(start)), activeWatches, cfg.watches)
-			err = waitActive(wctx, o, p, ws, watchers, cfg.watches)
-		}
-		r.watchesOpen = time.Since(start)
-		watchCPU := cpu.report(cfg.watches, "watch")
-		cancel()
-		if err != nil {
-			if ws != nil {
-				ws.close()
-			}
-			return fmt.Errorf("watches: %w", err)
-		}
-		defer ws.close()
-		if r.memWatching, err = readProcMemory(p.pid()); err != nil {
-			return err
-		}
-		r.fdsController = countFDs(p.pid())
-		mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
-		r.goroutines, _ = p.metric(mctx, "go_goroutines")
-		r.heapInuse, _ = p.metric(mctx, "go_memstats_heap_inuse_bytes")
-		mcancel()
-		o.f("    all %d open after %s\n", cfg.watches, secs(r.watchesOpen))
-		o.f("    %s\n", watchCPU)
-		printWatches(o, cfg, r)
-
-		// 6. Fan-out.
-		if cfg.fanout > 0 {
-			o.f("\n[6] fan-out: one PUT /api/v1/roles changing %d roles (cluster.vip = %s); latency from just before the request to each watcher's 200\n",
-				cfg.fanout, fanoutVIP)
-			fctx, cancel := phase(ctx, time.Minute)
-			r.fanout, err = fanout(fctx, p, ws, watchers, cfg.fanout)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("fan-out: %w", err)
-			}
-			o.f("    PUT answered in %s (revision %d)\n", ms(r.fanout.put), r.fanout.revision)
-			o.f("    latency %s\n", r.fanout.latency)
-			o.f("    p99 %s   target < %s: %s\n", ms(r.fanout.latency.p99), ms(targetFanoutP99), verdict(r.fanout.latency.p99 < targetFanoutP99))
-		}
-	}
-
-	printSummary(o, cfg, m, p, r)
+	b.o.f("    %d handshakes in %s: %.0f handshakes/s\n", b.r.reference.n, secs(b.r.reference.total), b.r.reference.rate())
+	b.o.f("    latency %s\n", b.r.reference.latency)
+	b.cpu("TLS handshakes", cpu.report(cfg.enroll, "handshake"))
+	b.o.f("    enrollments/s ÷ handshakes/s = %.0f ÷ %.0f = %.2f   target ≥ %.1f: %s\n",
+		b.r.enroll.rate(), b.r.reference.rate(), b.ratio(), targetRatio, verdict(b.ratio() >= targetRatio))
 	return nil
 }
 
-func printEnroll(o out, e enrollResult) {
-	o.f("    %d enrollments in %s: %.0f enrollments/s\n", e.n, secs(e.total), e.rate())
-	o.f("    latency   %s\n", e.latency)
-	o.f("    handshake %s (the TLS part of each)\n", e.handshake)
+// enrollRest is phase 4: every other node, so that all have identities.
+func (b *bench) enrollRest(ctx context.Context) error {
+	cfg := b.cfg
+	if rest := b.nodes[cfg.enroll:]; len(rest) > 0 {
+		b.o.f("\n[4] enroll the other %d nodes, %d concurrent\n", len(rest), cfg.concurrency)
+		pctx, cancel := phase(ctx, cfg.phaseTimeout)
+		defer cancel()
+		cpu := newCPUMeter(b.p.pid())
+		var err error
+		if b.r.rest, err = enrollNodes(pctx, b.o, rest, b.pool, cfg.concurrency); err != nil {
+			return err
+		}
+		printEnroll(b.o, b.r.rest)
+		b.cpu("rest of fleet", cpu.report(b.r.rest.n, "enrollment"))
+	}
+	return buildIdentities(b.nodes)
 }
 
-func printWatches(o out, cfg *config, r results) {
-	o.f("    controller with %d watches open: VmRSS %s, VmHWM (peak since start) %s, %d threads, %d descriptors, %.0f goroutines, Go heap in use %s\n",
-		cfg.watches, mib(r.memWatching.rss), mib(r.memWatching.hwm), r.memWatching.threads, r.fdsController, r.goroutines, mib(uint64(r.heapInuse)))
-	if cfg.watches > 0 && r.memWatching.rss > r.memBefore.rss {
-		o.f("    ≈ %.0f KiB of RSS per watch (growth since before the watches)\n",
+// watch is phase 5: W long polls held open, and the controller's memory.
+func (b *bench) watch(ctx context.Context) error {
+	cfg := b.cfg
+	if cfg.watches == 0 {
+		return nil
+	}
+	var err error
+	if b.r.memBefore, err = readProcMemory(b.p.pid()); err != nil {
+		return err
+	}
+	b.o.f("\n[5] open %d role watches: GET /api/v1/node/role?after=<revision>&wait=%s, one connection and client certificate per node, %d opening at once\n",
+		cfg.watches, watchWait, cfg.concurrency)
+	b.o.f("    controller before: VmRSS %s, VmHWM %s\n", mib(b.r.memBefore.rss), mib(b.r.memBefore.hwm))
+	watchers := b.nodes[:cfg.watches]
+	wctx, cancel := phase(ctx, cfg.watchTimeout)
+	defer cancel()
+	start := time.Now()
+	cpu := newCPUMeter(b.p.pid())
+	// The long polls live until the end of the run; only opening them is
+	// bounded by the watch timeout.
+	if b.ws, err = openWatches(ctx, wctx, watchers, b.pool, cfg.concurrency); err != nil {
+		return err
+	}
+	b.o.f("    %d requests sent in %s; waiting for %s = %d\n", cfg.watches, secs(time.Since(start)), activeWatches, cfg.watches)
+	if err := waitActive(wctx, b.o, b.p, b.ws, watchers, cfg.watches); err != nil {
+		return err
+	}
+	b.r.watchesOpen = time.Since(start)
+	use := cpu.report(cfg.watches, "watch")
+
+	if b.r.memWatching, err = readProcMemory(b.p.pid()); err != nil {
+		return err
+	}
+	b.r.fdsController = countFDs(b.p.pid())
+	mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer mcancel()
+	b.r.goroutines, _ = b.p.metric(mctx, "go_goroutines")
+	b.r.heapInuse, _ = b.p.metric(mctx, "go_memstats_heap_inuse_bytes")
+	b.r.stackInuse, _ = b.p.metric(mctx, "go_memstats_stack_inuse_bytes")
+
+	r := b.r
+	b.o.f("    all %d open after %s\n", cfg.watches, secs(r.watchesOpen))
+	b.cpu("opening watches", use)
+	b.o.f("    controller with %d watches open: VmRSS %s, VmHWM (peak since start) %s\n",
+		cfg.watches, mib(r.memWatching.rss), mib(r.memWatching.hwm))
+	b.o.f("    of which Go heap in use %s, goroutine stacks %s; %.0f goroutines, %d threads, %d descriptors\n",
+		mib(uint64(r.heapInuse)), mib(uint64(r.stackInuse)), r.goroutines, r.memWatching.threads, r.fdsController)
+	if r.memWatching.rss > r.memBefore.rss {
+		b.o.f("    ≈ %.0f KiB of RSS per watch (growth since before the watches)\n",
 			float64(r.memWatching.rss-r.memBefore.rss)/1024/float64(cfg.watches))
 	}
 	note := ""
 	if cfg.watches != targetWatches {
 		note = fmt.Sprintf(" (the target is for %d watches; this run holds %d)", targetWatches, cfg.watches)
 	}
-	o.f("    VmRSS %s   target < %s: %s%s\n", mib(r.memWatching.rss), mib(targetMemory), verdict(r.memWatching.rss < targetMemory), note)
-	o.f("    VmHWM %s   target < %s: %s%s\n", mib(r.memWatching.hwm), mib(targetMemory), verdict(r.memWatching.hwm < targetMemory), note)
+	b.o.f("    VmRSS %s   target < %s: %s%s\n", mib(r.memWatching.rss), mib(targetMemory), verdict(r.memWatching.rss < targetMemory), note)
+	b.o.f("    VmHWM %s   target < %s: %s%s\n", mib(r.memWatching.hwm), mib(targetMemory), verdict(r.memWatching.hwm < targetMemory), note)
+	return nil
 }
 
-func printSummary(o out, cfg *config, m machine, p *controllerProc, r results) {
+// fanout is phase 6: one admin change reaching F watchers.
+func (b *bench) fanout(ctx context.Context) error {
+	cfg := b.cfg
+	if cfg.fanout == 0 || b.ws == nil {
+		return nil
+	}
+	b.o.f("\n[6] fan-out: one PUT /api/v1/roles changing %d roles (cluster.vip = %s); latency from just before the request to each watcher's 200\n",
+		cfg.fanout, fanoutVIP)
+	fctx, cancel := phase(ctx, time.Minute)
+	defer cancel()
+	var err error
+	if b.r.fanout, err = fanout(fctx, b.p, b.ws, b.nodes[:cfg.watches], cfg.fanout); err != nil {
+		return err
+	}
+	f := b.r.fanout
+	b.o.f("    PUT answered in %s (revision %d)\n", ms(f.put), f.revision)
+	b.o.f("    latency %s\n", f.latency)
+	b.o.f("    p99 %s   target < %s: %s\n", ms(f.latency.p99), ms(targetFanoutP99), verdict(f.latency.p99 < targetFanoutP99))
+	return nil
+}
+
+func printEnroll(o out, e timing) {
+	o.f("    %d enrollments in %s: %.0f enrollments/s\n", e.n, secs(e.total), e.rate())
+	o.f("    latency   %s\n", e.latency)
+	o.f("    handshake %s (the TLS part of each)\n", e.handshake)
+}
+
+func (b *bench) summary(m machine) {
+	cfg, r, o := b.cfg, b.r, b.o
 	o.f("\n==== summary ====\n")
 	o.f("node records      %6d in %s (%.0f/s)\n", cfg.nodes, secs(r.create), rate(cfg.nodes, r.create))
 	o.f("enrollment        %6d in %s: %.0f/s, p50 %s, p99 %s   1,000 in < 10 s: %s (%s)\n",
@@ -271,7 +323,7 @@ func printSummary(o out, cfg *config, m machine, p *controllerProc, r results) {
 		verdict(projected(r.enroll) < targetEnrollWithin), secs(projected(r.enroll)))
 	o.f("TLS handshakes    %6d in %s: %.0f/s, p50 %s, p99 %s\n",
 		r.reference.n, secs(r.reference.total), r.reference.rate(), ms(r.reference.latency.p50), ms(r.reference.latency.p99))
-	o.f("ratio             enrollments/s ÷ handshakes/s = %.2f   ≥ %.1f: %s\n", ratio(r), targetRatio, verdict(ratio(r) >= targetRatio))
+	o.f("ratio             enrollments/s ÷ handshakes/s = %.2f   ≥ %.1f: %s\n", b.ratio(), targetRatio, verdict(b.ratio() >= targetRatio))
 	if r.rest.n > 0 {
 		o.f("rest of fleet     %6d in %s: %.0f/s, p50 %s, p99 %s\n",
 			r.rest.n, secs(r.rest.total), r.rest.rate(), ms(r.rest.latency.p50), ms(r.rest.latency.p99))
@@ -286,24 +338,37 @@ func printSummary(o out, cfg *config, m machine, p *controllerProc, r results) {
 			cfg.fanout, ms(r.fanout.latency.p50), ms(r.fanout.latency.p99), ms(r.fanout.latency.max),
 			verdict(r.fanout.latency.p99 < targetFanoutP99))
 	}
+	if len(r.disturbed) > 0 {
+		o.f("WARNING: other work took more than %.0f%% of a core during: %s; rerun on an idle machine before trusting those figures\n",
+			disturbed, strings.Join(r.disturbed, ", "))
+	}
 	o.f("\nmachine: %d CPUs, %s, MemTotal %s, %s\n", m.cpus, m.model, m.memTotal, m.kernel)
-	o.f("go: bench %s, controller %s; controller data on %s; RLIMIT_NOFILE %d\n", m.goBench, p.goVer, m.dataFS, r.noFile)
+	o.f("go: bench %s, controller %s; controller data on %s; RLIMIT_NOFILE %d\n", m.goBench, b.p.goVer, m.dataFS, r.noFile)
 	o.f("command: %s\n", cfg.command())
 }
 
+// cpu prints a phase's CPU use and remembers a phase that other work
+// disturbed.
+func (b *bench) cpu(name string, u cpuUse) {
+	b.o.f("    %s\n", u.text)
+	if u.others > disturbed {
+		b.r.disturbed = append(b.r.disturbed, name)
+	}
+}
+
+func (b *bench) ratio() float64 {
+	if b.r.reference.rate() == 0 {
+		return 0
+	}
+	return b.r.enroll.rate() / b.r.reference.rate()
+}
+
 // projected is how long targetEnrollN enrollments take at the measured rate.
-func projected(e enrollResult) time.Duration {
+func projected(e timing) time.Duration {
 	if e.rate() == 0 {
 		return 0
 	}
 	return time.Duration(float64(targetEnrollN) / e.rate() * float64(time.Second))
-}
-
-func ratio(r results) float64 {
-	if r.reference.rate() == 0 {
-		return 0
-	}
-	return r.enroll.rate() / r.reference.rate()
 }
 
 func hostPort(raw string) (string, error) {

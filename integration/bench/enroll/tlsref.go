@@ -123,12 +123,12 @@ func handshakeOnce(ctx context.Context, addr string, pool *x509.CertPool) error 
 }
 
 // handshakes runs n reference handshakes on workers goroutines.
-func (r *referenceProc) handshakes(ctx context.Context, o out, n, workers int) (enrollResult, error) {
+func (r *referenceProc) handshakes(ctx context.Context, o out, n, workers int) (timing, error) {
 	// Warm up the server's lazily built tables, as the controller was by
 	// the earlier phases.
 	for range 16 {
 		if err := handshakeOnce(ctx, r.addr, r.pool); err != nil {
-			return enrollResult{}, fmt.Errorf("warm-up handshake: %w", err)
+			return timing{}, fmt.Errorf("warm-up handshake: %w", err)
 		}
 	}
 	lat := make([]time.Duration, n)
@@ -144,9 +144,9 @@ func (r *referenceProc) handshakes(ctx context.Context, o out, n, workers int) (
 	})
 	total := time.Since(start)
 	if err != nil {
-		return enrollResult{}, err
+		return timing{}, err
 	}
-	return enrollResult{n: n, total: total, latency: summarize(lat)}, nil
+	return timing{n: n, total: total, latency: summarize(lat)}, nil
 }
 
 // serveReference is the child process: a TLS server configured as the
