@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -116,25 +117,34 @@ func adminHTTP(cfg *clientconfig.Config) (*http.Client, error) {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 30 * time.Second}, nil
 }
 
-// metric reads one unlabelled sample from the controller's /metrics.
-func (p *controllerProc) metric(ctx context.Context, name string) (float64, error) {
+// metricsText fetches the controller's /metrics.
+func (p *controllerProc) metricsText(ctx context.Context) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+v1.PathMetrics, nil)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	resp, err := p.metrics.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("get %s: %w", v1.PathMetrics, err)
+		return "", fmt.Errorf("get %s: %w", v1.PathMetrics, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", v1.PathMetrics, err)
+		return "", fmt.Errorf("read %s: %w", v1.PathMetrics, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("get %s: status %d: %s", v1.PathMetrics, resp.StatusCode, strings.TrimSpace(string(data)))
+		return "", fmt.Errorf("get %s: status %d: %s", v1.PathMetrics, resp.StatusCode, strings.TrimSpace(string(data)))
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
+	return string(data), nil
+}
+
+// metric reads one unlabelled sample from the controller's /metrics.
+func (p *controllerProc) metric(ctx context.Context, name string) (float64, error) {
+	text, err := p.metricsText(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(text, "\n") {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 			if err != nil {
@@ -144,4 +154,20 @@ func (p *controllerProc) metric(ctx context.Context, name string) (float64, erro
 		}
 	}
 	return 0, fmt.Errorf("metric %s not found in %s", name, v1.PathMetrics)
+}
+
+var versionLabel = regexp.MustCompile(`harmony_controller_build_info\{[^}]*\bversion="([^"]*)"`)
+
+// version is the controller's build version, from its build_info metric.
+func (p *controllerProc) version(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	text, err := p.metricsText(ctx)
+	if err != nil {
+		return "unknown"
+	}
+	if m := versionLabel.FindStringSubmatch(text); m != nil {
+		return m[1]
+	}
+	return "unknown"
 }

@@ -273,6 +273,8 @@ func machineBusy() (time.Duration, error) {
 // cpuUse is what a cpuMeter saw over one phase.
 type cpuUse struct {
 	text string
+	// server is the server process's CPU time per unit of work.
+	server time.Duration
 	// others is the CPU, in percent of one core, that the machine spent on
 	// anything but the benchmark's processes.
 	others float64
@@ -288,6 +290,7 @@ const disturbed = 25.0
 // core and per unit of work.
 func (m *cpuMeter) report(perUnit int, unit string) cpuUse {
 	wall := time.Since(m.t0)
+	u := cpuUse{others: -1}
 	var parts []string
 	var total time.Duration
 	for i, pid := range m.pids {
@@ -301,9 +304,11 @@ func (m *cpuMeter) report(perUnit int, unit string) cpuUse {
 		if perUnit > 0 {
 			part += fmt.Sprintf(" (%s/%s)", ms(used/time.Duration(perUnit)), unit)
 		}
+		if i == 0 && perUnit > 0 {
+			u.server = used / time.Duration(perUnit)
+		}
 		parts = append(parts, part)
 	}
-	u := cpuUse{others: -1}
 	othersText := ""
 	if busy, err := machineBusy(); err == nil {
 		u.others = max(0, 100*(busy-m.busyStart-total).Seconds()/wall.Seconds())

@@ -25,20 +25,22 @@ const (
 
 // results are the figures the summary prints; zero where a phase did not run.
 type results struct {
-	noFile        uint64
-	create        time.Duration
-	enroll        timing
-	reference     timing
-	rest          timing
-	watchesOpen   time.Duration
-	memBefore     procMemory
-	memWatching   procMemory
-	goroutines    float64
-	heapInuse     float64
-	stackInuse    float64
-	fdsController int
-	fanout        fanoutResult
-	disturbed     []string // phases during which other work took CPU
+	noFile    uint64
+	create    time.Duration
+	enroll    timing
+	reference timing
+	// The server process's CPU time per enrollment and per handshake.
+	enrollCPU, referenceCPU time.Duration
+	rest                    timing
+	watchesOpen             time.Duration
+	memBefore               procMemory
+	memWatching             procMemory
+	goroutines              float64
+	heapInuse               float64
+	stackInuse              float64
+	fdsController           int
+	fanout                  fanoutResult
+	disturbed               []string // phases during which other work took CPU
 }
 
 // bench is one run: its settings, the controller under test, the fleet
@@ -52,6 +54,8 @@ type bench struct {
 	pool  *x509.CertPool // the controller's CA, from the bootstrap documents
 	ws    *watches
 	r     results
+	// version is the controller's build version.
+	version string
 }
 
 func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
@@ -101,7 +105,9 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 			b.ws.close()
 		}
 	}()
-	b.o.f("controller: %s (pid %d, %s) on %s, data directory on %s\n", b.p.bin, b.p.pid(), b.p.goVer, b.p.url, m.dataFS)
+	b.version = b.p.version(ctx)
+	b.o.f("controller: %s version %s (pid %d, %s) on %s, data directory on %s\n",
+		b.p.bin, b.version, b.p.pid(), b.p.goVer, b.p.url, m.dataFS)
 
 	steps := []struct {
 		name string
@@ -171,7 +177,9 @@ func (b *bench) enroll(ctx context.Context) error {
 		return err
 	}
 	printEnroll(b.o, b.r.enroll)
-	b.cpu("enrollment", cpu.report(b.r.enroll.n, "enrollment"))
+	use := cpu.report(b.r.enroll.n, "enrollment")
+	b.r.enrollCPU = use.server
+	b.cpu("enrollment", use)
 	b.o.f("    time for %d at this rate: %s   target < %s: %s\n", targetEnrollN,
 		secs(projected(b.r.enroll)), secs(targetEnrollWithin), verdict(projected(b.r.enroll) < targetEnrollWithin))
 	return nil
@@ -203,7 +211,9 @@ func (b *bench) reference(ctx context.Context) (err error) {
 	}
 	b.o.f("    %d handshakes in %s: %.0f handshakes/s\n", b.r.reference.n, secs(b.r.reference.total), b.r.reference.rate())
 	b.o.f("    latency %s\n", b.r.reference.latency)
-	b.cpu("TLS handshakes", cpu.report(cfg.enroll, "handshake"))
+	use := cpu.report(cfg.enroll, "handshake")
+	b.r.referenceCPU = use.server
+	b.cpu("TLS handshakes", use)
 	b.o.f("    enrollments/s ÷ handshakes/s = %.0f ÷ %.0f = %.2f   target ≥ %.1f: %s\n",
 		b.r.enroll.rate(), b.r.reference.rate(), b.ratio(), targetRatio, verdict(b.ratio() >= targetRatio))
 	return nil
@@ -247,7 +257,7 @@ func (b *bench) watch(ctx context.Context) error {
 	cpu := newCPUMeter(b.p.pid())
 	// The long polls live until the end of the run; only opening them is
 	// bounded by the watch timeout.
-	if b.ws, err = openWatches(ctx, wctx, watchers, b.pool, cfg.concurrency); err != nil {
+	if b.ws, err = openWatches(wctx, ctx, watchers, b.pool, cfg.concurrency); err != nil {
 		return err
 	}
 	b.o.f("    %d requests sent in %s; waiting for %s = %d\n", cfg.watches, secs(time.Since(start)), activeWatches, cfg.watches)
@@ -324,6 +334,11 @@ func (b *bench) summary(m machine) {
 	o.f("TLS handshakes    %6d in %s: %.0f/s, p50 %s, p99 %s\n",
 		r.reference.n, secs(r.reference.total), r.reference.rate(), ms(r.reference.latency.p50), ms(r.reference.latency.p99))
 	o.f("ratio             enrollments/s ÷ handshakes/s = %.2f   ≥ %.1f: %s\n", b.ratio(), targetRatio, verdict(b.ratio() >= targetRatio))
+	if r.enrollCPU > 0 {
+		// The clients share the machine; this is the server's side alone.
+		o.f("server CPU        %s per enrollment, %s per handshake (handshake ÷ enrollment = %.2f)\n",
+			ms(r.enrollCPU), ms(r.referenceCPU), r.referenceCPU.Seconds()/r.enrollCPU.Seconds())
+	}
 	if r.rest.n > 0 {
 		o.f("rest of fleet     %6d in %s: %.0f/s, p50 %s, p99 %s\n",
 			r.rest.n, secs(r.rest.total), r.rest.rate(), ms(r.rest.latency.p50), ms(r.rest.latency.p99))
@@ -343,7 +358,8 @@ func (b *bench) summary(m machine) {
 			disturbed, strings.Join(r.disturbed, ", "))
 	}
 	o.f("\nmachine: %d CPUs, %s, MemTotal %s, %s\n", m.cpus, m.model, m.memTotal, m.kernel)
-	o.f("go: bench %s, controller %s; controller data on %s; RLIMIT_NOFILE %d\n", m.goBench, b.p.goVer, m.dataFS, r.noFile)
+	o.f("controller: version %s, %s; bench %s; controller data on %s; RLIMIT_NOFILE %d\n",
+		b.version, b.p.goVer, m.goBench, m.dataFS, r.noFile)
 	o.f("command: %s\n", cfg.command())
 }
 

@@ -47,9 +47,9 @@ type watches struct {
 // node's revision>&wait=5m, each with its own controlclient (one TCP and
 // TLS connection per node) presenting the node's certificate. At most
 // workers requests are on their way at once; one counts as sent when its
-// headers are written. It returns once every request is sent, or when
-// ctx ends; the long polls live until life ends or close.
-func openWatches(life, ctx context.Context, nodes []*node, pool *x509.CertPool, workers int) (*watches, error) {
+// headers are written. It returns once every request is sent, or fails
+// when ctx ends first; the long polls live until life ends or close.
+func openWatches(ctx, life context.Context, nodes []*node, pool *x509.CertPool, workers int) (*watches, error) {
 	wctx, cancel := context.WithCancel(life)
 	ws := &watches{
 		cancel:  cancel,
