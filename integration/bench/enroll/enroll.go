@@ -164,7 +164,7 @@ func probeTLS(ctx context.Context, addr string, pool *x509.CertPool) (string, er
 }
 
 // enrollTLSConfig is what controlclient.New sets up without a client
-// certificate, with the ALPN protocols its HTTP/2 transport offers.
+// certificate. Its HTTP/1.1 transport offers no ALPN protocol.
 func enrollTLSConfig(pool *x509.CertPool) *tls.Config {
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
