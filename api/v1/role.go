@@ -36,11 +36,13 @@ type Role struct {
 	UpdatedAt  time.Time `json:"updatedAt,omitzero"`
 	Role       NodeRole  `json:"role"`
 
-	Cluster   ClusterSettings   `json:"cluster"`
-	Addresses NodeAddresses     `json:"addresses"`
-	Peers     []Peer            `json:"peers,omitempty"`
-	Versions  ComponentVersions `json:"versions,omitzero"`
-	Etcd      *EtcdSettings     `json:"etcd,omitempty"`
+	Cluster   ClusterSettings `json:"cluster"`
+	Addresses NodeAddresses   `json:"addresses"`
+	// Peers lists every node of the cluster, this one included, so that
+	// every node gets the same list.
+	Peers    []Peer            `json:"peers,omitempty"`
+	Versions ComponentVersions `json:"versions,omitzero"`
+	Etcd     *EtcdSettings     `json:"etcd,omitempty"`
 	// PKI carries the cluster CAs a master needs; kubeadm makes the leaf
 	// certificates from them. Secret: never logged.
 	PKI *ClusterPKI `json:"pki,omitempty"`
@@ -59,6 +61,23 @@ type ClusterSettings struct {
 	ServiceCIDR string      `json:"serviceCIDR,omitempty"`
 	DNSDomain   string      `json:"dnsDomain,omitempty"`
 	CNI         CNISettings `json:"cni,omitzero"`
+	// LoadBalancer configures keepalived and HAProxy on the masters.
+	LoadBalancer LoadBalancerSettings `json:"loadBalancer,omitzero"`
+}
+
+// LoadBalancerSettings configure the API VIP: keepalived (unicast VRRP)
+// and HAProxy (VIP:8443 to every master's apiserver on 6443).
+type LoadBalancerSettings struct {
+	// VRRPPassword authenticates VRRP adverts (keepalived PASS
+	// authentication: 1 to 8 printable characters). Secret.
+	VRRPPassword string `json:"vrrpPassword,omitempty"`
+	// Timeouts, as Go durations. Client and server default to 4h and the
+	// tunnel to 8h, long enough for kubectl logs -f and exec.
+	ClientTimeout string `json:"clientTimeout,omitempty"`
+	ServerTimeout string `json:"serverTimeout,omitempty"`
+	TunnelTimeout string `json:"tunnelTimeout,omitempty"`
+	// CheckInterval between L7 health checks; default 2s.
+	CheckInterval string `json:"checkInterval,omitempty"`
 }
 
 // CNISettings selects the pod network. Only Contiv exists today; the type
@@ -128,6 +147,9 @@ const redacted = "REDACTED"
 // Redacted returns a copy of the role with every private key replaced, for
 // display and logs.
 func (r Role) Redacted() Role {
+	if r.Cluster.LoadBalancer.VRRPPassword != "" {
+		r.Cluster.LoadBalancer.VRRPPassword = redacted
+	}
 	if r.PKI == nil {
 		return r
 	}
@@ -255,6 +277,9 @@ func (c *ClusterSettings) validate(f string) error {
 	if c.DNSDomain != "" && ValidateNodeName(c.DNSDomain) != nil {
 		return fieldErr(f+".dnsDomain", "%q is not a DNS name", c.DNSDomain)
 	}
+	if err := c.LoadBalancer.validate(f + ".loadBalancer"); err != nil {
+		return err
+	}
 	if c.CNI.Type != "" && c.CNI.Type != "contiv" {
 		return fieldErr(f+".cni.type", "must be \"contiv\", got %q", c.CNI.Type)
 	}
@@ -264,6 +289,27 @@ func (c *ClusterSettings) validate(f string) error {
 		}
 		if ct.VNI < 0 || ct.VNI > 1<<24-1 {
 			return fieldErr(f+".cni.contiv.vni", "must be between 1 and 16777215")
+		}
+	}
+	return nil
+}
+
+var vrrpPasswordPattern = regexp.MustCompile(`^[!-~]{1,8}$`)
+
+func (lb *LoadBalancerSettings) validate(f string) error {
+	if lb.VRRPPassword != "" && !vrrpPasswordPattern.MatchString(lb.VRRPPassword) {
+		return fieldErr(f+".vrrpPassword", "must be 1 to 8 printable ASCII characters without spaces")
+	}
+	for _, d := range []struct{ name, value string }{
+		{"clientTimeout", lb.ClientTimeout}, {"serverTimeout", lb.ServerTimeout},
+		{"tunnelTimeout", lb.TunnelTimeout}, {"checkInterval", lb.CheckInterval},
+	} {
+		if d.value == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.value)
+		if err != nil || v < 100*time.Millisecond || v > 7*24*time.Hour {
+			return fieldErr(f+"."+d.name, "%q is not a duration between 100ms and 168h", d.value)
 		}
 	}
 	return nil

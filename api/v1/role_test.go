@@ -61,6 +61,14 @@ func TestDecodeRole(t *testing.T) {
 		{name: "VIP with prefix", mut: func(r *v1.Role) { r.Cluster.VIP = "10.0.0.100/24" }, field: "cluster.vip"},
 		{name: "VRID 256", mut: func(r *v1.Role) { r.Cluster.VRID = 256 }, field: "cluster.vrid"},
 		{name: "negative VRID", mut: func(r *v1.Role) { r.Cluster.VRID = -1 }, field: "cluster.vrid"},
+		{name: "VRRP password too long", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.VRRPPassword = "123456789" }, field: "cluster.loadBalancer.vrrpPassword"},
+		{name: "VRRP password with a space", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.VRRPPassword = "a b" }, field: "cluster.loadBalancer.vrrpPassword"},
+		{name: "client timeout not a duration", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.ClientTimeout = "4 hours" }, field: "cluster.loadBalancer.clientTimeout"},
+		{name: "tunnel timeout too long", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.TunnelTimeout = "200h" }, field: "cluster.loadBalancer.tunnelTimeout"},
+		{name: "check interval too short", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.CheckInterval = "1ms" }, field: "cluster.loadBalancer.checkInterval"},
+		{name: "load balancer settings", mut: func(r *v1.Role) {
+			r.Cluster.LoadBalancer = v1.LoadBalancerSettings{VRRPPassword: "s3cr3t!", ClientTimeout: "4h", ServerTimeout: "4h", TunnelTimeout: "8h", CheckInterval: "2s"}
+		}, field: okField},
 		{name: "pod CIDR not a network", mut: func(r *v1.Role) { r.Cluster.PodCIDR = "10.244.0.1/16" }, field: "cluster.podCIDR"},
 		{name: "pod CIDR without prefix", mut: func(r *v1.Role) { r.Cluster.PodCIDR = "10.244.0.0" }, field: "cluster.podCIDR"},
 		{name: "service CIDR not a network", mut: func(r *v1.Role) { r.Cluster.ServiceCIDR = "10.96.0.0/33" }, field: "cluster.serviceCIDR"},
@@ -314,8 +322,18 @@ func TestRoleRedacted(t *testing.T) {
 	if red.PKI.ClusterCA.Certificate != f.caPEM || red.PKI.EtcdCA.Certificate != f.caPEM {
 		t.Error("Redacted dropped a certificate")
 	}
-	if red.NodeName != r.NodeName || red.Cluster != r.Cluster {
+	if red.NodeName != r.NodeName || red.Cluster.VIP != r.Cluster.VIP || red.Cluster.Name != r.Cluster.Name {
 		t.Error("Redacted changed non-secret fields")
+	}
+
+	// The VRRP password is a secret too.
+	withVRRP := validRole()
+	withVRRP.Cluster.LoadBalancer.VRRPPassword = "s3cr3t!"
+	if got := withVRRP.Redacted().Cluster.LoadBalancer.VRRPPassword; got != "REDACTED" {
+		t.Errorf("vrrpPassword = %q after Redacted", got)
+	}
+	if withVRRP.Cluster.LoadBalancer.VRRPPassword != "s3cr3t!" {
+		t.Error("Redacted mutated the original's VRRP password")
 	}
 
 	// Without PKI there is nothing to redact, and nothing must appear.
