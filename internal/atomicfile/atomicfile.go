@@ -11,6 +11,13 @@ import (
 // Write replaces path with data, created with perm. The temporary file is
 // created with perm from the start, so a secret is never briefly readable.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return WriteChecked(path, data, perm, nil)
+}
+
+// WriteChecked is Write with a check: check runs on the complete temporary
+// file, and path is replaced only if it returns nil. Its error is returned
+// as it is.
+func WriteChecked(path string, data []byte, perm os.FileMode, check func(tmpPath string) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -32,6 +39,11 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if check != nil {
+		if err := check(tmpName); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(tmpName, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

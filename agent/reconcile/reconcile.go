@@ -1,0 +1,70 @@
+// Package reconcile turns a role into a node. Each part of the node stack
+// (keepalived, HAProxy, etcd, kubeadm, the CNI) is one Component in its own
+// package under agent/components; each is level-triggered and idempotent:
+// given the same role and host it changes nothing and restarts nothing.
+package reconcile
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/agent/service"
+)
+
+// Component phases.
+const (
+	// PhaseDisabled: the component has no part in this node's role.
+	PhaseDisabled = "Disabled"
+	// PhaseConverged: the host matches the role.
+	PhaseConverged = "Converged"
+	// PhaseFailed: the component could not converge, for example because
+	// its checker refused the rendered config; what ran before keeps
+	// running.
+	PhaseFailed = "Failed"
+)
+
+// Host is what a component may act on.
+type Host struct {
+	// Root prefixes every path a component writes: "/" on a VM, a per-host
+	// directory in the lab.
+	Root string
+	// Services runs the daemons.
+	Services service.Manager
+	Facts    Facts
+	Log      *slog.Logger
+}
+
+// Path maps an absolute path of the node (/etc/haproxy/haproxy.cfg) under
+// the host's root.
+func (h *Host) Path(p string) string { return filepath.Join(h.Root, p) }
+
+// Facts are what the agent observes of the node.
+type Facts struct {
+	// Interface is the primary interface, the one keepalived uses.
+	Interface string
+	// Addresses are the primary interface's addresses.
+	Addresses []netip.Addr
+}
+
+// Status is the outcome of one pass of one component.
+type Status struct {
+	Component string
+	Phase     string
+	Healthy   bool
+	Message   string
+	// Actions says what this pass changed ("wrote /etc/haproxy/haproxy.cfg",
+	// "reloaded haproxy"); empty when the host already matched.
+	Actions []string
+}
+
+// Component converges one part of the node stack.
+type Component interface {
+	Name() string
+	// Reconcile makes the host match the role, and reports. It must be
+	// idempotent, and must not restart or reload a service whose inputs
+	// did not change.
+	Reconcile(ctx context.Context, host *Host, role *v1.Role) Status
+}
