@@ -1,0 +1,268 @@
+// Package keepalived holds the API VIP on the masters: unicast VRRP between
+// the masters (vSphere networks often drop multicast), priorities by rank,
+// PASS authentication, and a track script that gives the VIP up when the
+// local HAProxy or apiserver stops answering at L7.
+package keepalived
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/files"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// Paths on the node (under reconcile.Host.Root).
+const (
+	ConfigPath = "/etc/keepalived/keepalived.conf"
+	runDir     = "/run/keepalived"
+	unitName   = "keepalived"
+)
+
+// Config is how the component runs keepalived.
+type Config struct {
+	// Binary is keepalived's path; default /usr/sbin/keepalived.
+	Binary string
+	// TrackScript is the argv keepalived runs to check the local HAProxy
+	// and apiserver; exit 0 means healthy. Its first element must be an
+	// absolute path that only root can write (keepalived's script
+	// security). Normally `harmony-agent check apiserver ...`.
+	TrackScript []string
+	// Command builds the validator's command; exec.CommandContext when
+	// nil. Tests use it to run the checker inside a network namespace.
+	Command func(ctx context.Context, argv []string) *exec.Cmd
+}
+
+// Component is the keepalived reconciler.
+type Component struct {
+	cfg Config
+}
+
+// New returns the keepalived component.
+func New(cfg Config) *Component {
+	if cfg.Binary == "" {
+		cfg.Binary = "/usr/sbin/keepalived"
+	}
+	if cfg.Command == nil {
+		cfg.Command = func(ctx context.Context, argv []string) *exec.Cmd {
+			return exec.CommandContext(ctx, argv[0], argv[1:]...)
+		}
+	}
+	return &Component{cfg: cfg}
+}
+
+// Name implements reconcile.Component.
+func (c *Component) Name() string { return "keepalived" }
+
+// Reconcile implements reconcile.Component.
+func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
+	st := reconcile.Status{Component: c.Name()}
+	if role.Role != v1.RoleMaster && role.Role != v1.RoleAppliance {
+		st.Phase, st.Healthy = reconcile.PhaseDisabled, true
+		if err := host.Services.Stop(ctx, unitName); err == nil {
+			st.Actions = append(st.Actions, "stopped keepalived")
+		} else if !errors.Is(err, service.ErrUnknownUnit) {
+			return failed(st, "stop keepalived: %v", err)
+		}
+		return st
+	}
+	params, err := c.params(host, role)
+	if err != nil {
+		return failed(st, "%v", err)
+	}
+	conf, err := Render(params)
+	if err != nil {
+		return failed(st, "%v", err)
+	}
+	path := host.Path(ConfigPath)
+	// The config holds the VRRP password.
+	written, err := files.Write(path, conf, 0o600, c.validate(ctx))
+	if err != nil {
+		return failed(st, "%v", err)
+	}
+	if written {
+		st.Actions = append(st.Actions, "wrote "+ConfigPath)
+	}
+	unit := service.Unit{
+		Name: unitName,
+		Command: []string{c.cfg.Binary, "--dont-fork", "--log-console", "--log-detail",
+			"--use-file", path,
+			"--pid", host.Path(runDir + "/keepalived.pid"),
+			"--vrrp_pid", host.Path(runDir + "/vrrp.pid"),
+			"--checkers_pid", host.Path(runDir + "/checkers.pid")},
+		ReloadSignal: syscall.SIGHUP,
+	}
+	changed, err := host.Services.Ensure(ctx, unit)
+	if err != nil {
+		return failed(st, "run keepalived: %v", err)
+	}
+	switch {
+	case changed:
+		st.Actions = append(st.Actions, "started keepalived")
+	case written:
+		if err := host.Services.Reload(ctx, unitName); err != nil {
+			return failed(st, "reload keepalived: %v", err)
+		}
+		st.Actions = append(st.Actions, "reloaded keepalived")
+	}
+	state, err := host.Services.State(ctx, unitName)
+	st.Phase, st.Healthy = reconcile.PhaseConverged, err == nil && state.Running
+	if !st.Healthy {
+		st.Message = "keepalived is not running"
+		if state.LastExit != "" {
+			st.Message += " (last exit: " + state.LastExit + ")"
+		}
+	}
+	return st
+}
+
+func failed(st reconcile.Status, format string, args ...any) reconcile.Status {
+	st.Phase, st.Healthy, st.Message = reconcile.PhaseFailed, false, fmt.Sprintf(format, args...)
+	return st
+}
+
+// validate runs keepalived's own config test on a candidate.
+func (c *Component) validate(ctx context.Context) files.Validator {
+	return func(path string) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		out, err := c.cfg.Command(ctx, []string{c.cfg.Binary, "--config-test", "--use-file", path}).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("keepalived --config-test: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
+
+// Params are the inputs of the rendered configuration.
+type Params struct {
+	RouterID    string
+	Instance    string
+	Interface   string
+	VRID        int
+	Priority    int
+	SourceIP    string
+	Peers       []string
+	Password    string
+	VIP         string
+	VIPPrefix   int
+	TrackScript string
+}
+
+// params derives the configuration from the role and the host's facts.
+func (c *Component) params(host *reconcile.Host, role *v1.Role) (Params, error) {
+	p := Params{RouterID: role.NodeName, Instance: "harmony_" + role.Cluster.Name, Interface: host.Facts.Interface,
+		VRID: role.Cluster.VRID, Password: role.Cluster.LoadBalancer.VRRPPassword}
+	vip, err := netip.ParseAddr(role.Cluster.VIP)
+	if err != nil {
+		return p, fmt.Errorf("the role has no valid cluster.vip (%q)", role.Cluster.VIP)
+	}
+	p.VIP, p.VIPPrefix = vip.String(), vip.BitLen()
+	switch {
+	case p.VRID < 1 || p.VRID > 255:
+		return p, fmt.Errorf("the role has no cluster.vrid (1 to 255)")
+	case p.Password == "":
+		return p, fmt.Errorf("the role has no cluster.loadBalancer.vrrpPassword")
+	case p.Interface == "":
+		return p, fmt.Errorf("no primary interface found for VRRP")
+	case len(c.cfg.TrackScript) == 0:
+		return p, fmt.Errorf("no track script configured")
+	}
+	masters := slices.DeleteFunc(slices.Clone(role.Peers), func(peer v1.Peer) bool { return peer.Role != role.Role })
+	slices.SortFunc(masters, func(a, b v1.Peer) int {
+		if a.Rank != b.Rank {
+			return a.Rank - b.Rank
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	found := false
+	for _, peer := range masters {
+		if peer.Name == role.NodeName {
+			found = true
+			p.SourceIP = peer.Address
+			// Rank 0 is the preferred holder; priorities stay in 1..254.
+			p.Priority = max(200-10*peer.Rank, 1)
+			continue
+		}
+		p.Peers = append(p.Peers, peer.Address)
+	}
+	if !found {
+		return p, fmt.Errorf("node %s is not among the role's peers", role.NodeName)
+	}
+	p.TrackScript = quoteArgv(c.cfg.TrackScript)
+	return p, nil
+}
+
+// quoteArgv joins an argv for keepalived's script keyword, which splits on
+// white space and honours double quotes.
+func quoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if strings.ContainsAny(a, " \t\"'") {
+			a = `'` + strings.ReplaceAll(a, `'`, ``) + `'`
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+var confTemplate = template.Must(template.New("keepalived.conf").Parse(`# Written by harmony-agent from the node's role. Local edits are replaced.
+global_defs {
+    router_id {{.RouterID}}
+    enable_script_security
+    script_user root
+    vrrp_garp_master_refresh 60
+}
+
+vrrp_script chk_apiserver {
+    script "{{.TrackScript}}"
+    interval 2
+    timeout 3
+    fall 2
+    rise 2
+}
+
+vrrp_instance {{.Instance}} {
+    state BACKUP
+    interface {{.Interface}}
+    virtual_router_id {{.VRID}}
+    priority {{.Priority}}
+    advert_int 1
+    unicast_src_ip {{.SourceIP}}
+    unicast_peer {
+{{- range .Peers}}
+        {{.}}
+{{- end}}
+    }
+    authentication {
+        auth_type PASS
+        auth_pass {{.Password}}
+    }
+    virtual_ipaddress {
+        {{.VIP}}/{{.VIPPrefix}} dev {{.Interface}}
+    }
+    track_script {
+        chk_apiserver
+    }
+}
+`))
+
+// Render returns keepalived.conf for p. Same input, same bytes.
+func Render(p Params) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := confTemplate.Execute(&buf, p); err != nil {
+		return nil, fmt.Errorf("render keepalived.conf: %w", err)
+	}
+	return buf.Bytes(), nil
+}
