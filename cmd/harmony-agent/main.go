@@ -12,6 +12,7 @@ import (
 
 	"github.com/harmonykaas/harmony/agent"
 	"github.com/harmonykaas/harmony/agent/bootstrap"
+	"github.com/harmonykaas/harmony/agent/checks"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 	"github.com/harmonykaas/harmony/internal/logging"
 )
@@ -68,8 +69,31 @@ its life; and watches its role over mutual TLS.`,
 	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(checkCommand())
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "harmony-agent:", err)
 		os.Exit(1)
 	}
+}
+
+// checkCommand holds the health checks daemons run, such as keepalived's
+// track script. They print the reason of a failure and exit 1.
+func checkCommand() *cobra.Command {
+	check := &cobra.Command{Use: "check", Short: "Health checks run by the node's daemons"}
+	var c checks.APIServer
+	apiserver := &cobra.Command{
+		Use:   "apiserver",
+		Short: "Exit 0 if the local HAProxy and apiserver answer at L7 (keepalived's track script)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.Run(cmd.Context())
+		},
+	}
+	f := apiserver.Flags()
+	f.StringVar(&c.HAProxyURL, "haproxy-url", "http://127.0.0.1:8404/metrics", "local HAProxy metrics URL; empty skips it")
+	f.StringVar(&c.ReadyzURL, "readyz-url", "https://127.0.0.1:6443/readyz", "local apiserver readiness URL; empty skips it")
+	f.StringVar(&c.CAFile, "ca-file", "", "CA that verifies the apiserver")
+	f.DurationVar(&c.Timeout, "timeout", 0, "overall timeout (default 2s)")
+	check.AddCommand(apiserver)
+	return check
 }
