@@ -10,8 +10,8 @@ import (
 	"net/netip"
 	"path/filepath"
 
-	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/agent/service"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // Component phases.

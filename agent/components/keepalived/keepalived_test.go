@@ -14,9 +14,9 @@ import (
 	"strings"
 	"testing"
 
-	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // netnsWithInterface makes a network namespace holding eth0 (one end of a
@@ -221,4 +221,3 @@ func TestWorkersRunNoKeepalived(t *testing.T) {
 		t.Fatalf("second disabled pass %+v", st)
 	}
 }
-

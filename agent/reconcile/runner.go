@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed}
+
+// Runner runs every component on each new role and again every Interval,
+// so that drift (a crashed daemon, an edited file) is repaired without a
+// new role: level-triggered, as Talos's controllers are.
+type Runner struct {
+	host       *Host
+	components []Component
+	interval   time.Duration
+	onStatus   func(role *v1.Role, statuses []Status)
+
+	runs     *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	up       *prometheus.GaugeVec
+	phase    *prometheus.GaugeVec
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Host       *Host
+	Components []Component
+	// Interval between passes without a new role; default 30s.
+	Interval time.Duration
+	// Registerer receives the runner's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// OnStatus is called after each pass (to report status).
+	OnStatus func(role *v1.Role, statuses []Status)
+}
+
+// NewRunner builds a runner and registers its metrics.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	r := &Runner{
+		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, onStatus: cfg.OnStatus,
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "harmony_agent_reconcile_runs_total",
+			Help: "Reconcile passes by component and resulting phase.",
+		}, []string{"component", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "harmony_agent_reconcile_duration_seconds",
+			Help:    "Duration of one reconcile pass of one component.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"component"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "harmony_agent_component_up",
+			Help: "1 if the component is healthy (or disabled for this role), 0 otherwise.",
+		}, []string{"component"}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "harmony_agent_component_phase",
+			Help: "1 for the component's current phase, 0 for the others.",
+		}, []string{"component", "phase"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.runs, r.duration, r.up, r.phase} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// Run reconciles on every role from roles and every interval, until ctx is
+// done. Nothing runs before the first role.
+func (r *Runner) Run(ctx context.Context, roles <-chan v1.Role) {
+	var current *v1.Role
+	ticker := time.NewTicker(r.interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case role := <-roles:
+			current = &role
+		case <-ticker.C:
+			if current == nil {
+				continue
+			}
+		}
+		r.Pass(ctx, current)
+	}
+}
+
+// Pass runs every component once against role and returns their statuses.
+func (r *Runner) Pass(ctx context.Context, role *v1.Role) []Status {
+	statuses := make([]Status, 0, len(r.components))
+	for _, c := range r.components {
+		start := time.Now()
+		st := c.Reconcile(ctx, r.host, role)
+		st.Component = c.Name()
+		r.duration.WithLabelValues(c.Name()).Observe(time.Since(start).Seconds())
+		r.runs.WithLabelValues(c.Name(), st.Phase).Inc()
+		up := 0.0
+		if st.Healthy {
+			up = 1
+		}
+		r.up.WithLabelValues(c.Name()).Set(up)
+		for _, p := range phases {
+			v := 0.0
+			if p == st.Phase {
+				v = 1
+			}
+			r.phase.WithLabelValues(c.Name(), p).Set(v)
+		}
+		r.log(st, role.Revision)
+		statuses = append(statuses, st)
+	}
+	if r.onStatus != nil {
+		r.onStatus(role, statuses)
+	}
+	return statuses
+}
+
+func (r *Runner) log(st Status, revision int64) {
+	attrs := []any{"component", st.Component, "phase", st.Phase, "revision", revision}
+	switch {
+	case st.Phase == PhaseFailed:
+		r.host.Log.Error("component failed", append(attrs, "message", st.Message)...)
+	case len(st.Actions) > 0:
+		r.host.Log.Info("component changed", append(attrs, "actions", st.Actions)...)
+	case !st.Healthy:
+		r.host.Log.Warn("component unhealthy", append(attrs, "message", st.Message)...)
+	default:
+		r.host.Log.Debug("component unchanged", attrs...)
+	}
+}
