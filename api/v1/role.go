@@ -180,6 +180,17 @@ func DecodeRole(rd io.Reader) (*Role, error) {
 	return &r, nil
 }
 
+// parseUnzonedAddr parses an IP address without an interface zone: a zone
+// ("fe80::1%eth0") means nothing on another machine, and the daemons that
+// get these addresses refuse it.
+func parseUnzonedAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err == nil && a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q has an interface zone", s)
+	}
+	return a, err
+}
+
 var (
 	versionPattern = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
 	labelPattern   = regexp.MustCompile(`^` + dnsLabel + `$`)
@@ -222,8 +233,8 @@ func (r *Role) Validate() error {
 		if !p.Role.Valid() {
 			return fieldErr(f+".role", "must be appliance, master or worker, got %q", p.Role)
 		}
-		if _, err := netip.ParseAddr(p.Address); err != nil {
-			return fieldErr(f+".address", "%q is not an IP address", p.Address)
+		if _, err := parseUnzonedAddr(p.Address); err != nil {
+			return fieldErr(f+".address", "%q is not an IP address without a zone", p.Address)
 		}
 		if p.Rank < 0 || p.Rank > 254 {
 			return fieldErr(f+".rank", "must be between 0 and 254")
@@ -253,8 +264,8 @@ func (c *ClusterSettings) validate(f string) error {
 		return fieldErr(f+".kubernetesVersion", "%q is not a version such as v1.31.2", c.KubernetesVersion)
 	}
 	if c.VIP != "" {
-		if _, err := netip.ParseAddr(c.VIP); err != nil {
-			return fieldErr(f+".vip", "%q is not an IP address", c.VIP)
+		if vip, err := parseUnzonedAddr(c.VIP); err != nil || vip.IsUnspecified() || vip.IsMulticast() {
+			return fieldErr(f+".vip", "%q is not a unicast IP address without a zone", c.VIP)
 		}
 	}
 	if c.VRID < 0 || c.VRID > 255 {
@@ -317,8 +328,8 @@ func (lb *LoadBalancerSettings) validate(f string) error {
 
 func (a *NodeAddresses) validate(f string) error {
 	for i, ip := range a.IPs {
-		if _, err := netip.ParseAddr(ip); err != nil {
-			return fieldErr(fmt.Sprintf("%s.ips[%d]", f, i), "%q is not an IP address", ip)
+		if _, err := parseUnzonedAddr(ip); err != nil {
+			return fieldErr(fmt.Sprintf("%s.ips[%d]", f, i), "%q is not an IP address without a zone", ip)
 		}
 	}
 	for i, name := range a.DNSNames {
