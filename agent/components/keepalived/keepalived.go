@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -93,6 +94,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	if written {
 		st.Actions = append(st.Actions, "wrote "+ConfigPath)
+	}
+	if err := os.MkdirAll(host.Path(runDir), 0o755); err != nil {
+		return failed(st, "create %s: %v", runDir, err)
 	}
 	unit := service.Unit{
 		Name: unitName,
@@ -200,21 +204,22 @@ func (c *Component) params(host *reconcile.Host, role *v1.Role) (Params, error) 
 	if !found {
 		return p, fmt.Errorf("node %s is not among the role's peers", role.NodeName)
 	}
-	p.TrackScript = quoteArgv(c.cfg.TrackScript)
+	if p.TrackScript, err = joinArgv(c.cfg.TrackScript); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
-// quoteArgv joins an argv for keepalived's script keyword, which splits on
-// white space and honours double quotes.
-func quoteArgv(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if strings.ContainsAny(a, " \t\"'") {
-			a = `'` + strings.ReplaceAll(a, `'`, ``) + `'`
+// joinArgv joins an argv for keepalived's script keyword, which splits on
+// white space. Rather than trust its quoting rules, arguments that would
+// need quoting are refused (write "--flag=" for an empty value).
+func joinArgv(argv []string) (string, error) {
+	for _, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\") {
+			return "", fmt.Errorf("track script argument %q cannot be passed to keepalived; use --flag=value without spaces or quotes", a)
 		}
-		parts[i] = a
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(argv, " "), nil
 }
 
 var confTemplate = template.Must(template.New("keepalived.conf").Parse(`# Written by harmony-agent from the node's role. Local edits are replaced.

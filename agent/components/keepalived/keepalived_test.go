@@ -221,3 +221,14 @@ func TestWorkersRunNoKeepalived(t *testing.T) {
 		t.Fatalf("second disabled pass %+v", st)
 	}
 }
+
+func TestTrackScriptArgumentsThatNeedQuotingAreRefused(t *testing.T) {
+	for _, argv := range [][]string{{"/bin/check", ""}, {"/bin/check", "a b"}, {"/bin/check", `"x"`}} {
+		c := New(Config{TrackScript: argv})
+		host := &reconcile.Host{Root: t.TempDir(), Services: servicetest.New(), Facts: reconcile.Facts{Interface: "eth0"}}
+		st := c.Reconcile(context.Background(), host, masterRole("m1"))
+		if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "cannot be passed to keepalived") {
+			t.Errorf("argv %q: status %+v", argv, st)
+		}
+	}
+}
