@@ -1,0 +1,284 @@
+// Package haproxy is the reconcile.Component that runs HAProxy on the
+// control-plane nodes: VIP:8443 balanced over every master's apiserver on
+// 6443, with L7 health checks (/readyz over TLS, verified against the
+// cluster CA) and timeouts long enough for kubectl logs -f and exec.
+// keepalived, another component, moves the VIP between the nodes.
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/files"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// Name names the component and its service unit.
+const Name = "haproxy"
+
+// Paths on the node; the component writes them under reconcile.Host.Path.
+const (
+	ConfigFile = "/etc/haproxy/haproxy.cfg"
+	CAFile     = "/etc/haproxy/cluster-ca.crt"
+	RunDir     = "/run/haproxy"
+)
+
+// Config is how the agent, or the lab, sets the component up. Zero fields
+// take the defaults.
+type Config struct {
+	// Binary is the haproxy executable; default /usr/sbin/haproxy.
+	Binary string
+	// FrontendPort is where the API is served on the VIP; default 8443.
+	FrontendPort int
+	// APIServerPort is where each master's kube-apiserver listens; default
+	// 6443.
+	APIServerPort int
+	// StatsAddr serves /metrics (Prometheus) and /stats; default
+	// 127.0.0.1:8404.
+	StatsAddr netip.AddrPort
+	// MaxConn is the global connection limit. Zero leaves it to HAProxy,
+	// which derives it from the hard file-descriptor limit it runs under
+	// (each connection needs two descriptors; asking for more than the
+	// limit allows is fatal at start, not at `haproxy -c`).
+	MaxConn int
+	// CheckTimeout bounds one `haproxy -c`; default 30s.
+	CheckTimeout time.Duration
+	// NoStatsProbe makes health the unit's state alone, without asking the
+	// stats endpoint (for a manager that runs no real process).
+	NoStatsProbe bool
+}
+
+// Component converges HAProxy. It keeps one piece of state across passes:
+// a reload owed because a file changed but the reload failed.
+type Component struct {
+	cfg Config
+	// http asks the local stats endpoint, never through a proxy.
+	http *http.Client
+
+	mu            sync.Mutex
+	pendingReload bool
+}
+
+var _ reconcile.Component = (*Component)(nil)
+
+// New returns the component, with defaults filled into cfg.
+func New(cfg Config) *Component {
+	if cfg.Binary == "" {
+		cfg.Binary = "/usr/sbin/haproxy"
+	}
+	if cfg.FrontendPort == 0 {
+		cfg.FrontendPort = 8443
+	}
+	if cfg.APIServerPort == 0 {
+		cfg.APIServerPort = 6443
+	}
+	if !cfg.StatsAddr.IsValid() {
+		cfg.StatsAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 8404)
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = 30 * time.Second
+	}
+	return &Component{cfg: cfg, http: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+}
+
+// Name implements reconcile.Component.
+func (c *Component) Name() string { return Name }
+
+// Unit is the service unit the component ensures on host.
+func (c *Component) Unit(host *reconcile.Host) service.Unit {
+	return service.Unit{
+		Name: Name,
+		// -W -db: master-worker in the foreground; the manager is the
+		// supervisor, and SIGUSR2 to the master reloads without dropping
+		// established connections.
+		Command:      []string{c.cfg.Binary, "-W", "-db", "-f", host.Path(ConfigFile)},
+		ReloadSignal: syscall.SIGUSR2,
+	}
+}
+
+// Reconcile implements reconcile.Component.
+func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := reconcile.Status{Component: Name}
+	if role == nil || (role.Role != v1.RoleMaster && role.Role != v1.RoleAppliance) {
+		return c.disable(ctx, host, st)
+	}
+	if err := c.checkConfig(); err != nil {
+		return failed(st, err)
+	}
+	fail := func(err error) reconcile.Status {
+		st = failed(st, err)
+		if host.Log != nil {
+			host.Log.Warn("haproxy not converged", "err", err)
+		}
+		// What ran before keeps running; say whether it does.
+		if s, err := host.Services.State(ctx, Name); err == nil {
+			st.Healthy = s.Running
+		}
+		return st
+	}
+
+	caPEM, err := clusterCA(role)
+	if err != nil {
+		return fail(err)
+	}
+	p := paths{RunDir: host.Path(RunDir)}
+	if caPEM != nil {
+		p.CAFile = host.Path(CAFile)
+	}
+	cfg, err := c.render(role, p)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(p.RunDir, 0o755); err != nil {
+		return fail(fmt.Errorf("create %s: %w", p.RunDir, err))
+	}
+
+	var filesChanged bool
+	if caPEM != nil {
+		// The CA is checked with the config that will use it, so that a
+		// CA HAProxy cannot load never replaces one it can.
+		changed, err := files.Write(p.CAFile, caPEM, 0o644, func(candidate string) error {
+			q := p
+			q.CAFile = candidate
+			body, err := c.render(role, q)
+			if err != nil {
+				return err
+			}
+			return c.checkConfigBytes(ctx, host.Path(ConfigFile), body)
+		})
+		if err != nil {
+			return fail(writeErr(CAFile, err))
+		}
+		if changed {
+			filesChanged = true
+			st.Actions = append(st.Actions, "wrote "+CAFile)
+		}
+	}
+	changed, err := files.Write(host.Path(ConfigFile), cfg, 0o644, func(candidate string) error {
+		return c.check(ctx, candidate)
+	})
+	if err != nil {
+		return fail(writeErr(ConfigFile, err))
+	}
+	if changed {
+		filesChanged = true
+		st.Actions = append(st.Actions, "wrote "+ConfigFile)
+	}
+	if caPEM == nil {
+		// Only now is no accepted config pointing at it.
+		if err := os.Remove(host.Path(CAFile)); err == nil {
+			st.Actions = append(st.Actions, "removed "+CAFile)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fail(fmt.Errorf("remove stale %s: %w", CAFile, err))
+		}
+	}
+	if filesChanged {
+		// Remembered across passes: the files are already in place, so a
+		// later pass would otherwise see no change and never reload.
+		c.pendingReload = true
+	}
+
+	started, err := host.Services.Ensure(ctx, c.Unit(host))
+	if err != nil {
+		return fail(fmt.Errorf("ensure haproxy unit: %w", err))
+	}
+	switch {
+	case started:
+		// A fresh start (or a restart for a new definition) reads the files.
+		c.pendingReload = false
+		st.Actions = append(st.Actions, "started haproxy")
+	case c.pendingReload:
+		if err := host.Services.Reload(ctx, Name); err != nil {
+			return fail(fmt.Errorf("reload haproxy: %w", err))
+		}
+		c.pendingReload = false
+		st.Actions = append(st.Actions, "reloaded haproxy")
+	}
+	if host.Log != nil && len(st.Actions) > 0 {
+		host.Log.Info("haproxy converged", "actions", st.Actions)
+	}
+	st.Phase = reconcile.PhaseConverged
+	st.Healthy, st.Message = c.observe(ctx, host, len(st.Actions) > 0)
+	return st
+}
+
+// disable stops a unit this node no longer needs. Asking the manager, not
+// remembering what this process ensured, also catches a unit left by an
+// agent that ran before a role change.
+func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconcile.Status) reconcile.Status {
+	c.pendingReload = false
+	st.Phase = reconcile.PhaseDisabled
+	st.Healthy = true
+	st.Message = "not a control-plane node"
+	_, err := host.Services.State(ctx, Name)
+	switch {
+	case errors.Is(err, service.ErrUnknownUnit):
+		return st
+	case err != nil:
+		return failed(st, fmt.Errorf("observe haproxy unit: %w", err))
+	}
+	if err := host.Services.Stop(ctx, Name); err != nil {
+		if errors.Is(err, service.ErrUnknownUnit) {
+			return st
+		}
+		return failed(st, fmt.Errorf("stop haproxy: %w", err))
+	}
+	st.Actions = append(st.Actions, "stopped haproxy")
+	return st
+}
+
+func (c *Component) checkConfig() error {
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"FrontendPort", c.cfg.FrontendPort}, {"APIServerPort", c.cfg.APIServerPort}} {
+		if p.port < 1 || p.port > 65535 {
+			return fmt.Errorf("haproxy component: %s %d is not a TCP port", p.name, p.port)
+		}
+	}
+	if c.cfg.StatsAddr.Port() == 0 {
+		return fmt.Errorf("haproxy component: StatsAddr %s has no port", c.cfg.StatsAddr)
+	}
+	return nil
+}
+
+// clusterCA returns the cluster CA certificate (never its key), or nil
+// when the role carries none.
+func clusterCA(role *v1.Role) ([]byte, error) {
+	if role.PKI == nil || role.PKI.ClusterCA == nil || role.PKI.ClusterCA.Certificate == "" {
+		return nil, nil
+	}
+	pem := []byte(role.PKI.ClusterCA.Certificate)
+	if _, err := v1.ParseCertificatesPEM(pem); err != nil {
+		return nil, fmt.Errorf("pki.clusterCA.certificate: %w", err)
+	}
+	return pem, nil
+}
+
+func failed(st reconcile.Status, err error) reconcile.Status {
+	st.Phase = reconcile.PhaseFailed
+	st.Healthy = false
+	st.Message = err.Error()
+	return st
+}
+
+// writeErr says which node file failed; a refused candidate is reported
+// with the checker's own words.
+func writeErr(nodePath string, err error) error {
+	var ve *files.ValidationError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("new %s refused, the old one stays: %w", nodePath, ve.Err)
+	}
+	return fmt.Errorf("write %s: %w", nodePath, err)
+}

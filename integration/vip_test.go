@@ -1,0 +1,223 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/components/haproxy"
+	"github.com/harmonykaas/harmony/agent/components/keepalived"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+const vip = "198.18.10.10"
+
+// nsHost is one test host: a network namespace on the test's switch, with
+// its own root directory and its own supervisor.
+type nsHost struct {
+	name, ns, addr string
+	host           *reconcile.Host
+	sup            *service.Supervisor
+	components     []reconcile.Component
+}
+
+// nsSwitch makes a namespace holding a bridge that the hosts plug into, so
+// that nothing of the test touches the machine's own network.
+func nsSwitch(t *testing.T, id string) string {
+	t.Helper()
+	sw := "hkv-sw-" + id
+	mustIP(t, "netns", "add", sw)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", sw).Run() })
+	mustIP(t, "-n", sw, "link", "add", "br0", "type", "bridge")
+	mustIP(t, "-n", sw, "link", "set", "br0", "up")
+	return sw
+}
+
+func mustIP(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func newNSHost(t *testing.T, id, sw, name, addr, agentBin string) *nsHost {
+	t.Helper()
+	ns := "hkv-" + name + "-" + id
+	mustIP(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	mustIP(t, "link", "add", "hkv"+name+id[:4], "type", "veth", "peer", "name", "eth0", "netns", ns)
+	mustIP(t, "link", "set", "hkv"+name+id[:4], "netns", sw)
+	mustIP(t, "-n", sw, "link", "set", "hkv"+name+id[:4], "master", "br0", "up")
+	mustIP(t, "-n", ns, "link", "set", "lo", "up")
+	mustIP(t, "-n", ns, "link", "set", "eth0", "up")
+	mustIP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	// Backup masters bind HAProxy to a VIP they do not hold.
+	if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1").CombinedOutput(); err != nil {
+		t.Fatalf("sysctl in %s: %v: %s", ns, err, out)
+	}
+
+	root := t.TempDir()
+	wrap := func(argv []string) []string { return append([]string{"/usr/bin/ip", "netns", "exec", ns}, argv...) }
+	sup, err := service.NewSupervisor(service.SupervisorConfig{
+		RunDir: filepath.Join(root, "run", "harmony"), LogDir: filepath.Join(root, "var", "log", "harmony"),
+		Logger: slog.New(slog.DiscardHandler), Wrap: wrap, StopGrace: 5 * time.Second,
+		RestartBase: 200 * time.Millisecond, RestartMax: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sup.StopAll(ctx)
+	})
+	inNS := func(ctx context.Context, argv []string) *exec.Cmd {
+		full := wrap(argv)
+		return exec.CommandContext(ctx, full[0], full[1:]...)
+	}
+	return &nsHost{
+		name: name, ns: ns, addr: addr, sup: sup,
+		host: &reconcile.Host{Root: root, Services: sup, Log: slog.New(slog.DiscardHandler),
+			Facts: reconcile.Facts{Interface: "eth0", Addresses: []netip.Addr{netip.MustParseAddr(addr)}}},
+		components: []reconcile.Component{
+			haproxy.New(haproxy.Config{NoStatsProbe: true}),
+			keepalived.New(keepalived.Config{
+				// The lab has no apiserver yet: the track script checks the
+				// local HAProxy at L7 only.
+				TrackScript: []string{agentBin, "check", "apiserver", "--readyz-url=", "--haproxy-url=http://127.0.0.1:8404/metrics"},
+				Command:     inNS,
+			}),
+		},
+	}
+}
+
+func (h *nsHost) holdsVIP(t *testing.T) bool {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", h.ns, "-o", "-4", "addr", "show", "dev", "eth0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip addr in %s: %v: %s", h.ns, err, out)
+	}
+	return strings.Contains(string(out), " "+vip+"/")
+}
+
+func holders(t *testing.T, hosts []*nsHost) []string {
+	var out []string
+	for _, h := range hosts {
+		if h.holdsVIP(t) {
+			out = append(out, h.name)
+		}
+	}
+	return out
+}
+
+// waitHolder waits until exactly one host, want, holds the VIP, and returns
+// when that was first seen.
+func waitHolder(t *testing.T, hosts []*nsHost, want string) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := holders(t, hosts)
+		if len(got) == 1 && got[0] == want {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			for _, h := range hosts {
+				log, _ := os.ReadFile(filepath.Join(h.host.Root, "var", "log", "harmony", "keepalived.log"))
+				t.Logf("%s keepalived log (tail):\n%s", h.name, tail(string(log), 15))
+			}
+			t.Fatalf("VIP holders %v, want only %s", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestVIPFailsOverBetweenNamespaceHosts runs real keepalived and HAProxy,
+// configured by the agent's components, on three masters that are network
+// namespaces on one bridge: exactly one holds the VIP, by rank; it moves
+// when the holder's keepalived stops, and when the holder's HAProxy stops
+// (the L7 track script).
+func TestVIPFailsOverBetweenNamespaceHosts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root, as make test has")
+	}
+	agentBin := filepath.Join(binaries(t), "harmony-agent")
+	b := make([]byte, 4)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	sw := nsSwitch(t, id)
+	role := v1.Role{
+		APIVersion: v1.APIVersion, Kind: "Role", Role: v1.RoleMaster, Revision: 1,
+		Cluster: v1.ClusterSettings{Name: "lab", VIP: vip, VRID: 61,
+			LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: "l4b-vrrp", CheckInterval: "1s"}},
+	}
+	var hosts []*nsHost
+	for i, name := range []string{"m1", "m2", "m3"} {
+		addr := "198.18.10." + string(rune('1'+i)) + "1"
+		hosts = append(hosts, newNSHost(t, id, sw, name, addr, agentBin))
+		role.Peers = append(role.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr, Rank: i})
+	}
+	ctx := context.Background()
+	for _, h := range hosts {
+		r := role
+		r.NodeName = h.name
+		if err := r.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range h.components {
+			if st := c.Reconcile(ctx, h.host, &r); st.Phase != reconcile.PhaseConverged {
+				t.Fatalf("%s %s: %+v", h.name, c.Name(), st)
+			}
+		}
+	}
+
+	waitHolder(t, hosts, "m1")
+
+	// The holder's keepalived stops: the next by rank takes the VIP.
+	stopped := time.Now()
+	if err := hosts[0].sup.Stop(ctx, "keepalived"); err != nil {
+		t.Fatal(err)
+	}
+	moved := waitHolder(t, hosts, "m2")
+	t.Logf("VIP failover after keepalived stop: %s", moved.Sub(stopped).Round(time.Millisecond))
+
+	// The new holder's HAProxy stops: its track script fails at L7 and the
+	// VIP moves on.
+	stopped = time.Now()
+	if err := hosts[1].sup.Stop(ctx, "haproxy"); err != nil {
+		t.Fatal(err)
+	}
+	moved = waitHolder(t, hosts, "m3")
+	t.Logf("VIP failover after HAProxy stop (track script): %s", moved.Sub(stopped).Round(time.Millisecond))
+
+	// Another pass on m3 changes nothing and restarts nothing.
+	r := role
+	r.NodeName = "m3"
+	before, _ := hosts[2].sup.State(ctx, "keepalived")
+	for _, c := range hosts[2].components {
+		if st := c.Reconcile(ctx, hosts[2].host, &r); len(st.Actions) != 0 {
+			t.Fatalf("second pass of %s acted: %v", c.Name(), st.Actions)
+		}
+	}
+	after, _ := hosts[2].sup.State(ctx, "keepalived")
+	if before.PID != after.PID || after.Restarts != before.Restarts {
+		t.Fatalf("keepalived restarted: %+v -> %+v", before, after)
+	}
+}
