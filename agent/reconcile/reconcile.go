@@ -6,8 +6,11 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"github.com/harmonykaas/harmony/agent/service"
@@ -67,4 +70,40 @@ type Component interface {
 	// idempotent, and must not restart or reload a service whose inputs
 	// did not change.
 	Reconcile(ctx context.Context, host *Host, role *v1.Role) Status
+}
+
+// ReloadMarker records on disk that a service owes a reload: set once its
+// files have changed, cleared once it has reloaded or freshly started.
+// Services outlive the agent, so a marker kept only in memory would be lost
+// if the agent died between writing the files and reloading.
+type ReloadMarker struct{ path string }
+
+// ReloadMarker returns the marker of the named unit.
+func (h *Host) ReloadMarker(unit string) ReloadMarker {
+	return ReloadMarker{path: h.Path(filepath.Join("/var/lib/harmony/reload-pending", unit))}
+}
+
+// Set records that a reload is owed.
+func (m ReloadMarker) Set() error {
+	if err := os.MkdirAll(filepath.Dir(m.path), 0o700); err != nil {
+		return fmt.Errorf("mark reload: %w", err)
+	}
+	if err := os.WriteFile(m.path, nil, 0o600); err != nil {
+		return fmt.Errorf("mark reload: %w", err)
+	}
+	return nil
+}
+
+// Pending reports whether a reload is owed.
+func (m ReloadMarker) Pending() bool {
+	_, err := os.Stat(m.path)
+	return err == nil
+}
+
+// Clear records that the reload happened.
+func (m ReloadMarker) Clear() error {
+	if err := os.Remove(m.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("clear reload mark: %w", err)
+	}
+	return nil
 }

@@ -57,15 +57,14 @@ type Config struct {
 	NoStatsProbe bool
 }
 
-// Component converges HAProxy. It keeps one piece of state across passes:
-// a reload owed because a file changed but the reload failed.
+// Component converges HAProxy.
 type Component struct {
 	cfg Config
 	// http asks the local stats endpoint, never through a proxy.
 	http *http.Client
 
-	mu            sync.Mutex
-	pendingReload bool
+	// mu serializes passes: two at once would race on the files.
+	mu sync.Mutex
 }
 
 var _ reconcile.Component = (*Component)(nil)
@@ -183,10 +182,13 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return fail(fmt.Errorf("remove stale %s: %w", CAFile, err))
 		}
 	}
+	// Remembered across passes, and across agent restarts: the files are
+	// already in place, so a later pass would see no change and never reload.
+	pending := host.ReloadMarker(Name)
 	if filesChanged {
-		// Remembered across passes: the files are already in place, so a
-		// later pass would otherwise see no change and never reload.
-		c.pendingReload = true
+		if err := pending.Set(); err != nil {
+			return fail(err)
+		}
 	}
 
 	started, err := host.Services.Ensure(ctx, c.Unit(host))
@@ -196,13 +198,17 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	switch {
 	case started:
 		// A fresh start (or a restart for a new definition) reads the files.
-		c.pendingReload = false
+		if err := pending.Clear(); err != nil {
+			return fail(err)
+		}
 		st.Actions = append(st.Actions, "started haproxy")
-	case c.pendingReload:
+	case pending.Pending():
 		if err := host.Services.Reload(ctx, Name); err != nil {
 			return fail(fmt.Errorf("reload haproxy: %w", err))
 		}
-		c.pendingReload = false
+		if err := pending.Clear(); err != nil {
+			return fail(err)
+		}
 		st.Actions = append(st.Actions, "reloaded haproxy")
 	}
 	if host.Log != nil && len(st.Actions) > 0 {
@@ -217,7 +223,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 // remembering what this process ensured, also catches a unit left by an
 // agent that ran before a role change.
 func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconcile.Status) reconcile.Status {
-	c.pendingReload = false
+	if err := host.ReloadMarker(Name).Clear(); err != nil {
+		return failed(st, err)
+	}
 	st.Phase = reconcile.PhaseDisabled
 	st.Healthy = true
 	st.Message = "not a control-plane node"

@@ -92,8 +92,12 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return failed(st, "%v", err)
 	}
+	pending := host.ReloadMarker(unitName)
 	if written {
 		st.Actions = append(st.Actions, "wrote "+ConfigPath)
+		if err := pending.Set(); err != nil {
+			return failed(st, "%v", err)
+		}
 	}
 	if err := os.MkdirAll(host.Path(runDir), 0o755); err != nil {
 		return failed(st, "create %s: %v", runDir, err)
@@ -114,11 +118,17 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	switch {
 	case changed:
 		st.Actions = append(st.Actions, "started keepalived")
-	case written:
+		if err := pending.Clear(); err != nil {
+			return failed(st, "%v", err)
+		}
+	case pending.Pending():
 		if err := host.Services.Reload(ctx, unitName); err != nil {
 			return failed(st, "reload keepalived: %v", err)
 		}
 		st.Actions = append(st.Actions, "reloaded keepalived")
+		if err := pending.Clear(); err != nil {
+			return failed(st, "%v", err)
+		}
 	}
 	state, err := host.Services.State(ctx, unitName)
 	st.Phase, st.Healthy = reconcile.PhaseConverged, err == nil && state.Running

@@ -232,3 +232,28 @@ func TestTrackScriptArgumentsThatNeedQuotingAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// The agent may die after writing a new config and before reloading
+// keepalived, which keeps running. The next agent must still reload it.
+func TestReloadOwedBeforeACrashIsDoneByTheNextAgent(t *testing.T) {
+	ns := netnsWithInterface(t, "198.18.0.11")
+	f := newFixture(t, ns)
+	ctx := context.Background()
+	f.comp.Reconcile(ctx, f.host, masterRole("m1"))
+	f.rec.TakeCalls()
+	// What the dead agent left: the new file written, the reload owed.
+	if err := f.host.ReloadMarker("keepalived").Set(); err != nil {
+		t.Fatal(err)
+	}
+	next := New(Config{TrackScript: []string{"/bin/true"}, Command: inNetns(ns)})
+	st := next.Reconcile(ctx, f.host, masterRole("m1"))
+	if calls := f.rec.TakeCalls(); !slices.Equal(calls, []string{"reload keepalived"}) {
+		t.Fatalf("calls %v, want the owed reload", calls)
+	}
+	if f.host.ReloadMarker("keepalived").Pending() || !slices.Contains(st.Actions, "reloaded keepalived") {
+		t.Fatalf("reload not recorded as done: %+v", st)
+	}
+	if st := next.Reconcile(ctx, f.host, masterRole("m1")); len(st.Actions) != 0 {
+		t.Fatalf("third pass acted: %v", st.Actions)
+	}
+}
