@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
@@ -190,7 +191,7 @@ func TestConfigsPassHAProxyCheck(t *testing.T) {
 			if err := role.Validate(); err != nil {
 				t.Fatalf("role is not valid: %v", err)
 			}
-			host := newHost(t, newRecorder())
+			host := newHost(t, servicetest.New())
 			st := newTestComponent().Reconcile(context.Background(), host, role)
 			if st.Phase != reconcile.PhaseConverged || !st.Healthy {
 				t.Fatalf("status %+v", st)
@@ -216,7 +217,7 @@ func TestConfigsPassHAProxyCheck(t *testing.T) {
 }
 
 func TestMissingVIPFails(t *testing.T) {
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	role := masterRole(t, 3, nil)
 	role.Cluster.VIP = ""
@@ -224,7 +225,7 @@ func TestMissingVIPFails(t *testing.T) {
 	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "cluster.vip") {
 		t.Fatalf("status %+v, want Failed naming cluster.vip", st)
 	}
-	if calls := rec.take(); len(calls) != 0 {
+	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("manager calls %v", calls)
 	}
 	if _, err := os.Stat(host.Path(ConfigFile)); !errors.Is(err, os.ErrNotExist) {
@@ -233,7 +234,7 @@ func TestMissingVIPFails(t *testing.T) {
 }
 
 func TestWorkerIsDisabled(t *testing.T) {
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	c := newTestComponent()
 	worker := masterRole(t, 3, nil)
@@ -244,7 +245,7 @@ func TestWorkerIsDisabled(t *testing.T) {
 	if st.Phase != reconcile.PhaseDisabled || len(st.Actions) != 0 {
 		t.Fatalf("status %+v", st)
 	}
-	if calls := rec.take(); len(calls) != 0 {
+	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("a worker touched the manager: %v", calls)
 	}
 
@@ -252,26 +253,26 @@ func TestWorkerIsDisabled(t *testing.T) {
 	if st := c.Reconcile(context.Background(), host, masterRole(t, 3, nil)); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("master: %+v", st)
 	}
-	rec.take()
+	rec.TakeCalls()
 	st = c.Reconcile(context.Background(), host, worker)
 	if st.Phase != reconcile.PhaseDisabled || !slices.Equal(st.Actions, []string{"stopped haproxy"}) {
 		t.Fatalf("status %+v", st)
 	}
-	if calls := rec.take(); !slices.Equal(calls, []string{"stop haproxy"}) {
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"stop haproxy"}) {
 		t.Errorf("calls %v", calls)
 	}
 	st = c.Reconcile(context.Background(), host, worker)
 	if st.Phase != reconcile.PhaseDisabled || len(st.Actions) != 0 {
 		t.Fatalf("second worker pass: %+v", st)
 	}
-	if calls := rec.take(); len(calls) != 0 {
+	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("second worker pass: calls %v", calls)
 	}
 }
 
 func TestIdempotentThenOneReload(t *testing.T) {
 	needHAProxy(t)
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	c := newTestComponent()
 	ca := newCA(t, "cluster-ca")
@@ -284,10 +285,10 @@ func TestIdempotentThenOneReload(t *testing.T) {
 	if want := []string{"wrote " + CAFile, "wrote " + ConfigFile, "started haproxy"}; !slices.Equal(st.Actions, want) {
 		t.Errorf("first pass actions %q, want %q", st.Actions, want)
 	}
-	if calls := rec.take(); !slices.Equal(calls, []string{"ensure haproxy changed"}) {
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"ensure haproxy"}) {
 		t.Errorf("first pass calls %v", calls)
 	}
-	u := rec.units[Name]
+	u, _ := rec.Unit(Name)
 	if want := []string{haproxyBinary, "-W", "-db", "-f", host.Path(ConfigFile)}; !slices.Equal(u.Command, want) || u.ReloadSignal == 0 {
 		t.Errorf("unit %+v", u)
 	}
@@ -300,7 +301,7 @@ func TestIdempotentThenOneReload(t *testing.T) {
 	if st.Phase != reconcile.PhaseConverged || len(st.Actions) != 0 {
 		t.Fatalf("second pass: %+v", st)
 	}
-	if calls := rec.take(); len(calls) != 0 {
+	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("second pass changed the service: %v", calls)
 	}
 	if info2, _ := os.Stat(host.Path(ConfigFile)); !info2.ModTime().Equal(info.ModTime()) {
@@ -315,14 +316,14 @@ func TestIdempotentThenOneReload(t *testing.T) {
 	if want := []string{"wrote " + ConfigFile, "reloaded haproxy"}; st.Phase != reconcile.PhaseConverged || !slices.Equal(st.Actions, want) {
 		t.Fatalf("changed pass: %+v, want actions %q", st, want)
 	}
-	if calls := rec.take(); !slices.Equal(calls, []string{"reload haproxy"}) {
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"reload haproxy"}) {
 		t.Errorf("changed pass calls %v, want exactly one reload", calls)
 	}
 	if cfg, _ := os.ReadFile(host.Path(ConfigFile)); !bytes.Contains(cfg, []byte("timeout server 6h\n")) {
 		t.Errorf("config not updated:\n%s", cfg)
 	}
 	st = c.Reconcile(context.Background(), host, changed)
-	if len(st.Actions) != 0 || len(rec.take()) != 0 {
+	if len(st.Actions) != 0 || len(rec.TakeCalls()) != 0 {
 		t.Errorf("pass after the change was not a no-op: %+v", st)
 	}
 }
@@ -331,19 +332,19 @@ func TestIdempotentThenOneReload(t *testing.T) {
 // CA only when it reads its config, so it still needs a reload.
 func TestCAChangeAloneReloads(t *testing.T) {
 	needHAProxy(t)
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	c := newTestComponent()
 	if st := c.Reconcile(context.Background(), host, masterRole(t, 1, newCA(t, "old-ca"))); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("%+v", st)
 	}
-	rec.take()
+	rec.TakeCalls()
 	newCA := newCA(t, "new-ca")
 	st := c.Reconcile(context.Background(), host, masterRole(t, 1, newCA))
 	if want := []string{"wrote " + CAFile, "reloaded haproxy"}; !slices.Equal(st.Actions, want) {
 		t.Fatalf("actions %q, want %q (%s)", st.Actions, want, st.Message)
 	}
-	if calls := rec.take(); !slices.Equal(calls, []string{"reload haproxy"}) {
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"reload haproxy"}) {
 		t.Errorf("calls %v", calls)
 	}
 	if got, _ := os.ReadFile(host.Path(CAFile)); string(got) != newCA.pair.Certificate {
@@ -365,14 +366,14 @@ func TestCAChangeAloneReloads(t *testing.T) {
 // live files and service stay as they were.
 func TestRefusedCandidateKeepsOldConfig(t *testing.T) {
 	needHAProxy(t)
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	c := newTestComponent()
 	oldCA := newCA(t, "old-ca")
 	if st := c.Reconcile(context.Background(), host, masterRole(t, 3, oldCA)); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("%+v", st)
 	}
-	rec.take()
+	rec.TakeCalls()
 	oldCfg, _ := os.ReadFile(host.Path(ConfigFile))
 	oldCAFile, _ := os.ReadFile(host.Path(CAFile))
 
@@ -401,7 +402,7 @@ func TestRefusedCandidateKeepsOldConfig(t *testing.T) {
 			if len(st.Actions) != 0 {
 				t.Errorf("actions %q", st.Actions)
 			}
-			if calls := rec.take(); len(calls) != 0 {
+			if calls := rec.TakeCalls(); len(calls) != 0 {
 				t.Errorf("the service was touched: %v", calls)
 			}
 			if got, _ := os.ReadFile(host.Path(ConfigFile)); !bytes.Equal(got, oldCfg) {
@@ -422,7 +423,7 @@ func TestRefusedCandidateKeepsOldConfig(t *testing.T) {
 	if st.Phase != reconcile.PhaseConverged || len(st.Actions) != 0 {
 		t.Errorf("after the refusal: %+v", st)
 	}
-	if calls := rec.take(); len(calls) != 0 {
+	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("calls %v", calls)
 	}
 }
@@ -450,30 +451,30 @@ func writeTemp(t *testing.T, path, body string) string {
 // files no longer change.
 func TestFailedReloadIsRetried(t *testing.T) {
 	needHAProxy(t)
-	rec := newRecorder()
+	rec := servicetest.New()
 	host := newHost(t, rec)
 	c := newTestComponent()
 	if st := c.Reconcile(context.Background(), host, masterRole(t, 3, nil)); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("%+v", st)
 	}
-	rec.take()
+	rec.TakeCalls()
 	changed := masterRole(t, 3, nil)
 	changed.Cluster.LoadBalancer.CheckInterval = "5s"
-	rec.reloadErr = errors.New("signal: no such process")
+	rec.FailNextReload(errors.New("signal: no such process"))
 	st := c.Reconcile(context.Background(), host, changed)
 	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "reload haproxy") {
 		t.Fatalf("status %+v", st)
 	}
-	rec.take()
+	rec.TakeCalls()
 	st = c.Reconcile(context.Background(), host, changed)
 	if st.Phase != reconcile.PhaseConverged || !slices.Equal(st.Actions, []string{"reloaded haproxy"}) {
 		t.Fatalf("retry: %+v", st)
 	}
-	if calls := rec.take(); !slices.Equal(calls, []string{"reload haproxy"}) {
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"reload haproxy"}) {
 		t.Errorf("retry calls %v", calls)
 	}
 	st = c.Reconcile(context.Background(), host, changed)
-	if len(st.Actions) != 0 || len(rec.take()) != 0 {
+	if len(st.Actions) != 0 || len(rec.TakeCalls()) != 0 {
 		t.Errorf("owed reload paid twice: %+v", st)
 	}
 }
@@ -507,7 +508,7 @@ func TestMaxConn(t *testing.T) {
 		t.Errorf("default config fixes maxconn:\n%s", cfg)
 	}
 	c := New(Config{Binary: haproxyBinary, NoStatsProbe: true, MaxConn: 2000})
-	host := newHost(t, newRecorder())
+	host := newHost(t, servicetest.New())
 	if st := c.Reconcile(context.Background(), host, role); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("%+v", st)
 	}

@@ -1,7 +1,6 @@
 package haproxy
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,8 +11,6 @@ import (
 	"math/big"
 	"net"
 	"os/exec"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,95 +122,6 @@ func masterRole(t *testing.T, n int, ca *testCA) *v1.Role {
 		t.Fatalf("test role is not valid: %v", err)
 	}
 	return r
-}
-
-// recorder is a service.Manager that runs nothing and records every call.
-type recorder struct {
-	mu        sync.Mutex
-	units     map[string]service.Unit
-	calls     []string
-	reloadErr error // returned once by the next Reload
-}
-
-var _ service.Manager = (*recorder)(nil)
-
-func newRecorder() *recorder { return &recorder{units: map[string]service.Unit{}} }
-
-func (r *recorder) Kind() string { return "recorder" }
-
-func (r *recorder) Ensure(_ context.Context, u service.Unit) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old, ok := r.units[u.Name]
-	if ok && slices.Equal(old.Command, u.Command) && slices.Equal(old.Env, u.Env) && old.ReloadSignal == u.ReloadSignal {
-		r.calls = append(r.calls, "ensure "+u.Name+" unchanged")
-		return false, nil
-	}
-	r.units[u.Name] = u
-	r.calls = append(r.calls, "ensure "+u.Name+" changed")
-	return true, nil
-}
-
-func (r *recorder) Reload(_ context.Context, name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.known(name); err != nil {
-		return err
-	}
-	r.calls = append(r.calls, "reload "+name)
-	if err := r.reloadErr; err != nil {
-		r.reloadErr = nil
-		return err
-	}
-	return nil
-}
-
-func (r *recorder) Restart(_ context.Context, name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, "restart "+name)
-	return r.known(name)
-}
-
-func (r *recorder) Stop(_ context.Context, name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, "stop "+name)
-	if err := r.known(name); err != nil {
-		return err
-	}
-	delete(r.units, name)
-	return nil
-}
-
-func (r *recorder) State(_ context.Context, name string) (service.State, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.known(name); err != nil {
-		return service.State{}, err
-	}
-	return service.State{Running: true, PID: 1}, nil
-}
-
-func (r *recorder) known(name string) error {
-	if _, ok := r.units[name]; !ok {
-		return fmt.Errorf("%s: %w", name, service.ErrUnknownUnit)
-	}
-	return nil
-}
-
-// take returns the calls that changed something (not "ensure … unchanged")
-// and forgets all calls.
-func (r *recorder) take() (changes []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.calls {
-		if c != "ensure haproxy unchanged" {
-			changes = append(changes, c)
-		}
-	}
-	r.calls = nil
-	return changes
 }
 
 func newHost(t *testing.T, m service.Manager) *reconcile.Host {

@@ -16,8 +16,17 @@ import (
 type Recorder struct {
 	mu    sync.Mutex
 	units map[string]service.Unit
-	// Calls lists every call as "ensure keepalived", "reload haproxy", ...
-	Calls []string
+	// Calls lists every call that changed something: "ensure keepalived"
+	// (only when the definition changed), "reload haproxy", "stop ...".
+	Calls     []string
+	reloadErr error
+}
+
+// FailNextReload makes the next Reload return err (after recording it).
+func (r *Recorder) FailNextReload(err error) {
+	r.mu.Lock()
+	r.reloadErr = err
+	r.mu.Unlock()
 }
 
 var _ service.Manager = (*Recorder)(nil)
@@ -39,7 +48,16 @@ func (r *Recorder) Ensure(_ context.Context, u service.Unit) (bool, error) {
 	return true, nil
 }
 
-func (r *Recorder) Reload(_ context.Context, name string) error { return r.record("reload", name) }
+func (r *Recorder) Reload(_ context.Context, name string) error {
+	if err := r.record("reload", name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.reloadErr
+	r.reloadErr = nil
+	return err
+}
 
 func (r *Recorder) Restart(_ context.Context, name string) error { return r.record("restart", name) }
 
