@@ -1,6 +1,7 @@
 // Package agent is harmony-agent: it finds its bootstrap document, enrolls
 // over TLS, keeps its certificate renewed, watches its role over mutual
-// TLS and reports status. Later, reconcilers act on the role (OnRole).
+// TLS and reports status. With the node stack enabled it also acts on the
+// role through the reconcile runner (nodestack.go).
 package agent
 
 import (
@@ -30,6 +31,8 @@ import (
 	"github.com/harmonykaas/harmony/agent/identity"
 	"github.com/harmonykaas/harmony/agent/metrics"
 	"github.com/harmonykaas/harmony/agent/netinfo"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
@@ -64,6 +67,15 @@ type Config struct {
 	BootstrapPoll  time.Duration // re-check for a bootstrap; default 30s
 	StatusInterval time.Duration // status heartbeat; default 5m
 
+	// NodeStack makes the agent act on its role: keepalived and HAProxy
+	// today, etcd, kubeadm and the CNI next. Root prefixes every path it
+	// writes ("/" by default; a per-host directory in the lab). Services
+	// and Components default to the process supervisor and the full set.
+	NodeStack  bool
+	Root       string
+	Services   service.Manager
+	Components []reconcile.Component
+
 	Logger *slog.Logger
 	Now    func() time.Time
 	// OnRole is called with each new role revision.
@@ -91,6 +103,7 @@ type Agent struct {
 	metricsServers []*metrics.Server
 	observedRev    atomic.Int64
 	statusNow      chan struct{}
+	stack          *nodeStack // nil unless Config.NodeStack
 }
 
 // New validates the configuration and binds the metrics listeners.
@@ -131,6 +144,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.OVFEnvFile != "" || cfg.Guestinfo != nil {
 		a.sources = append(a.sources, bootstrap.OVFEnv{Reader: cfg.Guestinfo, Path: cfg.OVFEnvFile})
+	}
+	if cfg.NodeStack {
+		var err error
+		if a.stack, err = a.newNodeStack(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.MetricsListen != "" {
 		s, err := metrics.ListenTLS(cfg.MetricsListen, a.metrics.Handler(), a.currentCert, a.currentPool)
@@ -204,6 +223,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err := a.watchBootstrapFile(ctx, &wg); err != nil {
 			return err
 		}
+	}
+	if a.stack != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.stack.run(ctx)
+		}()
 	}
 
 	switch id, err := a.store.Load(); {
@@ -632,6 +658,14 @@ func (a *Agent) acceptRole(ctx context.Context, role v1.Role, cached int64) {
 	if a.cfg.OnRole != nil {
 		a.cfg.OnRole(ctx, role)
 	}
+	if a.stack != nil {
+		a.stack.offer(role)
+	}
+	a.reportStatusSoon()
+}
+
+// reportStatusSoon wakes the status loop.
+func (a *Agent) reportStatusSoon() {
 	select {
 	case a.statusNow <- struct{}{}:
 	default:
@@ -666,6 +700,9 @@ func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) st
 		}
 		for _, ip := range a.current.Load().Leaf().IPAddresses {
 			st.Addresses = append(st.Addresses, ip.String())
+		}
+		if a.stack != nil {
+			a.stack.report(&st)
 		}
 		if _, err := client.Do(ctx, http.MethodPost, v1.PathNodeStatus, nil, st, nil); err != nil && ctx.Err() == nil {
 			a.log.Warn("status report failed", "reason", controlclient.Reason(err), "err", err)

@@ -240,11 +240,14 @@ func (ra *runningAgent) waitRole(t *testing.T, rev int64) v1.Role {
 }
 
 // eventually polls cond with a generous bound; correctness, not speed.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t *testing.T, what string, cond func() bool, explain ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, e := range explain {
+				e()
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)

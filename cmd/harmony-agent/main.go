@@ -65,6 +65,8 @@ its life; and watches its role over mutual TLS.`,
 	f.StringSliceVar(&cfg.DNSNames, "dns-name", nil, "extra DNS name for the node certificate (repeatable; must be in the node's inventory)")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", ":9101", "mutual-TLS /metrics listener; empty disables it")
 	f.StringVar(&cfg.MetricsLocalListen, "metrics-local-listen", "", "optional plain-HTTP /metrics listener on loopback, e.g. 127.0.0.1:9102")
+	f.BoolVar(&cfg.NodeStack, "node-stack", false, "act on the role: run keepalived and HAProxy on masters (off until the node-stack lab lands)")
+	f.StringVar(&cfg.Root, "root", "/", "prefix for every path the node stack writes (a per-host directory in the lab)")
 	f.DurationVar(&cfg.WatchWait, "watch-wait", 0, "how long one role long poll waits (default 55s)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

@@ -254,12 +254,17 @@ vrrp_instance {{.Instance}} {
     virtual_router_id {{.VRID}}
     priority {{.Priority}}
     advert_int 1
+{{- if .Peers}}
     unicast_src_ip {{.SourceIP}}
     unicast_peer {
 {{- range .Peers}}
         {{.}}
 {{- end}}
     }
+{{- else}}
+    # A single master has no peer to advertise to; keepalived refuses an
+    # empty unicast_peer list, so it runs alone on plain VRRP.
+{{- end}}
     authentication {
         auth_type PASS
         auth_pass {{.Password}}

@@ -257,3 +257,18 @@ func TestReloadOwedBeforeACrashIsDoneByTheNextAgent(t *testing.T) {
 		t.Fatalf("third pass acted: %v", st.Actions)
 	}
 }
+
+func TestSingleMasterPassesKeepalivedCheck(t *testing.T) {
+	ns := netnsWithInterface(t, "198.18.0.11")
+	f := newFixture(t, ns)
+	role := masterRole("m1")
+	role.Peers = []v1.Peer{{Name: "m1", Role: v1.RoleMaster, Address: "198.18.0.11"}}
+	st := f.comp.Reconcile(context.Background(), f.host, role)
+	if st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("single master: %+v", st)
+	}
+	conf, _ := os.ReadFile(f.host.Path(ConfigPath))
+	if strings.Contains(string(conf), "unicast_peer {") || !strings.Contains(string(conf), "priority 200") {
+		t.Fatalf("single-master config:\n%s", conf)
+	}
+}
