@@ -72,6 +72,56 @@ type Component interface {
 	Reconcile(ctx context.Context, host *Host, role *v1.Role) Status
 }
 
+// RunUnit makes u run and read its current files. filesChanged says the
+// component just rewrote them: a reload is then owed, recorded on disk,
+// until the unit has reloaded or started afresh (which reads them anyway).
+// It returns what it did, as Status.Actions.
+func (h *Host) RunUnit(ctx context.Context, u service.Unit, filesChanged bool) ([]string, error) {
+	pending := h.ReloadMarker(u.Name)
+	if filesChanged {
+		if err := pending.Set(); err != nil {
+			return nil, err
+		}
+	}
+	started, err := h.Services.Ensure(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", u.Name, err)
+	}
+	switch {
+	case started:
+		if err := pending.Clear(); err != nil {
+			return nil, err
+		}
+		return []string{"started " + u.Name}, nil
+	case pending.Pending():
+		if err := h.Services.Reload(ctx, u.Name); err != nil {
+			return nil, fmt.Errorf("reload %s: %w", u.Name, err)
+		}
+		if err := pending.Clear(); err != nil {
+			return nil, err
+		}
+		return []string{"reloaded " + u.Name}, nil
+	}
+	return nil, nil
+}
+
+// StopUnit stops a unit this node no longer needs, asking the manager
+// rather than remembering, so that a unit left by an earlier agent is
+// stopped too, and drops any reload owed. A unit that is not there is not
+// an error. It returns what it did, as Status.Actions.
+func (h *Host) StopUnit(ctx context.Context, name string) ([]string, error) {
+	if err := h.ReloadMarker(name).Clear(); err != nil {
+		return nil, err
+	}
+	switch err := h.Services.Stop(ctx, name); {
+	case errors.Is(err, service.ErrUnknownUnit):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("stop %s: %w", name, err)
+	}
+	return []string{"stopped " + name}, nil
+}
+
 // ReloadMarker records on disk that a service owes a reload: set once its
 // files have changed, cleared once it has reloaded or freshly started.
 // Services outlive the agent, so a marker kept only in memory would be lost

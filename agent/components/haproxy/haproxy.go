@@ -117,9 +117,6 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	fail := func(err error) reconcile.Status {
 		st = failed(st, err)
-		if host.Log != nil {
-			host.Log.Warn("haproxy not converged", "err", err)
-		}
 		// What ran before keeps running; say whether it does.
 		if s, err := host.Services.State(ctx, Name); err == nil {
 			st.Healthy = s.Running
@@ -182,38 +179,11 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return fail(fmt.Errorf("remove stale %s: %w", CAFile, err))
 		}
 	}
-	// Remembered across passes, and across agent restarts: the files are
-	// already in place, so a later pass would see no change and never reload.
-	pending := host.ReloadMarker(Name)
-	if filesChanged {
-		if err := pending.Set(); err != nil {
-			return fail(err)
-		}
-	}
-
-	started, err := host.Services.Ensure(ctx, c.Unit(host))
+	actions, err := host.RunUnit(ctx, c.Unit(host), filesChanged)
 	if err != nil {
-		return fail(fmt.Errorf("ensure haproxy unit: %w", err))
+		return fail(err)
 	}
-	switch {
-	case started:
-		// A fresh start (or a restart for a new definition) reads the files.
-		if err := pending.Clear(); err != nil {
-			return fail(err)
-		}
-		st.Actions = append(st.Actions, "started haproxy")
-	case pending.Pending():
-		if err := host.Services.Reload(ctx, Name); err != nil {
-			return fail(fmt.Errorf("reload haproxy: %w", err))
-		}
-		if err := pending.Clear(); err != nil {
-			return fail(err)
-		}
-		st.Actions = append(st.Actions, "reloaded haproxy")
-	}
-	if host.Log != nil && len(st.Actions) > 0 {
-		host.Log.Info("haproxy converged", "actions", st.Actions)
-	}
+	st.Actions = append(st.Actions, actions...)
 	st.Phase = reconcile.PhaseConverged
 	st.Healthy, st.Message = c.observe(ctx, host, len(st.Actions) > 0)
 	return st
@@ -223,26 +193,14 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 // remembering what this process ensured, also catches a unit left by an
 // agent that ran before a role change.
 func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconcile.Status) reconcile.Status {
-	if err := host.ReloadMarker(Name).Clear(); err != nil {
-		return failed(st, err)
-	}
 	st.Phase = reconcile.PhaseDisabled
 	st.Healthy = true
 	st.Message = "not a control-plane node"
-	_, err := host.Services.State(ctx, Name)
-	switch {
-	case errors.Is(err, service.ErrUnknownUnit):
-		return st
-	case err != nil:
-		return failed(st, fmt.Errorf("observe haproxy unit: %w", err))
+	actions, err := host.StopUnit(ctx, Name)
+	if err != nil {
+		return failed(st, err)
 	}
-	if err := host.Services.Stop(ctx, Name); err != nil {
-		if errors.Is(err, service.ErrUnknownUnit) {
-			return st
-		}
-		return failed(st, fmt.Errorf("stop haproxy: %w", err))
-	}
-	st.Actions = append(st.Actions, "stopped haproxy")
+	st.Actions = actions
 	return st
 }
 

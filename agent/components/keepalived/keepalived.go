@@ -7,7 +7,6 @@ package keepalived
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -71,11 +70,11 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	st := reconcile.Status{Component: c.Name()}
 	if role.Role != v1.RoleMaster && role.Role != v1.RoleAppliance {
 		st.Phase, st.Healthy = reconcile.PhaseDisabled, true
-		if err := host.Services.Stop(ctx, unitName); err == nil {
-			st.Actions = append(st.Actions, "stopped keepalived")
-		} else if !errors.Is(err, service.ErrUnknownUnit) {
-			return failed(st, "stop keepalived: %v", err)
+		actions, err := host.StopUnit(ctx, unitName)
+		if err != nil {
+			return failed(st, "%v", err)
 		}
+		st.Actions = actions
 		return st
 	}
 	params, err := c.params(host, role)
@@ -92,12 +91,8 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return failed(st, "%v", err)
 	}
-	pending := host.ReloadMarker(unitName)
 	if written {
 		st.Actions = append(st.Actions, "wrote "+ConfigPath)
-		if err := pending.Set(); err != nil {
-			return failed(st, "%v", err)
-		}
 	}
 	if err := os.MkdirAll(host.Path(runDir), 0o755); err != nil {
 		return failed(st, "create %s: %v", runDir, err)
@@ -111,25 +106,11 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			"--checkers_pid", host.Path(runDir + "/checkers.pid")},
 		ReloadSignal: syscall.SIGHUP,
 	}
-	changed, err := host.Services.Ensure(ctx, unit)
+	actions, err := host.RunUnit(ctx, unit, written)
 	if err != nil {
-		return failed(st, "run keepalived: %v", err)
+		return failed(st, "%v", err)
 	}
-	switch {
-	case changed:
-		st.Actions = append(st.Actions, "started keepalived")
-		if err := pending.Clear(); err != nil {
-			return failed(st, "%v", err)
-		}
-	case pending.Pending():
-		if err := host.Services.Reload(ctx, unitName); err != nil {
-			return failed(st, "reload keepalived: %v", err)
-		}
-		st.Actions = append(st.Actions, "reloaded keepalived")
-		if err := pending.Clear(); err != nil {
-			return failed(st, "%v", err)
-		}
-	}
+	st.Actions = append(st.Actions, actions...)
 	state, err := host.Services.State(ctx, unitName)
 	st.Phase, st.Healthy = reconcile.PhaseConverged, err == nil && state.Running
 	if !st.Healthy {
