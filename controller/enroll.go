@@ -87,22 +87,21 @@ func (c *Controller) enroll(r *http.Request) (resp *v1.CertificateResponse, node
 	case err != nil:
 		return nil, n.Name, id, storeError(err, "token")
 	}
-	return &v1.CertificateResponse{Certificate: string(c.ca.ChainPEM(cert)), CABundle: string(c.ca.BundlePEM())}, n.Name, id, nil
+	return c.certificateResponse(cert), n.Name, id, nil
 }
 
 const timeFormat = "2006-01-02T15:04:05Z"
 
+// certificateResponse is the chain of a just-issued certificate and the
+// trust anchor.
+func (c *Controller) certificateResponse(cert *x509.Certificate) *v1.CertificateResponse {
+	return &v1.CertificateResponse{Certificate: string(c.ca.ChainPEM(cert)), CABundle: string(c.ca.BundlePEM())}
+}
+
 // checkCSR applies the enrollment rules: a valid self-signature, a strong
 // key, CN equal to the node's name and every SAN in its inventory.
 func checkCSR(csr *x509.CertificateRequest, n store.Node) *apiError {
-	if err := csr.CheckSignature(); err != nil {
-		e := refuse(http.StatusBadRequest, v1.CodeCSRSignature, "CSR signature does not verify: %v", err)
-		e.field = "csr"
-		return e
-	}
-	if err := ca.CheckKeyStrength(csr.PublicKey); err != nil {
-		e := refuse(http.StatusBadRequest, v1.CodeWeakKey, "CSR key refused: %v", err)
-		e.field = "csr"
+	if e := checkCSRKey(csr); e != nil {
 		return e
 	}
 	if csr.Subject.CommonName != n.Name {
@@ -120,6 +119,22 @@ func checkCSR(csr *x509.CertificateRequest, n store.Node) *apiError {
 		if !inventoryHasIP(n, ip) {
 			return refuse(http.StatusForbidden, v1.CodeSANNotInventory, "IP %s is not in node %s's inventory %v", ip, n.Name, n.IPs)
 		}
+	}
+	return nil
+}
+
+// checkCSRKey refuses a CSR whose self-signature does not verify or whose
+// key is weak.
+func checkCSRKey(csr *x509.CertificateRequest) *apiError {
+	if err := csr.CheckSignature(); err != nil {
+		e := refuse(http.StatusBadRequest, v1.CodeCSRSignature, "CSR signature does not verify: %v", err)
+		e.field = "csr"
+		return e
+	}
+	if err := ca.CheckKeyStrength(csr.PublicKey); err != nil {
+		e := refuse(http.StatusBadRequest, v1.CodeWeakKey, "CSR key refused: %v", err)
+		e.field = "csr"
+		return e
 	}
 	return nil
 }
@@ -188,7 +203,7 @@ func (c *Controller) renew(r *http.Request, who principal) (*v1.CertificateRespo
 		}
 		return nil, storeError(err, "node")
 	}
-	return &v1.CertificateResponse{Certificate: string(c.ca.ChainPEM(cert)), CABundle: string(c.ca.BundlePEM())}, nil
+	return c.certificateResponse(cert), nil
 }
 
 // handleScraperCert signs an admin's CSR for a metrics scraper such as
@@ -198,11 +213,8 @@ func (c *Controller) handleScraperCert(w http.ResponseWriter, r *http.Request, w
 	if err != nil {
 		return badInput(err)
 	}
-	if err := csr.CheckSignature(); err != nil {
-		return refuse(http.StatusBadRequest, v1.CodeCSRSignature, "CSR signature does not verify: %v", err)
-	}
-	if err := ca.CheckKeyStrength(csr.PublicKey); err != nil {
-		return refuse(http.StatusBadRequest, v1.CodeWeakKey, "CSR key refused: %v", err)
+	if e := checkCSRKey(csr); e != nil {
+		return e
 	}
 	cert, err := c.ca.Issue(ca.Leaf{
 		CommonName:   req.Name,
@@ -214,6 +226,6 @@ func (c *Controller) handleScraperCert(w http.ResponseWriter, r *http.Request, w
 		return refuse(http.StatusInternalServerError, v1.CodeInternal, "%v", err)
 	}
 	c.log.Info("scraper certificate issued", "name", req.Name, "by", who.name, "not_after", cert.NotAfter)
-	writeJSON(w, http.StatusOK, &v1.CertificateResponse{Certificate: string(c.ca.ChainPEM(cert)), CABundle: string(c.ca.BundlePEM())})
+	writeJSON(w, http.StatusOK, c.certificateResponse(cert))
 	return nil
 }
