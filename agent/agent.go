@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -365,7 +366,7 @@ func (a *Agent) sourceNames() []string {
 // adoptControllers takes new controller URLs from a token-less document
 // that trusts the same CA.
 func (a *Agent) adoptControllers(cur *identity.Identity, doc *v1.Bootstrap) {
-	if doc.NodeName != cur.NodeName || slicesEqual(doc.Controllers, cur.Controllers) {
+	if doc.NodeName != cur.NodeName || slices.Equal(doc.Controllers, cur.Controllers) {
 		return
 	}
 	if doc.CABundle != "" && !bytes.Equal(bytes.TrimSpace([]byte(doc.CABundle)), bytes.TrimSpace(cur.CAPEM)) {
@@ -380,18 +381,6 @@ func (a *Agent) adoptControllers(cur *identity.Identity, doc *v1.Bootstrap) {
 	}
 	a.current.Store(&next)
 	a.log.Info("controller URLs changed", "controllers", doc.Controllers)
-}
-
-func slicesEqual(x, y []string) bool {
-	if len(x) != len(y) {
-		return false
-	}
-	for i := range x {
-		if x[i] != y[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // enroll makes a key and CSR and trades them with the token for a

@@ -118,11 +118,7 @@ func (s Store) Save(id *Identity, key *ecdsa.PrivateKey, chainPEM []byte) error 
 	if err := atomicfile.Write(filepath.Join(s.Dir, CAFile), id.CAPEM, 0o644); err != nil {
 		return err
 	}
-	e, err := json.MarshalIndent(id.Enrollment, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode enrollment: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(s.Dir, EnrollmentFile), e, 0o644); err != nil {
+	if err := s.SaveEnrollment(id.Enrollment); err != nil {
 		return err
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
