@@ -135,12 +135,9 @@ func ParseTokenTTL(text, field string) (time.Duration, error) {
 // a request with defaults.
 func DecodeTokenRequest(r io.Reader) (*TokenRequest, time.Duration, error) {
 	var t TokenRequest
-	data, err := io.ReadAll(io.LimitReader(r, MaxAdminBytes+1))
+	data, err := readLimited(r, MaxAdminBytes)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read body: %w", err)
-	}
-	if len(data) > MaxAdminBytes {
-		return nil, 0, &FieldError{Problem: "document is too large"}
+		return nil, 0, err
 	}
 	if len(data) > 0 {
 		if err := unmarshalStrict(data, &t); err != nil {

@@ -66,14 +66,23 @@ const (
 // into v, refusing unknown fields and trailing data. The error names the
 // field where the decoder can tell.
 func decodeStrict(r io.Reader, limit int64, v any) error {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	data, err := readLimited(r, limit)
 	if err != nil {
-		return fmt.Errorf("read body: %w", err)
-	}
-	if int64(len(data)) > limit {
-		return &FieldError{Problem: fmt.Sprintf("document is larger than %d bytes", limit)}
+		return err
 	}
 	return unmarshalStrict(data, v)
+}
+
+// readLimited reads all of r, refusing more than limit bytes.
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return nil, &FieldError{Problem: fmt.Sprintf("document is larger than %d bytes", limit)}
+	}
+	return data, nil
 }
 
 func unmarshalStrict(data []byte, v any) error {
