@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -186,23 +187,20 @@ func (c *Controller) handleSetRoles(w http.ResponseWriter, r *http.Request, who 
 }
 
 func (c *Controller) setRoles(w http.ResponseWriter, who principal, roles []v1.Role) *apiError {
-	for i, role := range roles {
-		n, err := c.store.Node(role.NodeName)
-		if err != nil {
-			return storeError(err, fmt.Sprintf("node %q", role.NodeName))
-		}
-		if role.Role != n.Role {
-			e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "role %q differs from node %s's record (%q); a node's role is fixed at creation", role.Role, n.Name, n.Role)
-			e.field = "role"
-			if len(roles) > 1 {
-				e.field = fmt.Sprintf("items[%d].role", i)
-			}
-			return e
-		}
-	}
 	rev, err := c.store.SetRoles(roles)
-	if err != nil {
-		return storeError(err, "node")
+	var mismatch *store.RoleMismatchError
+	switch {
+	case errors.As(err, &mismatch):
+		e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "%v", mismatch)
+		e.field = "role"
+		if len(roles) > 1 {
+			e.field = fmt.Sprintf("items[%d].role", mismatch.Index)
+		}
+		return e
+	case errors.Is(err, store.ErrNotFound):
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
+	case err != nil:
+		return storeError(err, "roles")
 	}
 	names := make([]string, len(roles))
 	for i, role := range roles {

@@ -294,15 +294,33 @@ func (s *Store) Role(name string) (v1.Role, error) {
 	return r, err
 }
 
+// RoleMismatchError is a role document whose role differs from its node's
+// record: a node's role is fixed when it is created.
+type RoleMismatchError struct {
+	Index     int
+	Node      string
+	Want, Got v1.NodeRole
+}
+
+func (e *RoleMismatchError) Error() string {
+	return fmt.Sprintf("role %q differs from node %s's record (%q); a node's role is fixed at creation", e.Got, e.Node, e.Want)
+}
+
 // SetRoles replaces the roles of existing nodes in one transaction and
-// gives them all one new revision, which it returns.
+// gives them all one new revision, which it returns. It checks, in the same
+// transaction, that every node exists (ErrNotFound) and keeps its role
+// (*RoleMismatchError).
 func (s *Store) SetRoles(roles []v1.Role) (int64, error) {
 	var rev int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		nodes := tx.Bucket(bucketNodes)
-		for _, r := range roles {
-			if nodes.Get([]byte(r.NodeName)) == nil {
+		for i, r := range roles {
+			var n Node
+			if err := getJSON(nodes, r.NodeName, &n); err != nil {
 				return fmt.Errorf("node %q: %w", r.NodeName, ErrNotFound)
+			}
+			if n.Role != r.Role {
+				return &RoleMismatchError{Index: i, Node: n.Name, Want: n.Role, Got: r.Role}
 			}
 		}
 		var err error
