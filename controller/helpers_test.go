@@ -27,6 +27,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	htest "github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // testController is a real controller on a loopback port, with its admin
@@ -37,27 +38,10 @@ type testController struct {
 	dir     string
 	url     string
 	admin   *http.Client
-	logs    *syncBuffer
+	logs    *htest.LogBuffer
 	stop    context.CancelFunc
 	stopped chan struct{}
 	clock   *fakeClock
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // fakeClock lets token-expiry tests move time without sleeping.
@@ -80,7 +64,7 @@ func (f *fakeClock) advance(d time.Duration) {
 
 func startController(t *testing.T, dir string, mutate ...func(*Config)) *testController {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &htest.LogBuffer{}
 	clock := &fakeClock{}
 	cfg := Config{
 		DataDir: dir,
@@ -298,16 +282,10 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 func gaugeValue(g prometheus.Gauge) float64 { return testutil.ToFloat64(g) }
 
-// waitFor polls cond with a generous bound; these are correctness tests.
+// waitFor waits for cond with a generous bound.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	htest.Eventually(t, 30*time.Second, what, cond)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

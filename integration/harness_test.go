@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -26,28 +25,11 @@ import (
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) count(substr string) int {
-	return strings.Count(b.String(), substr)
-}
+// logBuffer collects a component's log.
+type logBuffer = testutil.LogBuffer
 
 type ctl struct {
 	c     *controller.Controller
@@ -239,19 +221,10 @@ func (ra *runningAgent) waitRole(t *testing.T, rev int64) v1.Role {
 	}
 }
 
-// eventually polls cond with a generous bound; correctness, not speed.
+// eventually waits for cond with a generous bound.
 func eventually(t *testing.T, what string, cond func() bool, explain ...func()) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			for _, e := range explain {
-				e()
-			}
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, what, cond, explain...)
 }
 
 // scrape GETs url with an optional client certificate, trusting caPEM.

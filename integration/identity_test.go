@@ -66,7 +66,7 @@ func TestAgentEnrollsOnceAndRestartDoesNotReenroll(t *testing.T) {
 	if again.Revision != first.Revision {
 		t.Fatalf("revision %d after restart, want %d", again.Revision, first.Revision)
 	}
-	if n := ra2.logs.count("msg=enrolling"); n != 0 {
+	if n := ra2.logs.Count("msg=enrolling"); n != 0 {
 		t.Fatalf("restarted agent enrolled %d times; log:\n%s", n, ra2.logs.String())
 	}
 	if got := c.metric(t, "harmony_controller_enrollments_total{result=issued}"); got != 1 {

@@ -3,7 +3,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // These tests run real processes (/bin/sleep, /bin/sh scripts) and read
@@ -27,22 +28,7 @@ import (
 const waitTimeout = 20 * time.Second
 
 // logBuf collects the Supervisor's JSON log.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testutil.LogBuffer }
 
 // entries returns the log records with message msg about unit.
 func (l *logBuf) entries(t *testing.T, msg, unit string) []map[string]any {
@@ -239,13 +225,7 @@ func (h *harness) markerPID(name string) int {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, waitTimeout, what, cond)
 }
 
 // running reports whether pid is a live process (not a zombie).
