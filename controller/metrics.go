@@ -14,6 +14,7 @@ import (
 // tests can run several in one process.
 type metrics struct {
 	registry        *prometheus.Registry
+	handler         http.Handler
 	enrollments     *prometheus.CounterVec
 	renewals        *prometheus.CounterVec
 	activeWatches   prometheus.Gauge
@@ -49,9 +50,8 @@ func newMetrics() *metrics {
 		m.enrollments.WithLabelValues(r)
 	}
 	m.renewals.WithLabelValues("issued")
+	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 	return m
 }
 
-func (c *Controller) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(c.metrics.registry, promhttp.HandlerOpts{})
-}
+func (c *Controller) metricsHandler() http.Handler { return c.metrics.handler }
