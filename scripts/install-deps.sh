@@ -6,10 +6,10 @@ set -euo pipefail
 GO_MIN=1.26
 export PATH="/usr/local/go/bin:$PATH"
 
-# keepalived and haproxy: the node stack's components are validated by, and
+# keepalived, haproxy and etcd: the node stack's components are validated by, and
 # run as, Debian's real daemons. iproute2: test hosts are network namespaces.
 need_apt=()
-for pkg in make git ca-certificates curl iproute2 keepalived haproxy; do
+for pkg in make git ca-certificates curl iproute2 util-linux keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -43,6 +43,7 @@ type Role struct {
 	Peers    []Peer            `json:"peers,omitempty"`
 	Versions ComponentVersions `json:"versions,omitzero"`
 	Etcd     *EtcdSettings     `json:"etcd,omitempty"`
+	Kubeadm  *KubeadmSettings  `json:"kubeadm,omitempty"`
 	// PKI carries the cluster CAs a master needs; kubeadm makes the leaf
 	// certificates from them. Secret: never logged.
 	PKI *ClusterPKI `json:"pki,omitempty"`
@@ -126,6 +127,13 @@ type EtcdSettings struct {
 	DataDir string `json:"dataDir,omitempty"`
 }
 
+// KubeadmSettings are what kubeadm needs beyond the cluster settings.
+type KubeadmSettings struct {
+	// BootstrapToken ("abcdef.0123456789abcdef") lets workers join: the
+	// first master creates it, workers present it. Secret.
+	BootstrapToken string `json:"bootstrapToken,omitempty"`
+}
+
 // ClusterPKI holds the cluster CAs the controller keeps for a cluster.
 type ClusterPKI struct {
 	ClusterCA    *KeyPair `json:"clusterCA,omitempty"`
@@ -136,10 +144,11 @@ type ClusterPKI struct {
 	ServiceAccountKey string `json:"serviceAccountKey,omitempty"`
 }
 
-// KeyPair is a PEM certificate and its PEM private key.
+// KeyPair is a PEM certificate and its PEM private key. Workers get the
+// cluster CA's certificate alone, to check the apiserver when they join.
 type KeyPair struct {
 	Certificate string `json:"certificate"`
-	Key         string `json:"key"`
+	Key         string `json:"key,omitempty"`
 }
 
 const redacted = "REDACTED"
@@ -150,12 +159,17 @@ func (r Role) Redacted() Role {
 	if r.Cluster.LoadBalancer.VRRPPassword != "" {
 		r.Cluster.LoadBalancer.VRRPPassword = redacted
 	}
+	if r.Kubeadm != nil && r.Kubeadm.BootstrapToken != "" {
+		k := *r.Kubeadm
+		k.BootstrapToken = redacted
+		r.Kubeadm = &k
+	}
 	if r.PKI == nil {
 		return r
 	}
 	pki := *r.PKI
 	for _, kp := range []**KeyPair{&pki.ClusterCA, &pki.EtcdCA, &pki.FrontProxyCA} {
-		if *kp != nil {
+		if *kp != nil && (*kp).Key != "" {
 			c := **kp
 			c.Key = redacted
 			*kp = &c
@@ -195,6 +209,8 @@ var (
 	versionPattern = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
 	labelPattern   = regexp.MustCompile(`^` + dnsLabel + `$`)
 	ifacePattern   = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+	// bootstrapTokenPattern is kubeadm's own token format.
+	bootstrapTokenPattern = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 )
 
 // Validate checks every field and names the first one that is wrong.
@@ -248,8 +264,13 @@ func (r *Role) Validate() error {
 			return fieldErr("etcd.dataDir", "must be a clean absolute path other than /, got %q", r.Etcd.DataDir)
 		}
 	}
+	if r.Kubeadm != nil && r.Kubeadm.BootstrapToken != "" && !bootstrapTokenPattern.MatchString(r.Kubeadm.BootstrapToken) {
+		return fieldErr("kubeadm.bootstrapToken", "must look like abcdef.0123456789abcdef (6 and 16 characters of [a-z0-9])")
+	}
 	if r.PKI != nil {
-		if err := r.PKI.validate("pki"); err != nil {
+		// A worker gets CA certificates alone; a master makes leaf
+		// certificates and needs the keys.
+		if err := r.PKI.validate("pki", r.Role != RoleWorker); err != nil {
 			return err
 		}
 	}
@@ -355,7 +376,7 @@ func (v *ComponentVersions) validate(f string) error {
 	return nil
 }
 
-func (p *ClusterPKI) validate(f string) error {
+func (p *ClusterPKI) validate(f string, needKeys bool) error {
 	for _, kp := range []struct {
 		name string
 		pair *KeyPair
@@ -369,6 +390,9 @@ func (p *ClusterPKI) validate(f string) error {
 		}
 		if !certs[0].IsCA {
 			return fieldErr(f+"."+kp.name+".certificate", "is not a CA certificate")
+		}
+		if kp.pair.Key == "" && !needKeys {
+			continue
 		}
 		if err := keyMatches(kp.pair.Key, certs[0]); err != nil {
 			return fieldErr(f+"."+kp.name+".key", "%v", err)

@@ -119,9 +119,27 @@ func TestDecodeRole(t *testing.T) {
 		{name: "cluster CA key of another CA", mut: func(r *v1.Role) {
 			r.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.caPEM, Key: f.otherKey}}
 		}, field: "pki.clusterCA.key", problem: "does not match"},
-		{name: "cluster CA key missing", mut: func(r *v1.Role) {
+		{name: "cluster CA key missing on a master", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
 			r.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.caPEM}}
 		}, field: "pki.clusterCA.key"},
+		{name: "cluster CA certificate alone on a worker", mut: func(r *v1.Role) {
+			r.Role = v1.RoleWorker
+			r.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.caPEM}}
+		}, field: okField},
+		{name: "worker's CA certificate alone is still checked", mut: func(r *v1.Role) {
+			r.Role = v1.RoleWorker
+			r.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.leafPEM}}
+		}, field: "pki.clusterCA.certificate"},
+		{name: "bootstrap token", mut: func(r *v1.Role) {
+			r.Kubeadm = &v1.KubeadmSettings{BootstrapToken: "abcdef.0123456789abcdef"}
+		}, field: okField},
+		{name: "bootstrap token, uppercase", mut: func(r *v1.Role) {
+			r.Kubeadm = &v1.KubeadmSettings{BootstrapToken: "ABCDEF.0123456789abcdef"}
+		}, field: "kubeadm.bootstrapToken"},
+		{name: "bootstrap token, short secret", mut: func(r *v1.Role) {
+			r.Kubeadm = &v1.KubeadmSettings{BootstrapToken: "abcdef.0123456789"}
+		}, field: "kubeadm.bootstrapToken"},
 		{name: "cluster CA key is a certificate", mut: func(r *v1.Role) {
 			r.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.caPEM, Key: f.caPEM}}
 		}, field: "pki.clusterCA.key"},
@@ -337,6 +355,19 @@ func TestRoleRedacted(t *testing.T) {
 	}
 	if withVRRP.Cluster.LoadBalancer.VRRPPassword != "s3cr3t!" {
 		t.Error("Redacted mutated the original's VRRP password")
+	}
+
+	// So is the bootstrap token; a certificate-only pair keeps its empty
+	// key empty.
+	withToken := validRole()
+	withToken.Kubeadm = &v1.KubeadmSettings{BootstrapToken: "abcdef.0123456789abcdef"}
+	withToken.PKI = &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: f.caPEM}}
+	redToken := withToken.Redacted()
+	if redToken.Kubeadm.BootstrapToken != "REDACTED" || withToken.Kubeadm.BootstrapToken == "REDACTED" {
+		t.Errorf("bootstrapToken = %q redacted, %q original", redToken.Kubeadm.BootstrapToken, withToken.Kubeadm.BootstrapToken)
+	}
+	if redToken.PKI.ClusterCA.Key != "" {
+		t.Errorf("an empty key became %q", redToken.PKI.ClusterCA.Key)
 	}
 
 	// Without PKI there is nothing to redact, and nothing must appear.
