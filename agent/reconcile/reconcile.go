@@ -61,9 +61,14 @@ type Status struct {
 	// Actions says what this pass changed ("wrote /etc/haproxy/haproxy.cfg",
 	// "reloaded haproxy"); empty when the host already matched.
 	Actions []string
+	// Units names the service units the component runs on this node; the
+	// runner exports their restart counts.
+	Units []string
 }
 
-// Component converges one part of the node stack.
+// Component converges one part of the node stack. A component that also
+// implements prometheus.Collector has its metrics registered by the
+// runner.
 type Component interface {
 	Name() string
 	// Reconcile makes the host match the role, and reports. It must be

@@ -24,6 +24,7 @@ type Runner struct {
 	duration *prometheus.HistogramVec
 	up       *prometheus.GaugeVec
 	phase    *prometheus.GaugeVec
+	restarts *prometheus.GaugeVec
 }
 
 // RunnerConfig configures a Runner.
@@ -62,9 +63,19 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 			Name: "harmony_agent_component_phase",
 			Help: "1 for the component's current phase, 0 for the others.",
 		}, []string{"component", "phase"}),
+		restarts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "harmony_agent_service_restarts",
+			Help: "Restarts of a service unit (after a crash or a changed definition) since its manager first started it.",
+		}, []string{"component", "unit"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.runs, r.duration, r.up, r.phase} {
+		collectors := []prometheus.Collector{r.runs, r.duration, r.up, r.phase, r.restarts}
+		for _, c := range cfg.Components {
+			if col, ok := c.(prometheus.Collector); ok {
+				collectors = append(collectors, col)
+			}
+		}
+		for _, c := range collectors {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -114,6 +125,11 @@ func (r *Runner) Pass(ctx context.Context, role *v1.Role) []Status {
 				v = 1
 			}
 			r.phase.WithLabelValues(c.Name(), p).Set(v)
+		}
+		for _, unit := range st.Units {
+			if state, err := r.host.Services.State(ctx, unit); err == nil {
+				r.restarts.WithLabelValues(c.Name(), unit).Set(float64(state.Restarts))
+			}
 		}
 		r.log(st, role.Revision)
 		statuses = append(statuses, st)
