@@ -1,19 +1,12 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 )
 
@@ -33,23 +26,11 @@ DIR/NAME.key (0600), DIR/NAME.crt and DIR/ca.crt. Point Prometheus at them:
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-			if err != nil {
-				return err
-			}
-			der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
-			if err != nil {
-				return err
-			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var res v1.CertificateResponse
-			if err := c.Do(cmd.Context(), "POST", v1.PathScraperCert, v1.ScraperCertRequest{Name: name, CSR: v1.EncodeCSR(der)}, &res); err != nil {
-				return err
-			}
-			keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+			cred, err := c.IssueScraperCert(cmd.Context(), name)
 			if err != nil {
 				return err
 			}
@@ -61,9 +42,9 @@ DIR/NAME.key (0600), DIR/NAME.crt and DIR/ca.crt. Point Prometheus at them:
 				data []byte
 				mode os.FileMode
 			}{
-				{name + ".key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
-				{name + ".crt", []byte(res.Certificate), 0o644},
-				{"ca.crt", []byte(res.CABundle), 0o644},
+				{name + ".key", cred.Key, 0o600},
+				{name + ".crt", cred.Certificate, 0o644},
+				{"ca.crt", cred.CABundle, 0o644},
 			}
 			for _, f := range files {
 				if err := atomicfile.Write(filepath.Join(outDir, f.name), f.data, f.mode); err != nil {
