@@ -45,7 +45,9 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 		nodeTokenCommand(g), nodeRoleCommand(g), nodeSetRoleCommand(g))
 	cert := &cobra.Command{Use: "cert", Short: "Issue client certificates"}
 	cert.AddCommand(certScraperCommand(g))
-	root.AddCommand(node, cert)
+	labCmd := &cobra.Command{Use: "lab", Short: "Build and remove the network-namespace lab on this machine"}
+	labCmd.AddCommand(labUpCommand(), labDownCommand())
+	root.AddCommand(node, cert, labCmd)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)

@@ -1,0 +1,112 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Down removes everything a lab in stateDir made: its processes, network
+// namespaces, link and files. It works from lab.json, and also from the
+// names alone when Up died before writing it, so it is safe after a crash
+// and when there is no lab at all. Files are removed only when lab.json
+// is there to say they are the lab's.
+func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("state dir %q: %w", stateDir, err)
+	}
+	r, err := loadRecord(abs)
+	if err != nil {
+		return err
+	}
+	found := r != nil
+	if r == nil {
+		r = newRecord(abs)
+	}
+
+	// Processes first, so that nothing rewrites files or holds a
+	// namespace while it goes.
+	for _, p := range r.Procs {
+		if p.alive() {
+			log.Info("lab down: stop", "process", p.Name, "pid", p.PID)
+			killAll(ctx, []int{p.PID}, 10*time.Second)
+		}
+	}
+	namespaces := labNamespaces(ctx, r.ID)
+	for _, ns := range namespaces {
+		if pids := netnsPIDs(ctx, ns); len(pids) > 0 {
+			log.Info("lab down: stop processes", "netns", ns, "count", len(pids))
+			killAll(ctx, pids, 10*time.Second)
+		}
+	}
+	var errs []error
+	for _, ns := range namespaces {
+		if err := ip(ctx, "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if linkExists(ctx, r.Uplink) {
+		if err := ip(ctx, "link", "del", r.Uplink); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(namespaces) > 0 || found {
+		log.Info("lab down: removed", "namespaces", len(namespaces), "state_dir", abs)
+	}
+	// Files only with a record: without one, the directory may be
+	// anything (a mistyped --state /etc holds an "hosts" entry too).
+	if found {
+		if err := removeFiles(abs, r.CreatedDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// labNamespaces lists the namespaces named for lab id, whether or not the
+// record lists them.
+func labNamespaces(ctx context.Context, id string) []string {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "hlab-"+id+"-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+func linkExists(ctx context.Context, name string) bool {
+	return exec.CommandContext(ctx, "ip", "link", "show", name).Run() == nil
+}
+
+// labEntries are what Up makes inside the state directory.
+var labEntries = []string{"hosts", "controller", "prometheus", "credentials", "logs", "summary.json", recordName}
+
+// removeFiles removes the lab's files: the whole directory if the lab
+// made it, else only the lab's own entries.
+func removeFiles(dir string, whole bool) error {
+	if whole {
+		return os.RemoveAll(dir)
+	}
+	var errs []error
+	for _, e := range labEntries {
+		if err := os.RemoveAll(filepath.Join(dir, e)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

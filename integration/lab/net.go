@@ -1,0 +1,101 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// ip runs ip(8).
+func ip(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// inNetns runs a command inside a network namespace.
+func inNetns(ctx context.Context, ns string, argv ...string) error {
+	args := append([]string{"netns", "exec", ns}, argv...)
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("in %s: %s: %w: %s", ns, strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// makeSwitch makes the lab's bridge, in a namespace of its own, and links
+// the machine to it with the subnet's .1, so that the controller,
+// Prometheus and the user reach every host and the VIP.
+func makeSwitch(ctx context.Context, r *record, subnet netip.Prefix) error {
+	steps := [][]string{
+		{"netns", "add", r.Switch},
+		{"-n", r.Switch, "link", "add", "br0", "type", "bridge"},
+		{"-n", r.Switch, "link", "set", "br0", "up"},
+		{"link", "add", r.Uplink, "type", "veth", "peer", "name", "uplink", "netns", r.Switch},
+		{"-n", r.Switch, "link", "set", "uplink", "master", "br0", "up"},
+		{"addr", "add", netip.PrefixFrom(addr(subnet, 1), 24).String(), "dev", r.Uplink},
+		{"link", "set", r.Uplink, "up"},
+	}
+	for _, s := range steps {
+		if err := ip(ctx, s...); err != nil {
+			return fmt.Errorf("lab switch: %w", err)
+		}
+	}
+	return nil
+}
+
+// makeHost makes a host: a namespace plugged into the bridge, with its
+// address on eth0 and its default route through the machine.
+func makeHost(ctx context.Context, r *record, h hostRecord, subnet netip.Prefix) error {
+	link := hostLink(r.ID, h.Name)
+	steps := [][]string{
+		{"netns", "add", h.Netns},
+		{"link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", h.Netns},
+		{"link", "set", link, "netns", r.Switch},
+		{"-n", r.Switch, "link", "set", link, "master", "br0", "up"},
+		{"-n", h.Netns, "link", "set", "lo", "up"},
+		{"-n", h.Netns, "link", "set", "eth0", "up"},
+		{"-n", h.Netns, "addr", "add", h.IP + "/24", "dev", "eth0"},
+		{"-n", h.Netns, "route", "add", "default", "via", addr(subnet, 1).String()},
+	}
+	for _, s := range steps {
+		if err := ip(ctx, s...); err != nil {
+			return fmt.Errorf("lab host %s: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// netnsExists reports whether a named network namespace exists.
+func netnsExists(ctx context.Context, ns string) bool {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// netnsPIDs lists the processes inside a network namespace.
+func netnsPIDs(ctx context.Context, ns string) []int {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", ns).Output()
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
