@@ -26,8 +26,12 @@ type APIServer struct {
 	ReadyzURL string
 	// CAFile verifies the apiserver's certificate; without it the check
 	// still proves an L7 answer from loopback, not the server's identity.
-	CAFile  string
-	Timeout time.Duration
+	CAFile string
+	// ServerName is the name the apiserver's certificate must carry, such
+	// as "kubernetes" (kubeadm's serving certificates have no loopback
+	// SAN); empty checks the URL's host.
+	ServerName string
+	Timeout    time.Duration
 }
 
 // Run returns nil when both answer 200 within the timeout.
@@ -49,6 +53,7 @@ func (c APIServer) Run(ctx context.Context) error {
 			return fmt.Errorf("%s holds no certificate", c.CAFile)
 		}
 		tlsConf.RootCAs = pool
+		tlsConf.ServerName = c.ServerName
 	} else {
 		tlsConf.InsecureSkipVerify = true // loopback liveness only; see CAFile
 	}

@@ -42,6 +42,18 @@ func TestAPIServerCheck(t *testing.T) {
 	}
 	ready = true
 
+	// A server name replaces the URL's host in verification: httptest's
+	// certificate names example.com, not kubernetes.
+	named := check
+	named.ServerName = "example.com"
+	if err := named.Run(context.Background()); err != nil {
+		t.Fatalf("server name on the certificate refused: %v", err)
+	}
+	named.ServerName = "kubernetes"
+	if err := named.Run(context.Background()); err == nil {
+		t.Fatal("a server name the certificate does not carry passed")
+	}
+
 	dead := check
 	dead.HAProxyURL = "http://127.0.0.1:1/metrics"
 	if err := dead.Run(context.Background()); err == nil {

@@ -95,6 +95,7 @@ func checkCommand() *cobra.Command {
 	f.StringVar(&c.HAProxyURL, "haproxy-url", "http://127.0.0.1:8404/metrics", "local HAProxy metrics URL; empty skips it")
 	f.StringVar(&c.ReadyzURL, "readyz-url", "https://127.0.0.1:6443/readyz", "local apiserver readiness URL; empty skips it")
 	f.StringVar(&c.CAFile, "ca-file", "", "CA that verifies the apiserver")
+	f.StringVar(&c.ServerName, "server-name", "", "name the apiserver's certificate must carry (default: the URL's host)")
 	f.DurationVar(&c.Timeout, "timeout", 0, "overall timeout (default 2s)")
 	check.AddCommand(apiserver)
 	return check

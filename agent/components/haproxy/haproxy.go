@@ -112,6 +112,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if role == nil || (role.Role != v1.RoleMaster && role.Role != v1.RoleAppliance) {
 		return c.disable(ctx, host, st)
 	}
+	st.Units = []string{Name}
 	if err := c.checkConfig(); err != nil {
 		return failed(st, err)
 	}

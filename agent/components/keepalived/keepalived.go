@@ -8,14 +8,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/reconcile"
@@ -44,9 +48,17 @@ type Config struct {
 	Command func(ctx context.Context, argv []string) *exec.Cmd
 }
 
-// Component is the keepalived reconciler.
+// Component is the keepalived reconciler. It is also a
+// prometheus.Collector: harmony_agent_vip_held says, at scrape time,
+// whether this node holds the VIP.
 type Component struct {
-	cfg Config
+	cfg     Config
+	vipHeld *prometheus.Desc
+
+	mu sync.Mutex
+	// vip and iface are the last pass's; invalid when disabled.
+	vip   netip.Addr
+	iface string
 }
 
 // New returns the keepalived component.
@@ -59,7 +71,51 @@ func New(cfg Config) *Component {
 			return exec.CommandContext(ctx, argv[0], argv[1:]...)
 		}
 	}
-	return &Component{cfg: cfg}
+	return &Component{cfg: cfg, vipHeld: prometheus.NewDesc("harmony_agent_vip_held",
+		"1 if this node holds the cluster's API VIP, 0 if not; absent when the node has no part in VRRP.", []string{"vip"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Component) Describe(ch chan<- *prometheus.Desc) { ch <- c.vipHeld }
+
+// Collect implements prometheus.Collector.
+func (c *Component) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	vip, iface := c.vip, c.iface
+	c.mu.Unlock()
+	if !vip.IsValid() {
+		return
+	}
+	held := 0.0
+	if holds(iface, vip) {
+		held = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.vipHeld, prometheus.GaugeValue, held, vip.String())
+}
+
+// holds reports whether the interface carries addr.
+func holds(iface string, addr netip.Addr) bool {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return false
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// remember records what the VIP metric reports.
+func (c *Component) remember(vip netip.Addr, iface string) {
+	c.mu.Lock()
+	c.vip, c.iface = vip, iface
+	c.mu.Unlock()
 }
 
 // Name implements reconcile.Component.
@@ -69,6 +125,7 @@ func (c *Component) Name() string { return "keepalived" }
 func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
 	st := reconcile.Status{Component: c.Name()}
 	if role.Role != v1.RoleMaster && role.Role != v1.RoleAppliance {
+		c.remember(netip.Addr{}, "")
 		st.Phase, st.Healthy = reconcile.PhaseDisabled, true
 		actions, err := host.StopUnit(ctx, unitName)
 		if err != nil {
@@ -77,10 +134,12 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		st.Actions = actions
 		return st
 	}
+	st.Units = []string{unitName}
 	params, err := c.params(host, role)
 	if err != nil {
 		return failed(st, "%v", err)
 	}
+	c.remember(netip.MustParseAddr(params.VIP), params.Interface)
 	conf, err := Render(params)
 	if err != nil {
 		return failed(st, "%v", err)
