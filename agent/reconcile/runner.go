@@ -19,6 +19,8 @@ type Runner struct {
 	components []Component
 	interval   time.Duration
 	onStatus   func(role *v1.Role, statuses []Status)
+	facts      func(ctx context.Context) (Facts, error)
+	kick       chan struct{}
 
 	runs     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -37,6 +39,10 @@ type RunnerConfig struct {
 	Registerer prometheus.Registerer
 	// OnStatus is called after each pass (to report status).
 	OnStatus func(role *v1.Role, statuses []Status)
+	// Facts, when set, refreshes Host.Facts before each pass, so that a
+	// changed address or interface reaches the components. An error keeps
+	// the previous facts.
+	Facts func(ctx context.Context) (Facts, error)
 }
 
 // NewRunner builds a runner and registers its metrics.
@@ -46,6 +52,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	r := &Runner{
 		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, onStatus: cfg.OnStatus,
+		facts: cfg.Facts, kick: make(chan struct{}, 1),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harmony_agent_reconcile_runs_total",
 			Help: "Reconcile passes by component and resulting phase.",
@@ -100,13 +107,34 @@ func (r *Runner) Run(ctx context.Context, roles <-chan v1.Role) {
 			if current == nil {
 				continue
 			}
+		case <-r.kick:
+			if current == nil {
+				continue
+			}
 		}
 		r.Pass(ctx, current)
 	}
 }
 
+// Kick asks Run for a pass now, with the current role: the host changed
+// (a link went down, an address moved). Kicks while a pass is owed
+// collapse into one.
+func (r *Runner) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Pass runs every component once against role and returns their statuses.
 func (r *Runner) Pass(ctx context.Context, role *v1.Role) []Status {
+	if r.facts != nil {
+		if facts, err := r.facts(ctx); err == nil {
+			r.host.Facts = facts
+		} else {
+			r.host.Log.Warn("host facts not refreshed; keeping the previous ones", "err", err)
+		}
+	}
 	statuses := make([]Status, 0, len(r.components))
 	for _, c := range r.components {
 		start := time.Now()

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
@@ -103,4 +105,101 @@ func TestRunnerReconcilesOnRolesAndResyncs(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "harmony_agent_reconcile_duration_seconds"); err != nil || n != 1 {
 		t.Fatalf("duration histogram: %d series, %v", n, err)
 	}
+}
+
+// factsComponent records the facts each pass saw, names a unit, and
+// exports one metric of its own.
+type factsComponent struct {
+	mu    sync.Mutex
+	seen  []string
+	gauge prometheus.Gauge
+}
+
+func (c *factsComponent) Name() string { return "facts" }
+
+func (c *factsComponent) Reconcile(_ context.Context, h *Host, _ *v1.Role) Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, h.Facts.Interface)
+	return Status{Phase: PhaseConverged, Healthy: true, Units: []string{"daemon"}}
+}
+
+func (c *factsComponent) Describe(ch chan<- *prometheus.Desc) { c.gauge.Describe(ch) }
+func (c *factsComponent) Collect(ch chan<- prometheus.Metric)  { c.gauge.Collect(ch) }
+
+func (c *factsComponent) interfaces() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
+}
+
+func TestRunnerKickRefreshesFactsAndExportsComponentMetrics(t *testing.T) {
+	comp := &factsComponent{gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "harmony_agent_test_component_metric"})}
+	services := &restartsManager{Recorder: servicetest.New(), restarts: 3}
+	iface := "eth0"
+	var factsMu sync.Mutex
+	reg := prometheus.NewRegistry()
+	r, err := NewRunner(RunnerConfig{
+		Host:       &Host{Log: slog.New(slog.DiscardHandler), Services: services},
+		Components: []Component{comp},
+		Interval:   time.Hour, // only roles and kicks cause passes
+		Registerer: reg,
+		Facts: func(context.Context) (Facts, error) {
+			factsMu.Lock()
+			defer factsMu.Unlock()
+			return Facts{Interface: iface}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The component's own collector is registered with the runner's.
+	if n, err := testutil.GatherAndCount(reg, "harmony_agent_test_component_metric"); err != nil || n != 1 {
+		t.Fatalf("component metric: %d series, %v", n, err)
+	}
+
+	r.Kick() // before any role: no pass
+	roles := make(chan v1.Role, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx, roles)
+	time.Sleep(50 * time.Millisecond)
+	if got := comp.interfaces(); len(got) != 0 {
+		t.Fatalf("a kick before the first role caused passes %v", got)
+	}
+	roles <- v1.Role{Revision: 1}
+	waitFor(t, func() bool { return len(comp.interfaces()) == 1 })
+
+	factsMu.Lock()
+	iface = "eth1"
+	factsMu.Unlock()
+	r.Kick()
+	waitFor(t, func() bool { return len(comp.interfaces()) == 2 })
+	if got := comp.interfaces(); got[0] != "eth0" || got[1] != "eth1" {
+		t.Fatalf("passes saw interfaces %v, want [eth0 eth1]", got)
+	}
+	if got := testutil.ToFloat64(r.restarts.WithLabelValues("facts", "daemon")); got != 3 {
+		t.Fatalf("restarts of the component's unit = %v, want 3", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// restartsManager reports a fixed restart count for every unit.
+type restartsManager struct {
+	*servicetest.Recorder
+	restarts int
+}
+
+func (m *restartsManager) State(context.Context, string) (service.State, error) {
+	return service.State{Running: true, Restarts: m.restarts}, nil
 }
