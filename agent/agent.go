@@ -68,14 +68,24 @@ type Config struct {
 	BootstrapPoll  time.Duration // re-check for a bootstrap; default 30s
 	StatusInterval time.Duration // status heartbeat; default 5m
 
-	// NodeStack makes the agent act on its role: keepalived and HAProxy
-	// today, etcd, kubeadm and the CNI next. Root prefixes every path it
+	// NodeStack makes the agent act on its role: the network, keepalived,
+	// HAProxy, etcd, kubeadm and the CNI. Root prefixes every path it
 	// writes ("/" by default; a per-host directory in the lab). Services
-	// and Components default to the process supervisor and the full set.
+	// default to systemd when it runs the machine, else the process
+	// supervisor; Components default to the full set.
 	NodeStack  bool
 	Root       string
 	Services   service.Manager
 	Components []reconcile.Component
+	// ReconcileInterval between passes without a new role; default 30s.
+	ReconcileInterval time.Duration
+	// KubeadmBinary and APIServerBinary locate the Kubernetes binaries;
+	// defaults /usr/bin/kubeadm and /usr/bin/kube-apiserver.
+	KubeadmBinary   string
+	APIServerBinary string
+	// StandInForKubelet: this host has no kubelet (the lab), so the agent
+	// runs the kube-apiserver static pod kubeadm wrote as a process.
+	StandInForKubelet bool
 
 	Logger *slog.Logger
 	Now    func() time.Time

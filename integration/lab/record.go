@@ -25,6 +25,9 @@ type record struct {
 	Uplink string       `json:"uplink"`
 	Hosts  []hostRecord `json:"hosts"`
 	Procs  []procRecord `json:"procs"`
+	// The binaries, so that a host's agent can be started again.
+	BinDir           string `json:"binDir"`
+	KubernetesBinDir string `json:"kubernetesBinDir"`
 
 	path string
 }

@@ -54,6 +54,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	r := newRecord(cfg.StateDir)
 	r.Subnet, r.CreatedDir = cfg.Subnet.String(), created
+	r.BinDir, r.KubernetesBinDir = cfg.BinDir, cfg.KubernetesBinDir
 	r.Hosts = plan(&cfg, r)
 	// The record comes first: whatever exists after this, Down can find.
 	if err := r.save(); err != nil {
@@ -105,7 +106,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	for _, h := range r.Hosts {
-		if err := startAgent(&cfg, h); err != nil {
+		if err := startAgent(r, h); err != nil {
 			return nil, err
 		}
 	}
@@ -179,9 +180,9 @@ func startController(ctx context.Context, cfg *Config, r *record) (*client.Clien
 	return c, nil
 }
 
-func startAgent(cfg *Config, h hostRecord) error {
+func startAgent(r *record, h hostRecord) error {
 	argv := []string{"ip", "netns", "exec", h.Netns,
-		filepath.Join(cfg.BinDir, "harmony-agent"),
+		filepath.Join(r.BinDir, "harmony-agent"),
 		"--no-guestinfo",
 		"--bootstrap-file", filepath.Join(h.Root, "etc", "harmony", "bootstrap.json"),
 		"--state-dir", filepath.Join(h.Root, "var", "lib", "harmony"),
@@ -189,8 +190,8 @@ func startAgent(cfg *Config, h hostRecord) error {
 		"--metrics-listen", netip.AddrPortFrom(netip.MustParseAddr(h.IP), agentMetricPort).String(),
 		"--node-stack", "--root", h.Root,
 		"--stand-in-for-kubelet",
-		"--kubeadm", filepath.Join(cfg.KubernetesBinDir, "kubeadm"),
-		"--kube-apiserver", filepath.Join(cfg.KubernetesBinDir, "kube-apiserver"),
+		"--kubeadm", filepath.Join(r.KubernetesBinDir, "kubeadm"),
+		"--kube-apiserver", filepath.Join(r.KubernetesBinDir, "kube-apiserver"),
 		"--reconcile-interval", "5s",
 	}
 	if err := os.MkdirAll(filepath.Join(h.Root, "var", "log", "harmony"), 0o755); err != nil {
