@@ -1,0 +1,638 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/controller/client"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/integration/lab"
+	"github.com/harmonykaas/harmony/internal/testutil"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// labSubnet keeps the test's lab apart from a user's (198.18.100.0/24).
+var labSubnet = netip.MustParsePrefix("198.18.110.0/24")
+
+// TestLab builds the whole node-stack lab (3 masters, 1 worker, real
+// controller, agents, keepalived, HAProxy, etcd, kubeadm, kube-apiserver
+// and Prometheus) and proves the issue's claims against it, in order.
+func TestLab(t *testing.T) {
+	k8sBin := os.Getenv("HARMONY_K8S_BIN")
+	if k8sBin == "" {
+		t.Fatal("HARMONY_K8S_BIN is not set: run the tests with make test (make kubernetes builds kubeadm and kube-apiserver)")
+	}
+	stateDir := filepath.Join(t.TempDir(), "lab")
+	logs := &testutil.LogBuffer{}
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLabLogs(t, stateDir)
+		}
+		if err := lab.Down(context.Background(), stateDir, nil); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	start := time.Now()
+	sum, err := lab.Up(ctx, lab.Config{
+		StateDir: stateDir, Masters: 3, Workers: 1, Subnet: labSubnet,
+		BinDir: binaries(t), KubernetesBinDir: k8sBin, Timeout: 6 * time.Minute,
+		Log: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Logf("lab log:\n%s", logs.String())
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab converged in %s", time.Since(start).Round(100*time.Millisecond))
+	l := &labUnderTest{t: t, sum: sum, stateDir: stateDir, ctl: labController(t, stateDir)}
+
+	t.Run("summary", l.checkSummary)
+	t.Run("exactly one VIP holder", l.checkOneHolder)
+	t.Run("prometheus scrapes every agent", l.checkPrometheus)
+	t.Run("role change restarts only what changed", l.checkRoleChange)
+	t.Run("broken role refused, old config runs", l.checkBrokenRole)
+	t.Run("etcd keeps quorum and a master rejoins with its data", l.checkEtcdRejoin)
+	t.Run("wiped master rejoins as a learner", l.checkEtcdLearner)
+	t.Run("VIP failover", l.checkFailover)
+}
+
+type labUnderTest struct {
+	t        *testing.T
+	sum      *lab.Summary
+	stateDir string
+	ctl      *client.Client
+}
+
+func labController(t *testing.T, stateDir string) *client.Client {
+	conf, err := clientconfig.Load(filepath.Join(stateDir, "controller", "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(conf, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (l *labUnderTest) masters() []lab.HostSummary {
+	return slices.DeleteFunc(slices.Clone(l.sum.Hosts), func(h lab.HostSummary) bool { return h.Role != "master" })
+}
+
+func (l *labUnderTest) host(name string) lab.HostSummary {
+	for _, h := range l.sum.Hosts {
+		if h.Name == name {
+			return h
+		}
+	}
+	l.t.Fatalf("no host %s", name)
+	return lab.HostSummary{}
+}
+
+func (l *labUnderTest) checkSummary(t *testing.T) {
+	s := l.sum
+	if len(s.Hosts) != 4 || len(l.masters()) != 3 {
+		t.Fatalf("hosts %+v", s.Hosts)
+	}
+	for _, h := range s.Hosts {
+		a, err := netip.ParseAddr(h.IP)
+		if err != nil || !labSubnet.Contains(a) || h.Netns == "" {
+			t.Errorf("host %+v: address outside %s or no namespace", h, labSubnet)
+		}
+	}
+	if s.VIP != "198.18.110.10" || s.APIServer != "https://198.18.110.10:8443" {
+		t.Errorf("vip %s apiserver %s", s.VIP, s.APIServer)
+	}
+	if len(s.Etcd.Endpoints) != 3 || s.Controller == "" || s.Prometheus == "" {
+		t.Errorf("summary %+v", s)
+	}
+	for _, p := range []string{s.Kubeconfig, s.Etcd.CA, s.Etcd.Cert, s.Etcd.Key} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("summary names %s: %v", p, err)
+		}
+	}
+	if info, err := os.Stat(s.Kubeconfig); err == nil && info.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode %v, want 0600", info.Mode().Perm())
+	}
+	// The admin credential works through the VIP: the apiserver, its
+	// external etcd and the cluster CA all agree.
+	resp := l.kubeGet(t, "/api/v1/namespaces/default")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET default namespace through the VIP: %s", resp.Status)
+	}
+}
+
+// kubeGet calls the apiserver through the VIP with the lab's admin
+// credential.
+func (l *labUnderTest) kubeGet(t *testing.T, path string) *http.Response {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(l.sum.Kubeconfig), "kubernetes")
+	c := mtlsClient(t, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "lab-admin.crt"), filepath.Join(dir, "lab-admin.key"))
+	resp, err := c.Get(l.sum.APIServer + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func mtlsClient(t *testing.T, caFile, certFile, keyFile string) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	conf := &tls.Config{RootCAs: pool}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
+}
+
+// holders lists the masters whose eth0 carries the VIP.
+func (l *labUnderTest) holders(t *testing.T) []string {
+	var out []string
+	for _, h := range l.masters() {
+		got, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip addr in %s: %v: %s", h.Netns, err, got)
+		}
+		if strings.Contains(string(got), " "+l.sum.VIP+"/") {
+			out = append(out, h.Name)
+		}
+	}
+	return out
+}
+
+func (l *labUnderTest) checkOneHolder(t *testing.T) {
+	testutil.Eventually(t, 30*time.Second, "exactly one VIP holder", func() bool { return len(l.holders(t)) == 1 },
+		func() { t.Log(fmt.Sprint("holders: ", l.holders(t))) })
+	// The agents say the same in their metrics.
+	holder := l.holders(t)[0]
+	for _, h := range l.masters() {
+		want := "0"
+		if h.Name == holder {
+			want = "1"
+		}
+		if got := metricValue(t, l.agentMetrics(t, h), `harmony_agent_vip_held{vip="`+l.sum.VIP+`"}`); got != want {
+			t.Errorf("%s: harmony_agent_vip_held = %q, want %s", h.Name, got, want)
+		}
+	}
+}
+
+// agentMetrics scrapes an agent as Prometheus does.
+func (l *labUnderTest) agentMetrics(t *testing.T, h lab.HostSummary) string {
+	t.Helper()
+	dir := filepath.Join(l.stateDir, "prometheus")
+	c := mtlsClient(t, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "scraper.crt"), filepath.Join(dir, "scraper.key"))
+	resp, err := c.Get("https://" + h.IP + ":9101/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", h.Name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s", h.Name, resp.Status)
+	}
+	return string(body)
+}
+
+// metricValue returns the value of the series written exactly as series.
+func metricValue(t *testing.T, exposition, series string) string {
+	t.Helper()
+	for _, line := range strings.Split(exposition, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+func (l *labUnderTest) checkPrometheus(t *testing.T) {
+	type target struct {
+		Labels    map[string]string `json:"labels"`
+		Health    string            `json:"health"`
+		LastError string            `json:"lastError"`
+	}
+	var targets struct {
+		Data struct {
+			ActiveTargets []target `json:"activeTargets"`
+		} `json:"data"`
+	}
+	up := func() (agents, controllers int, detail string) {
+		resp, err := http.Get(l.sum.Prometheus + "/api/v1/targets?state=active")
+		if err != nil {
+			return 0, 0, err.Error()
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
+			return 0, 0, err.Error()
+		}
+		var b strings.Builder
+		for _, tg := range targets.Data.ActiveTargets {
+			fmt.Fprintf(&b, "%s %s %s %s\n", tg.Labels["job"], tg.Labels["instance"], tg.Health, tg.LastError)
+			if tg.Health != "up" {
+				continue
+			}
+			switch tg.Labels["job"] {
+			case "harmony-agent":
+				agents++
+			case "harmony-controller":
+				controllers++
+			}
+		}
+		return agents, controllers, b.String()
+	}
+	var detail string
+	testutil.Eventually(t, 90*time.Second, "Prometheus sees every agent and the controller up", func() bool {
+		var a, c int
+		a, c, detail = up()
+		return a == len(l.sum.Hosts) && c == 1
+	}, func() { t.Log(detail) })
+
+	// promtool finds nothing to fix in what an agent exposes.
+	exposition := l.agentMetrics(t, l.masters()[0])
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(exposition)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+	for _, name := range []string{"harmony_agent_component_up", "harmony_agent_reconcile_duration_seconds_bucket",
+		"harmony_agent_etcd_member_info", "harmony_agent_vip_held"} {
+		if !strings.Contains(exposition, name) {
+			t.Errorf("agent metrics lack %s", name)
+		}
+	}
+}
+
+// daemonProc is a daemon process of a host.
+type daemonProc struct {
+	pid   int
+	start uint64
+}
+
+// daemon finds the process of a host whose binary is named binary.
+func (l *labUnderTest) daemon(t *testing.T, h lab.HostSummary, binary string) (daemonProc, bool) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "pids", h.Netns).Output()
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", h.Netns, err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(string(cmdline), "\x00")
+		if filepath.Base(argv[0]) != binary {
+			continue
+		}
+		// HAProxy's master has workers of the same name: the oldest
+		// process is the one the supervisor runs.
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+			ppid, _ := strconv.Atoi(fields[1])
+			if parent, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid)); err == nil &&
+				filepath.Base(strings.Split(string(parent), "\x00")[0]) == binary {
+				continue
+			}
+			start, _ := strconv.ParseUint(fields[19], 10, 64)
+			return daemonProc{pid: pid, start: start}, true
+		}
+	}
+	return daemonProc{}, false
+}
+
+// daemons records every daemon of every master.
+func (l *labUnderTest) daemons(t *testing.T) map[string]daemonProc {
+	out := map[string]daemonProc{}
+	for _, h := range l.masters() {
+		for _, b := range []string{"keepalived", "haproxy", "etcd", "kube-apiserver"} {
+			p, ok := l.daemon(t, h, b)
+			if !ok {
+				t.Fatalf("%s: no %s process", h.Name, b)
+			}
+			out[h.Name+"/"+b] = p
+		}
+	}
+	return out
+}
+
+func (l *labUnderTest) roles(t *testing.T) []v1.Role {
+	var out []v1.Role
+	for _, h := range l.sum.Hosts {
+		var r v1.Role
+		if err := l.ctl.Do(context.Background(), "GET", client.NodePath(h.Name, "/role"), nil, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (l *labUnderTest) setRoles(t *testing.T, rs []v1.Role) {
+	t.Helper()
+	if err := l.ctl.Do(context.Background(), "PUT", v1.PathRoles, v1.RoleList{Items: rs}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitComponents waits until every node reports the role revision it has
+// and component comp in phase.
+func (l *labUnderTest) waitComponent(t *testing.T, node, comp, phase string, timeout time.Duration) {
+	t.Helper()
+	var last string
+	testutil.Eventually(t, timeout, node+" "+comp+" "+phase, func() bool {
+		var n v1.Node
+		if err := l.ctl.Do(context.Background(), "GET", client.NodePath(node, ""), nil, &n); err != nil || n.Status == nil {
+			return false
+		}
+		if n.Status.ObservedRevision != n.RoleRevision {
+			last = fmt.Sprintf("status of revision %d, role at %d", n.Status.ObservedRevision, n.RoleRevision)
+			return false
+		}
+		for _, c := range n.Status.Components {
+			if c.Name == comp {
+				last = fmt.Sprintf("%s healthy=%v: %s", c.Phase, c.Healthy, c.Message)
+				return c.Phase == phase
+			}
+		}
+		return false
+	}, func() { t.Log(last) })
+}
+
+func (l *labUnderTest) checkRoleChange(t *testing.T) {
+	before := l.daemons(t)
+	cfgPath := filepath.Join(l.host("m1").Root, "etc", "haproxy", "haproxy.cfg")
+	oldCfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := l.roles(t)
+	for i := range rs {
+		rs[i].Cluster.LoadBalancer.ClientTimeout = "5h"
+	}
+	l.setRoles(t, rs)
+	testutil.Eventually(t, 60*time.Second, "m1's HAProxy config with the new timeout", func() bool {
+		data, _ := os.ReadFile(cfgPath)
+		return strings.Contains(string(data), "timeout client 5h") || (len(data) > 0 && !bytes.Equal(data, oldCfg) && strings.Contains(string(data), "5h"))
+	}, func() { data, _ := os.ReadFile(cfgPath); t.Log(string(data)) })
+	for _, h := range l.sum.Hosts {
+		l.waitComponent(t, h.Name, "haproxy", map[string]string{"master": "Converged", "worker": "Disabled"}[h.Role], 60*time.Second)
+	}
+	after := l.daemons(t)
+	// HAProxy reloads in place (its master process stays); nothing else
+	// restarts.
+	for key, p := range before {
+		if after[key] != p {
+			t.Errorf("%s restarted (pid %d -> %d) for a change that was not its", key, p.pid, after[key].pid)
+		}
+	}
+}
+
+func (l *labUnderTest) checkBrokenRole(t *testing.T) {
+	m2 := l.host("m2")
+	cfgDir := filepath.Join(m2.Root, "etc", "harmony", "kubeadm")
+	snapshot := readDir(t, cfgDir)
+	apiserver, ok := l.daemon(t, m2, "kube-apiserver")
+	if !ok {
+		t.Fatal("m2 runs no kube-apiserver")
+	}
+	rs := l.roles(t)
+	var good v1.Role
+	for _, r := range rs {
+		if r.NodeName == "m2" {
+			good = r
+		}
+	}
+	// api/v1 accepts any version; kubeadm refuses one this old.
+	broken := good
+	broken.Cluster.KubernetesVersion = "v1.20.0"
+	l.setRoles(t, []v1.Role{broken})
+	l.waitComponent(t, "m2", "kubeadm", "Failed", 90*time.Second)
+	if got := readDir(t, cfgDir); !maps2Equal(got, snapshot) {
+		t.Error("a refused kubeadm config replaced the old one")
+	}
+	if p, ok := l.daemon(t, m2, "kube-apiserver"); !ok || p != apiserver {
+		t.Errorf("kube-apiserver restarted for a refused role: %+v -> %+v", apiserver, p)
+	}
+	l.setRoles(t, []v1.Role{good})
+	l.waitComponent(t, "m2", "kubeadm", "Converged", 90*time.Second)
+}
+
+func readDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(data)
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s holds no files", dir)
+	}
+	return out
+}
+
+func maps2Equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// etcdMember is one member as etcd's JSON gateway lists it.
+type etcdMember struct {
+	ID        string `json:"ID"`
+	Name      string `json:"name"`
+	IsLearner bool   `json:"isLearner"`
+}
+
+// etcdCall posts to etcd's v3 JSON gateway on endpoint with the lab's
+// etcd client credential.
+func (l *labUnderTest) etcdCall(endpoint, path string, body, out any) error {
+	c := mtlsClient(l.t, l.sum.Etcd.CA, l.sum.Etcd.Cert, l.sum.Etcd.Key)
+	data, _ := json.Marshal(body)
+	resp, err := c.Post(endpoint+path, "application/json", bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s%s: %s: %s", endpoint, path, resp.Status, raw)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+func (l *labUnderTest) members(endpoint string) ([]etcdMember, error) {
+	var res struct {
+		Members []etcdMember `json:"members"`
+	}
+	err := l.etcdCall(endpoint, "/v3/cluster/member/list", struct{}{}, &res)
+	return res.Members, err
+}
+
+func endpointOf(h lab.HostSummary) string { return "https://" + h.IP + ":2379" }
+
+func memberID(members []etcdMember, name string) string {
+	for _, m := range members {
+		if m.Name == name {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+func (l *labUnderTest) checkEtcdRejoin(t *testing.T) {
+	m1, m3 := l.host("m1"), l.host("m3")
+	members, err := l.members(endpointOf(m1))
+	if err != nil || len(members) != 3 {
+		t.Fatalf("members %+v, %v", members, err)
+	}
+	id := memberID(members, "m3")
+	if id == "" {
+		t.Fatalf("no member m3 in %+v", members)
+	}
+	if err := lab.StopHost(context.Background(), l.stateDir, "m3"); err != nil {
+		t.Fatal(err)
+	}
+	// Two of three keep quorum: a write succeeds.
+	put := map[string]string{"key": "aGFybW9ueQ==", "value": "cXVvcnVt"} // "harmony" = "quorum"
+	testutil.Eventually(t, 30*time.Second, "a write with m3 down", func() bool {
+		return l.etcdCall(endpointOf(m1), "/v3/kv/put", put, nil) == nil
+	}, func() { t.Log(fmt.Sprint(l.etcdCall(endpointOf(m1), "/v3/kv/put", put, nil))) })
+
+	if err := lab.StartHost(context.Background(), l.stateDir, "m3"); err != nil {
+		t.Fatal(err)
+	}
+	l.waitComponent(t, "m3", "etcd", "Converged", 2*time.Minute)
+	var now []etcdMember
+	testutil.Eventually(t, 60*time.Second, "m3 back with its member ID", func() bool {
+		now, err = l.members(endpointOf(m3))
+		return err == nil && len(now) == 3 && memberID(now, "m3") == id
+	}, func() { t.Log(fmt.Sprintf("members %+v, %v; want m3 = %s", now, err, id)) })
+}
+
+func (l *labUnderTest) checkEtcdLearner(t *testing.T) {
+	m1, m2 := l.host("m1"), l.host("m2")
+	members, err := l.members(endpointOf(m1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID := memberID(members, "m2")
+	if err := lab.StopHost(context.Background(), l.stateDir, "m2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(m2.Root, "var", "lib", "etcd")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.StartHost(context.Background(), l.stateDir, "m2"); err != nil {
+		t.Fatal(err)
+	}
+	var now []etcdMember
+	testutil.Eventually(t, 3*time.Minute, "m2 rejoined as a new, promoted member", func() bool {
+		now, err = l.members(endpointOf(m1))
+		if err != nil || len(now) != 3 {
+			return false
+		}
+		id := memberID(now, "m2")
+		for _, m := range now {
+			if m.IsLearner || m.ID == oldID {
+				return false
+			}
+		}
+		return id != "" && id != oldID
+	}, func() { t.Log(fmt.Sprintf("members %+v, %v; old m2 = %s", now, err, oldID)) })
+	l.waitComponent(t, "m2", "etcd", "Converged", 2*time.Minute)
+}
+
+func (l *labUnderTest) checkFailover(t *testing.T) {
+	holders := l.holders(t)
+	if len(holders) != 1 {
+		t.Fatalf("holders %v", holders)
+	}
+	holder := holders[0]
+	ready := func() bool {
+		c := mtlsClient(t, filepath.Join(filepath.Dir(l.sum.Kubeconfig), "kubernetes", "ca.crt"), "", "")
+		c.Timeout = time.Second
+		resp, err := c.Get(l.sum.APIServer + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	testutil.Eventually(t, 60*time.Second, "readyz through the VIP before the failover", ready)
+
+	// The whole holder goes, as a powered-off VM.
+	stopped := time.Now()
+	if err := lab.StopHost(context.Background(), l.stateDir, holder); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "readyz through the VIP after the failover", ready)
+	gap := time.Since(stopped)
+	newHolders := l.holders(t)
+	if len(newHolders) != 1 || newHolders[0] == holder {
+		t.Fatalf("holders after stopping %s: %v", holder, newHolders)
+	}
+	t.Logf("VIP moved %s -> %s; /readyz through the VIP answered again %s after the host stopped", holder, newHolders[0], gap.Round(10*time.Millisecond))
+	if err := lab.StartHost(context.Background(), l.stateDir, holder); err != nil {
+		t.Fatal(err)
+	}
+	l.waitComponent(t, holder, "keepalived", "Converged", 2*time.Minute)
+}
+
+func dumpLabLogs(t *testing.T, stateDir string) {
+	files, _ := filepath.Glob(filepath.Join(stateDir, "hosts", "*", "var", "log", "harmony", "*.log"))
+	more, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
+	for _, f := range append(files, more...) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		rel, _ := filepath.Rel(stateDir, f)
+		t.Logf("--- %s (tail)\n%s", rel, tail(string(data), 25))
+	}
+}
