@@ -385,6 +385,9 @@ func (l *labUnderTest) waitComponent(t *testing.T, node, comp, phase string, tim
 	}, func() { t.Log(last) })
 }
 
+// haproxyDuration is 5h as the HAProxy component writes it.
+const haproxyDuration = "5h"
+
 func (l *labUnderTest) checkRoleChange(t *testing.T) {
 	before := l.daemons(t)
 	cfgPath := filepath.Join(l.host("m1").Root, "etc", "haproxy", "haproxy.cfg")
@@ -399,7 +402,7 @@ func (l *labUnderTest) checkRoleChange(t *testing.T) {
 	l.setRoles(t, rs)
 	testutil.Eventually(t, 60*time.Second, "m1's HAProxy config with the new timeout", func() bool {
 		data, _ := os.ReadFile(cfgPath)
-		return strings.Contains(string(data), "timeout client 5h") || (len(data) > 0 && !bytes.Equal(data, oldCfg) && strings.Contains(string(data), "5h"))
+		return !bytes.Equal(data, oldCfg) && strings.Contains(string(data), "timeout client "+haproxyDuration)
 	}, func() { data, _ := os.ReadFile(cfgPath); t.Log(string(data)) })
 	for _, h := range l.sum.Hosts {
 		l.waitComponent(t, h.Name, "haproxy", map[string]string{"master": "Converged", "worker": "Disabled"}[h.Role], 60*time.Second)
