@@ -66,6 +66,11 @@ type Summary struct {
 	Controller string        `json:"controller"`
 	Prometheus string        `json:"prometheus"`
 	StateDir   string        `json:"stateDir"`
+
+	// AgentsStarted and Ready time the convergence, for make bench: when
+	// the agents were started, and when each node was first seen Ready.
+	AgentsStarted time.Time            `json:"-"`
+	Ready         map[string]time.Time `json:"-"`
 }
 
 // HostSummary is one host of the lab.

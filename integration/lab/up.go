@@ -105,15 +105,15 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := startPrometheus(ctx, &cfg, r, ctl); err != nil {
 		return nil, err
 	}
+	sum, err := summarize(&cfg, r, p)
+	if err != nil {
+		return nil, err
+	}
+	sum.AgentsStarted = time.Now()
 	for _, h := range r.Hosts {
 		if err := startAgent(r, h); err != nil {
 			return nil, err
 		}
-	}
-
-	sum, err := summarize(&cfg, r, p)
-	if err != nil {
-		return nil, err
 	}
 	if err := writeJSON(filepath.Join(cfg.StateDir, "summary.json"), sum, 0o600); err != nil {
 		return nil, err
@@ -257,12 +257,16 @@ func waitConverged(ctx context.Context, log interface{ Info(string, ...any) }, c
 	pool.AppendCertsFromPEM(ca)
 	readyz := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	seen := map[string]string{}
+	sum.Ready = map[string]time.Time{}
 	var last error
 	for {
 		last = converged(ctx, ctl, readyz, sum, func(node, state string) {
 			if seen[node] != state {
 				seen[node] = state
 				log.Info("lab: node", "node", node, "state", state)
+			}
+			if _, ok := sum.Ready[node]; !ok && state == string(v1.PhaseReady) {
+				sum.Ready[node] = time.Now()
 			}
 		})
 		if last == nil {
@@ -271,7 +275,7 @@ func waitConverged(ctx context.Context, log interface{ Info(string, ...any) }, c
 		select {
 		case <-ctx.Done():
 			return last
-		case <-time.After(time.Second):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/harmonykaas/harmony/integration/bench/procstat"
 )
 
 // wantNoFile is the descriptor limit the run asks for: W watches need W
@@ -153,44 +153,6 @@ func poll(ctx context.Context, interval time.Duration, f func() (bool, error)) e
 	}
 }
 
-// procMemory is a process's resident memory from /proc/PID/status.
-type procMemory struct {
-	hwm, rss uint64 // bytes
-	threads  int
-}
-
-func readProcMemory(pid int) (procMemory, error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return procMemory{}, fmt.Errorf("read memory of pid %d: %w", pid, err)
-	}
-	var m procMemory
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(val)
-		if len(fields) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseUint(fields[0], 10, 64)
-		switch key {
-		case "VmHWM":
-			m.hwm = n << 10 // kB
-		case "VmRSS":
-			m.rss = n << 10
-		case "Threads":
-			m.threads = int(n)
-		}
-	}
-	if m.rss == 0 {
-		return m, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-	}
-	return m, nil
-}
-
 // countFDs counts a process's open descriptors.
 func countFDs(pid int) int {
 	entries, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
@@ -198,28 +160,6 @@ func countFDs(pid int) int {
 		return -1
 	}
 	return len(entries)
-}
-
-// cpuTime is the user and system CPU time a process has used so far.
-func cpuTime(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14 and stime 15.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	const userHZ = 100 // USER_HZ is 100 on every Linux the kernel ABI allows
-	return time.Duration(utime+stime) * time.Second / userHZ, nil
 }
 
 // cpuMeter reads the CPU time of several processes at the start and end
@@ -237,7 +177,7 @@ func newCPUMeter(server int) *cpuMeter {
 	pids := []int{server, os.Getpid()}
 	m := &cpuMeter{pids: pids, names: []string{"server", "clients"}, start: make([]time.Duration, len(pids)), t0: time.Now()}
 	for i, pid := range pids {
-		m.start[i], _ = cpuTime(pid)
+		m.start[i], _ = procstat.CPUTime(pid)
 	}
 	m.busyStart, _ = machineBusy()
 	return m
@@ -294,7 +234,7 @@ func (m *cpuMeter) report(perUnit int, unit string) cpuUse {
 	var parts []string
 	var total time.Duration
 	for i, pid := range m.pids {
-		end, err := cpuTime(pid)
+		end, err := procstat.CPUTime(pid)
 		if err != nil {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/identity"
+	"github.com/harmonykaas/harmony/integration/bench/procstat"
 )
 
 // Targets.
@@ -33,8 +34,8 @@ type results struct {
 	enrollCPU, referenceCPU time.Duration
 	rest                    timing
 	watchesOpen             time.Duration
-	memBefore               procMemory
-	memWatching             procMemory
+	memBefore               procstat.Memory
+	memWatching             procstat.Memory
 	goroutines              float64
 	heapInuse               float64
 	stackInuse              float64
@@ -244,12 +245,12 @@ func (b *bench) watch(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if b.r.memBefore, err = readProcMemory(b.p.pid()); err != nil {
+	if b.r.memBefore, err = procstat.ReadMemory(b.p.pid()); err != nil {
 		return err
 	}
 	b.o.f("\n[5] open %d role watches: GET /api/v1/node/role?after=<revision>&wait=%s, one connection and client certificate per node, %d opening at once\n",
 		cfg.watches, watchWait, cfg.concurrency)
-	b.o.f("    controller before: VmRSS %s, VmHWM %s\n", mib(b.r.memBefore.rss), mib(b.r.memBefore.hwm))
+	b.o.f("    controller before: VmRSS %s, VmHWM %s\n", mib(b.r.memBefore.RSS), mib(b.r.memBefore.HWM))
 	watchers := b.nodes[:cfg.watches]
 	wctx, cancel := phase(ctx, cfg.watchTimeout)
 	defer cancel()
@@ -267,7 +268,7 @@ func (b *bench) watch(ctx context.Context) error {
 	b.r.watchesOpen = time.Since(start)
 	use := cpu.report(cfg.watches, "watch")
 
-	if b.r.memWatching, err = readProcMemory(b.p.pid()); err != nil {
+	if b.r.memWatching, err = procstat.ReadMemory(b.p.pid()); err != nil {
 		return err
 	}
 	b.r.fdsController = countFDs(b.p.pid())
@@ -281,19 +282,19 @@ func (b *bench) watch(ctx context.Context) error {
 	b.o.f("    all %d open after %s\n", cfg.watches, secs(r.watchesOpen))
 	b.cpu("opening watches", use)
 	b.o.f("    controller with %d watches open: VmRSS %s, VmHWM (peak since start) %s\n",
-		cfg.watches, mib(r.memWatching.rss), mib(r.memWatching.hwm))
+		cfg.watches, mib(r.memWatching.RSS), mib(r.memWatching.HWM))
 	b.o.f("    of which Go heap in use %s, goroutine stacks %s; %.0f goroutines, %d threads, %d descriptors\n",
-		mib(uint64(r.heapInuse)), mib(uint64(r.stackInuse)), r.goroutines, r.memWatching.threads, r.fdsController)
-	if r.memWatching.rss > r.memBefore.rss {
+		mib(uint64(r.heapInuse)), mib(uint64(r.stackInuse)), r.goroutines, r.memWatching.Threads, r.fdsController)
+	if r.memWatching.RSS > r.memBefore.RSS {
 		b.o.f("    ≈ %.0f KiB of RSS per watch (growth since before the watches)\n",
-			float64(r.memWatching.rss-r.memBefore.rss)/1024/float64(cfg.watches))
+			float64(r.memWatching.RSS-r.memBefore.RSS)/1024/float64(cfg.watches))
 	}
 	note := ""
 	if cfg.watches != targetWatches {
 		note = fmt.Sprintf(" (the target is for %d watches; this run holds %d)", targetWatches, cfg.watches)
 	}
-	b.o.f("    VmRSS %s   target < %s: %s%s\n", mib(r.memWatching.rss), mib(targetMemory), verdict(r.memWatching.rss < targetMemory), note)
-	b.o.f("    VmHWM %s   target < %s: %s%s\n", mib(r.memWatching.hwm), mib(targetMemory), verdict(r.memWatching.hwm < targetMemory), note)
+	b.o.f("    VmRSS %s   target < %s: %s%s\n", mib(r.memWatching.RSS), mib(targetMemory), verdict(r.memWatching.RSS < targetMemory), note)
+	b.o.f("    VmHWM %s   target < %s: %s%s\n", mib(r.memWatching.HWM), mib(targetMemory), verdict(r.memWatching.HWM < targetMemory), note)
 	return nil
 }
 
@@ -345,8 +346,8 @@ func (b *bench) summary(m machine) {
 	}
 	if cfg.watches > 0 {
 		o.f("watches           %6d open: controller VmRSS %s, VmHWM %s   < 1 GiB: %s (RSS), %s (peak)\n",
-			cfg.watches, mib(r.memWatching.rss), mib(r.memWatching.hwm),
-			verdict(r.memWatching.rss < targetMemory), verdict(r.memWatching.hwm < targetMemory))
+			cfg.watches, mib(r.memWatching.RSS), mib(r.memWatching.HWM),
+			verdict(r.memWatching.RSS < targetMemory), verdict(r.memWatching.HWM < targetMemory))
 	}
 	if cfg.fanout > 0 {
 		o.f("fan-out           %6d roles in one PUT: p50 %s, p99 %s, max %s   p99 < 1 s: %s\n",
