@@ -14,7 +14,7 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeStatus \
 	./agent/bootstrap:FuzzParseOVFEnvProperty
 
-.PHONY: all build test unit fuzz vet bench lab clean
+.PHONY: all build test unit fuzz vet bench lab lab-down clean
 
 all: build
 
@@ -29,7 +29,7 @@ vet:
 test: build vet unit fuzz
 
 unit: kubernetes
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) test -race -count=1 -timeout 20m ./...
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 # kubeadm, kube-apiserver and kubectl, built from the k8s.io/kubernetes
 # module pinned in tools/kubernetes/go.mod into .cache/kubernetes/<version>/bin
@@ -46,11 +46,20 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
-bench: build
+bench: build kubernetes
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 
-lab: build
-	scripts/lab-identity.sh
+# The node-stack lab: hosts as network namespaces, real daemons. It prints
+# a JSON summary and keeps running; `make lab-down` (or `bin/harmonyctl lab
+# down --state $(LAB_STATE)`) removes it.
+LAB_STATE ?= $(CURDIR)/.cache/lab
+LAB_FLAGS ?= --masters 3 --workers 2
+lab: build kubernetes
+	bin/harmonyctl lab up --state $(LAB_STATE) --kubernetes-bin-dir $(K8S_BIN) $(LAB_FLAGS)
+
+lab-down: build
+	bin/harmonyctl lab down --state $(LAB_STATE)
 
 clean:
 	rm -rf bin
