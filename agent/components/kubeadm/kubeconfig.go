@@ -1,0 +1,111 @@
+package kubeadm
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// maxKubeconfig bounds what is read of a kubeconfig or manifest kubeadm
+// wrote.
+const maxKubeconfig = 1 << 20
+
+// kubeconfig is the part of a kubeadm kubeconfig the component reads:
+// kubeadm writes one cluster and one user, with embedded data.
+type kubeconfig struct {
+	Clusters []struct {
+		Cluster struct {
+			Server string `json:"server"`
+			CAData []byte `json:"certificate-authority-data"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		User struct {
+			CertData []byte `json:"client-certificate-data"`
+			KeyData  []byte `json:"client-key-data"`
+		} `json:"user"`
+	} `json:"users"`
+}
+
+func readKubeconfig(path string) (*kubeconfig, error) {
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, err
+	}
+	var kc kubeconfig
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, fmt.Errorf("unreadable kubeconfig: %w", err)
+	}
+	if len(kc.Clusters) == 0 || len(kc.Users) == 0 {
+		return nil, errors.New("kubeconfig without a cluster or a user")
+	}
+	return &kc, nil
+}
+
+func (kc *kubeconfig) caCert() (*x509.Certificate, error) {
+	certs, err := v1.ParseCertificatesPEM(kc.Clusters[0].Cluster.CAData)
+	if err != nil {
+		return nil, err
+	}
+	return certs[0], nil
+}
+
+// clientCert is the embedded client certificate, or nil (a kubelet's
+// kubeconfig after TLS bootstrap points at a file instead).
+func (kc *kubeconfig) clientCert() *x509.Certificate {
+	certs, err := v1.ParseCertificatesPEM(kc.Users[0].User.CertData)
+	if err != nil {
+		return nil
+	}
+	return certs[0]
+}
+
+func (kc *kubeconfig) keyPair() (tls.Certificate, error) {
+	return tls.X509KeyPair(kc.Users[0].User.CertData, kc.Users[0].User.KeyData)
+}
+
+// localKubeconfig is super-admin.conf pointed at this master's own
+// apiserver instead of the VIP, for the cluster phases: they must not
+// depend on HAProxy and keepalived having converged.
+func localKubeconfig(superAdmin []byte, server string) ([]byte, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(superAdmin, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", SuperAdminKubeconfig, err)
+	}
+	clusters, _ := doc["clusters"].([]any)
+	if len(clusters) == 0 {
+		return nil, fmt.Errorf("%s: no clusters", SuperAdminKubeconfig)
+	}
+	for _, c := range clusters {
+		entry, _ := c.(map[string]any)
+		cluster, _ := entry["cluster"].(map[string]any)
+		if cluster == nil {
+			return nil, fmt.Errorf("%s: a cluster entry without a cluster", SuperAdminKubeconfig)
+		}
+		cluster["server"] = server
+	}
+	return yaml.Marshal(doc)
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKubeconfig+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxKubeconfig {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxKubeconfig)
+	}
+	return data, nil
+}

@@ -1,0 +1,166 @@
+package kubeadm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// reconcileMaster converges a master: configs (validated by kubeadm before
+// they replace the old ones), the role's CAs, kubeadm's local phases, the
+// apiserver (standing in for the kubelet when there is none), and on the
+// first master the cluster-wide phases.
+func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, role *v1.Role, p *plan, st reconcile.Status) reconcile.Status {
+	if c.cfg.StandInForKubelet {
+		st.Units = []string{APIServerUnit}
+	}
+	fail := func(err error) reconcile.Status { return c.fail(ctx, host, st, err) }
+
+	// Configurations first, join before init: when kubeadm refuses either,
+	// nothing else on the node has changed yet.
+	if !p.first && p.token != "" {
+		join, err := renderJoin(p, apiServerPort)
+		if err != nil {
+			return fail(err)
+		}
+		if err := c.writeConfig(ctx, host, JoinConfigFile, join, p.token, &st); err != nil {
+			return fail(err)
+		}
+	} else if err := removeFile(host, JoinConfigFile, &st); err != nil {
+		// The first master joins nobody; drop a stale file holding a token.
+		return fail(err)
+	}
+	initYAML, err := renderInit(role, p, apiServerPort)
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.writeConfig(ctx, host, InitConfigFile, initYAML, p.token, &st); err != nil {
+		return fail(err)
+	}
+
+	pkiDigest, pkiChanged, err := writePKI(host, role, &st)
+	if err != nil {
+		return fail(err)
+	}
+	if err := prune(host, role, p, kubeconfigFiles(p), &st); err != nil {
+		return fail(err)
+	}
+
+	if c.cfg.Kubelet && !p.first && !exists(host.Path(KubeletKubeconfig)) {
+		if err := c.joinControlPlane(ctx, host, p, &st); err != nil {
+			return fail(err)
+		}
+	}
+	phasesRan, err := c.localPhases(ctx, host, p, initYAML, pkiDigest, &st)
+	if err != nil {
+		return fail(err)
+	}
+	if c.cfg.Kubelet && p.first && !exists(host.Path(KubeletConfigFile)) {
+		// The kubelet then runs the static pods kubeadm wrote.
+		if _, err := c.kubeadm(ctx, host, p.token, "init", "phase", "kubelet-start", "--config", InitConfigFile); err != nil {
+			return fail(err)
+		}
+		st.Actions = append(st.Actions, "ran kubeadm init phase kubelet-start")
+	}
+
+	if c.cfg.StandInForKubelet {
+		unit, err := c.standInUnit(host)
+		if err != nil {
+			return fail(err)
+		}
+		if !c.standInLogged {
+			c.standInLogged = true
+			logger(host).Info("no kubelet on this host: the agent runs kube-apiserver from its static-pod manifest as a process, standing in for the kubelet",
+				"manifest", APIServerManifest, "unit", APIServerUnit)
+		}
+		// New certificates or keys (a rotated CA, new SANs): restart it,
+		// since it reads several of them only at start.
+		actions, err := host.RunUnit(ctx, unit, pkiChanged || phasesRan)
+		if err != nil {
+			return fail(err)
+		}
+		st.Actions = append(st.Actions, actions...)
+	}
+
+	readyErr := c.ready(ctx, host)
+	c.metrics.setReady(readyErr == nil)
+	apiserver := "kube-apiserver"
+	if c.cfg.StandInForKubelet {
+		apiserver += " (standing in for the kubelet)"
+	}
+	var msg []string
+	if readyErr == nil {
+		msg = append(msg, apiserver+" ready")
+	} else {
+		msg = append(msg, fmt.Sprintf("%s not ready: %v", apiserver, readyErr))
+	}
+
+	if p.first {
+		switch {
+		case readyErr != nil:
+			msg = append(msg, "the cluster phases wait for it")
+			c.metrics.setClusterPhases(c.clusterRecordTime(host))
+		default:
+			done, err := c.clusterPhases(ctx, host, p, initYAML, &st)
+			if err != nil {
+				c.metrics.snapshot(host, kubeconfigFiles(p))
+				return fail(err)
+			}
+			c.metrics.setClusterPhases(done)
+			msg = append(msg, "cluster phases done "+done.UTC().Format(time.RFC3339))
+		}
+	}
+	if !p.first {
+		c.metrics.setClusterPhases(time.Time{})
+	}
+	c.metrics.snapshot(host, kubeconfigFiles(p))
+
+	st.Phase = reconcile.PhaseConverged
+	st.Healthy = readyErr == nil
+	st.Message = strings.Join(msg, "; ")
+	return st
+}
+
+// joinControlPlane joins this master on a host with a kubelet, once:
+// kubeadm makes the certificates, kubeconfigs and manifests from the CAs
+// already in place, and bootstraps the kubelet with the token. The
+// manifests may exist from an earlier pass without a kubelet; that
+// preflight check alone is waived.
+func (c *Component) joinControlPlane(ctx context.Context, host *reconcile.Host, p *plan, st *reconcile.Status) error {
+	if p.token == "" {
+		return errors.New("kubeadm.bootstrapToken: empty; this master joins the control plane with it")
+	}
+	ignore := []string{
+		"FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml",
+		"FileAvailable--etc-kubernetes-manifests-kube-controller-manager.yaml",
+		"FileAvailable--etc-kubernetes-manifests-kube-scheduler.yaml",
+	}
+	if _, err := c.kubeadm(ctx, host, p.token, "join", "--config", JoinConfigFile,
+		"--ignore-preflight-errors="+strings.Join(ignore, ",")); err != nil {
+		return err
+	}
+	st.Actions = append(st.Actions, "ran kubeadm join (control plane)")
+	return nil
+}
+
+// removeFile removes a node file the role no longer calls for.
+func removeFile(host *reconcile.Host, nodePath string, st *reconcile.Status) error {
+	switch err := os.Remove(host.Path(nodePath)); {
+	case err == nil:
+		st.Actions = append(st.Actions, "removed "+nodePath)
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("remove %s: %w", nodePath, err)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,231 @@
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/files"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+)
+
+// Records of what the phases last ran with, so that an unchanged node
+// (or a restarted agent) runs nothing.
+const (
+	localPhasesRecord   = StateDir + "/local-phases.sha256"
+	clusterPhasesRecord = StateDir + "/cluster-phases.json"
+	// clusterPhasesRefresh: the first master redoes its cluster phases
+	// this often even when nothing changed. They are safe to redo, and
+	// bootstrap-token then pushes the token's expiry (tokenTTL) forward.
+	clusterPhasesRefresh = 12 * time.Hour
+)
+
+// localPhases runs kubeadm's per-master phases (certs, kubeconfig,
+// control-plane) when their inputs changed or an output is missing.
+// kubeadm keeps valid existing certificates and kubeconfigs, so a rerun
+// changes only what must change. ran reports whether they ran.
+func (c *Component) localPhases(ctx context.Context, host *reconcile.Host, p *plan, initYAML []byte, pkiDigest string, st *reconcile.Status) (ran bool, err error) {
+	kubeconfigPhases := []string{"all"}
+	if !p.first {
+		kubeconfigPhases = []string{"admin", "controller-manager", "scheduler"}
+	}
+	record := digest(c.version, string(initYAML), pkiDigest, strings.Join(kubeconfigPhases, ","))
+	if old, err := os.ReadFile(host.Path(localPhasesRecord)); err == nil && string(old) == record && allExist(host, localOutputs(p)) {
+		return false, nil
+	}
+
+	phases := [][]string{{"certs", "all"}}
+	for _, k := range kubeconfigPhases {
+		phases = append(phases, []string{"kubeconfig", k})
+	}
+	phases = append(phases, []string{"control-plane", "all"})
+	for _, ph := range phases {
+		args := append([]string{"init", "phase"}, ph...)
+		if _, err := c.kubeadm(ctx, host, p.token, append(args, "--config", InitConfigFile)...); err != nil {
+			return false, err
+		}
+		st.Actions = append(st.Actions, "ran kubeadm init phase "+strings.Join(ph, " "))
+	}
+	if _, err := files.Write(host.Path(localPhasesRecord), []byte(record), 0o600, nil); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// localOutputs are what the local phases make; one missing reruns them.
+func localOutputs(p *plan) []string {
+	var out []string
+	for _, leaf := range leafCerts {
+		out = append(out, path.Join(PKIDir, leaf.name+".crt"), path.Join(PKIDir, leaf.name+".key"))
+	}
+	for _, k := range kubeconfigFiles(p) {
+		out = append(out, path.Join(KubernetesDir, k))
+	}
+	for _, m := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		out = append(out, path.Join(ManifestsDir, m+".yaml"))
+	}
+	return out
+}
+
+// clusterRecord says when the cluster phases last completed, and with
+// what inputs.
+type clusterRecord struct {
+	Inputs    string    `json:"inputs"`
+	Completed time.Time `json:"completed"`
+}
+
+// clusterPhases runs, on the first master with a ready apiserver, the
+// phases that act on the cluster rather than the node: upload-config,
+// bootstrap-token (when the role has a token), the addons, and where a
+// kubelet exists mark-control-plane and kubelet-finalize. They run once
+// per change of inputs (recorded on disk, so an agent restart does not
+// redo them) and again every clusterPhasesRefresh; every one is safe to
+// redo. They reach this master's apiserver directly, not through the VIP.
+func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *plan, initYAML []byte, st *reconcile.Status) (time.Time, error) {
+	inputs := digest(c.version, string(initYAML), fmt.Sprint(c.cfg.Kubelet))
+	var rec clusterRecord
+	if data, err := os.ReadFile(host.Path(clusterPhasesRecord)); err == nil && json.Unmarshal(data, &rec) == nil &&
+		rec.Inputs == inputs && time.Since(rec.Completed) < clusterPhasesRefresh {
+		return rec.Completed, nil
+	}
+
+	superAdmin, err := readBounded(host.Path(SuperAdminKubeconfig))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
+	}
+	server := "https://" + net.JoinHostPort(p.advertise.String(), fmt.Sprint(apiServerPort))
+	local, err := localKubeconfig(superAdmin, server)
+	if err != nil {
+		return time.Time{}, err
+	}
+	changed, err := files.Write(host.Path(LocalKubeconfig), local, 0o600, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if changed {
+		st.Actions = append(st.Actions, "wrote "+LocalKubeconfig)
+	}
+	created, err := c.ensureClusterAdmins(ctx, host)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if created {
+		st.Actions = append(st.Actions, "created ClusterRoleBinding "+clusterAdmins)
+	}
+
+	phases := [][]string{{"upload-config", "all"}}
+	if p.token != "" {
+		phases = append(phases, []string{"bootstrap-token"})
+	}
+	phases = append(phases, []string{"addon", "all"})
+	if c.cfg.Kubelet {
+		phases = append(phases, []string{"mark-control-plane"}, []string{"kubelet-finalize", "all"})
+	}
+	for _, ph := range phases {
+		args := append([]string{"init", "phase"}, ph...)
+		args = append(args, "--config", InitConfigFile, "--kubeconfig", LocalKubeconfig)
+		if _, err := c.kubeadm(ctx, host, p.token, args...); err != nil {
+			return time.Time{}, err
+		}
+		st.Actions = append(st.Actions, "ran kubeadm init phase "+strings.Join(ph, " "))
+	}
+
+	rec = clusterRecord{Inputs: inputs, Completed: time.Now().UTC().Truncate(time.Second)}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if _, err := files.Write(host.Path(clusterPhasesRecord), data, 0o600, nil); err != nil {
+		return time.Time{}, err
+	}
+	return rec.Completed, nil
+}
+
+// clusterRecordTime is when the cluster phases last completed, or zero.
+func (c *Component) clusterRecordTime(host *reconcile.Host) time.Time {
+	var rec clusterRecord
+	if data, err := os.ReadFile(host.Path(clusterPhasesRecord)); err == nil && json.Unmarshal(data, &rec) == nil {
+		return rec.Completed
+	}
+	return time.Time{}
+}
+
+// clusterAdmins is the group admin.conf's certificate names, and the
+// binding that makes it cluster-admin. kubeadm creates the binding only
+// when its phases use admin.conf at its default path, through the VIP;
+// ours use the local kubeconfig, so the component creates it.
+const clusterAdmins = "kubeadm:cluster-admins"
+
+// ensureClusterAdmins creates the binding unless it exists, with the
+// super-admin credentials. created reports a new binding.
+func (c *Component) ensureClusterAdmins(ctx context.Context, host *reconcile.Host) (created bool, err error) {
+	kc, err := readKubeconfig(host.Path(SuperAdminKubeconfig))
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
+	}
+	cert, err := kc.keyPair()
+	if err != nil {
+		return false, fmt.Errorf("%s client certificate: %w", SuperAdminKubeconfig, err)
+	}
+	client, err := c.apiClient(host, &cert)
+	if err != nil {
+		return false, err
+	}
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1",
+		"kind":       "ClusterRoleBinding",
+		"metadata":   map[string]any{"name": clusterAdmins},
+		"roleRef":    map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects":   []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": clusterAdmins}},
+	})
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, localAPI+"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("create ClusterRoleBinding %s: %w", clusterAdmins, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		return true, nil
+	case http.StatusConflict:
+		return false, nil
+	}
+	return false, fmt.Errorf("create ClusterRoleBinding %s: %s: %s", clusterAdmins, resp.Status, strings.TrimSpace(string(msg)))
+}
+
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func allExist(host *reconcile.Host, nodePaths []string) bool {
+	for _, p := range nodePaths {
+		if !exists(host.Path(p)) {
+			return false
+		}
+	}
+	return true
+}
