@@ -81,16 +81,21 @@ const (
 	// hostPrivateSubnet is Contiv's default for the host bridge
 	// (contivh1); the pod and service networks must not overlap it.
 	hostPrivateSubnet = "172.19.0.0/16"
-	// defaultVXLANRange is netmaster's default; it is widened when the
-	// VNI lies above it.
-	defaultVXLANTop = 10000
-	vxlanPort       = 4789
+	// vxlanBlock is the width of netmaster's default VXLAN range,
+	// 1-10000; a VNI above it gets the block of that width that holds it.
+	vxlanBlock = 10000
+	// maxVNI and maxVXLANWidth are Contiv 1.2's own limits
+	// (netutils.ParseTagRanges), far below VXLAN's 24 bits.
+	maxVNI        = 65535
+	maxVXLANWidth = 16000
+	vxlanPort     = 4789
 )
 
 // DefaultVNI is the pod network's VXLAN network identifier when the role
-// names none: inside netmaster's default VXLAN range (1-10000), and clear
-// of the low identifiers netmaster hands out to networks created by hand
-// with netctl.
+// names none: inside netmaster's default VXLAN range (1-10000), so that
+// its global settings stay as they start. VNIs are local to each
+// cluster's own port group; the role may pick 1 to 65535, Contiv 1.2's
+// limit.
 const DefaultVNI = 4096
 
 // kubeadmServiceCIDR is kubeadm's default service network, used when the
@@ -204,8 +209,8 @@ func (p *Plugin) params(host *reconcile.Host, role *v1.Role) (params, error) {
 	switch {
 	case out.vni == 0:
 		out.vni = DefaultVNI
-	case out.vni < 1 || out.vni > 1<<24-1:
-		return out, fieldErr("cluster.cni.contiv.vni", "must be between 1 and 16777215, got %d", out.vni)
+	case out.vni < 1 || out.vni > maxVNI:
+		return out, fieldErr("cluster.cni.contiv.vni", "must be between 1 and %d (Contiv 1.2's limit), got %d", maxVNI, out.vni)
 	}
 
 	if c.PodCIDR == "" {
@@ -301,7 +306,9 @@ func usableVTEP(a netip.Addr) bool {
 	return a.Is4() && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() && !a.IsLinkLocalUnicast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
-// vxlanRange is netmaster's allowed VXLAN range, wide enough for vni.
+// vxlanRange is netmaster's allowed VXLAN range: its default 1-10000, or
+// the block of the same width that holds vni.
 func vxlanRange(vni int) string {
-	return "1-" + strconv.Itoa(max(defaultVXLANTop, vni))
+	lo := (vni-1)/vxlanBlock*vxlanBlock + 1
+	return strconv.Itoa(lo) + "-" + strconv.Itoa(min(lo+vxlanBlock-1, maxVNI))
 }

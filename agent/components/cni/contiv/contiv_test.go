@@ -164,16 +164,20 @@ func TestPlanDefaults(t *testing.T) {
 		t.Errorf("contiv.json %+v", k8s)
 	}
 
-	role.Cluster.CNI.Contiv = &v1.ContivSettings{VNI: 70000}
-	plan, err = New(Config{}).Plan(testHost("/"), role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(file(t, plan, NetworkPath).Data, &spec); err != nil {
-		t.Fatal(err)
-	}
-	if spec.Global.Vxlans != "1-70000" || spec.Network.PktTag != 70000 {
-		t.Errorf("a VNI above netmaster's default range: global %+v network %+v", spec.Global, spec.Network)
+	// A VNI above netmaster's default range gets a range of the same
+	// width that holds it, within Contiv's limits.
+	for vni, want := range map[int]string{10000: "1-10000", 10001: "10001-20000", 20000: "10001-20000", 65535: "60001-65535"} {
+		role.Cluster.CNI.Contiv = &v1.ContivSettings{VNI: vni}
+		plan, err = New(Config{}).Plan(testHost("/"), role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(file(t, plan, NetworkPath).Data, &spec); err != nil {
+			t.Fatal(err)
+		}
+		if spec.Global.Vxlans != want || spec.Network.PktTag != vni || spec.validate() != nil {
+			t.Errorf("VNI %d: global %+v network %+v (%v)", vni, spec.Global, spec.Network, spec.validate())
+		}
 	}
 }
 
@@ -212,6 +216,7 @@ func TestPlanRefuses(t *testing.T) {
 		{"services on Contiv's host bridge", func(r *v1.Role) { r.Cluster.ServiceCIDR = "172.19.0.0/20" }, "cluster.serviceCIDR:"},
 		{"services over pods", func(r *v1.Role) { r.Cluster.ServiceCIDR = "198.19.0.0/20" }, "cluster.serviceCIDR:"},
 		{"VNI too large", func(r *v1.Role) { r.Cluster.CNI.Contiv.VNI = 1 << 24 }, "cluster.cni.contiv.vni:"},
+		{"VNI beyond Contiv", func(r *v1.Role) { r.Cluster.CNI.Contiv.VNI = 70000 }, "cluster.cni.contiv.vni: must be between 1 and 65535"},
 		{"VNI negative", func(r *v1.Role) { r.Cluster.CNI.Contiv.VNI = -1 }, "cluster.cni.contiv.vni:"},
 		{"VLAN mode", func(r *v1.Role) { r.Cluster.CNI.Contiv.Mode = "vlan" }, "cluster.cni.contiv.mode:"},
 		{"no masters", func(r *v1.Role) {
@@ -267,6 +272,8 @@ func TestValidators(t *testing.T) {
 		{"bridge forwarding", func(s *NetworkSpec) { s.Global.FwdMode = "bridge" }},
 		{"VNI outside range", func(s *NetworkSpec) { s.Network.PktTag = 10001 }},
 		{"reversed range", func(s *NetworkSpec) { s.Global.Vxlans = "10-1" }},
+		{"range too wide", func(s *NetworkSpec) { s.Global.Vxlans = "1-20000" }},
+		{"range beyond Contiv", func(s *NetworkSpec) { s.Global.Vxlans = "60000-70000"; s.Network.PktTag = 65000 }},
 		{"gateway outside", func(s *NetworkSpec) { s.Network.Gateway = "198.18.0.1" }},
 		{"gateway is the network", func(s *NetworkSpec) { s.Network.Gateway = "198.19.0.0" }},
 		{"overlap host bridge", func(s *NetworkSpec) { s.Network.Subnet = "172.19.0.0/24"; s.Network.Gateway = "172.19.0.1" }},

@@ -106,9 +106,12 @@ func (s NetworkSpec) validate() error {
 	if _, _, err := parseRange(g.Vlans, 4094); err != nil {
 		return fmt.Errorf("global.vlans: %w", err)
 	}
-	lo, hi, err := parseRange(g.Vxlans, 1<<24-1)
+	lo, hi, err := parseRange(g.Vxlans, maxVNI)
 	if err != nil {
 		return fmt.Errorf("global.vxlans: %w", err)
+	}
+	if hi-lo > maxVXLANWidth {
+		return fmt.Errorf("global.vxlans %s is wider than Contiv's %d", g.Vxlans, maxVXLANWidth)
 	}
 
 	if !contivName.MatchString(n.TenantName) || len(n.TenantName) > 64 {
