@@ -158,7 +158,9 @@ func TestFirstMasterInNetns(t *testing.T) {
 			t.Errorf("DNS domain change: no %q among %q", want, actions)
 		}
 	}
-	if !slices.ContainsFunc(actions, func(a string) bool { return strings.Contains(a, "apiserver.crt") && strings.Contains(a, "lacks kubernetes.default.svc.lab.example") }) {
+	if !slices.ContainsFunc(actions, func(a string) bool {
+		return strings.Contains(a, "apiserver.crt") && strings.Contains(a, "lacks kubernetes.default.svc.lab.example")
+	}) {
 		t.Errorf("DNS domain change: the stale apiserver certificate was not removed: %q", actions)
 	}
 	second, err := sup.State(ctx, APIServerUnit)
