@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/harmonykaas/harmony/agent/components/cni/plugin"
-	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
@@ -231,5 +230,3 @@ func marshal(v any) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
-
-var _ files.Validator = validateK8sConfig
