@@ -24,7 +24,8 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 
 	// Configurations first, join before init: when kubeadm refuses either,
 	// nothing else on the node has changed yet.
-	if !p.first && p.token != "" {
+	wantJoin := !p.first && p.token != ""
+	if wantJoin {
 		join, err := renderJoin(p, apiServerPort)
 		if err != nil {
 			return fail(err)
@@ -32,9 +33,6 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		if err := c.writeConfig(ctx, host, JoinConfigFile, join, p.token, &st); err != nil {
 			return fail(err)
 		}
-	} else if err := removeFile(host, JoinConfigFile, &st); err != nil {
-		// The first master joins nobody; drop a stale file holding a token.
-		return fail(err)
 	}
 	initYAML, err := renderInit(role, p, apiServerPort)
 	if err != nil {
@@ -42,6 +40,12 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	}
 	if err := c.writeConfig(ctx, host, InitConfigFile, initYAML, p.token, &st); err != nil {
 		return fail(err)
+	}
+	if !wantJoin {
+		// The first master joins nobody: drop a stale file holding a token.
+		if err := removeFile(host, JoinConfigFile, &st); err != nil {
+			return fail(err)
+		}
 	}
 
 	pkiDigest, pkiChanged, err := writePKI(host, role, &st)
@@ -101,24 +105,23 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		msg = append(msg, fmt.Sprintf("%s not ready: %v", apiserver, readyErr))
 	}
 
-	if p.first {
-		switch {
-		case readyErr != nil:
-			msg = append(msg, "the cluster phases wait for it")
+	var clusterDone time.Time
+	switch {
+	case !p.first:
+	case readyErr != nil:
+		msg = append(msg, "the cluster phases wait for it")
+		clusterDone = c.clusterRecordTime(host)
+	default:
+		done, err := c.clusterPhases(ctx, host, p, initYAML, &st)
+		if err != nil {
 			c.metrics.setClusterPhases(c.clusterRecordTime(host))
-		default:
-			done, err := c.clusterPhases(ctx, host, p, initYAML, &st)
-			if err != nil {
-				c.metrics.snapshot(host, kubeconfigFiles(p))
-				return fail(err)
-			}
-			c.metrics.setClusterPhases(done)
-			msg = append(msg, "cluster phases done "+done.UTC().Format(time.RFC3339))
+			c.metrics.snapshot(host, kubeconfigFiles(p))
+			return fail(err)
 		}
+		clusterDone = done
+		msg = append(msg, "cluster phases done "+done.UTC().Format(time.RFC3339))
 	}
-	if !p.first {
-		c.metrics.setClusterPhases(time.Time{})
-	}
+	c.metrics.setClusterPhases(clusterDone)
 	c.metrics.snapshot(host, kubeconfigFiles(p))
 
 	st.Phase = reconcile.PhaseConverged
