@@ -195,8 +195,11 @@ func TestFirstMasterInNetns(t *testing.T) {
 	// A worker role stops the stand-in.
 	worker := cl.role(t, "w1", 40)
 	st = c.Reconcile(ctx, host, worker)
-	if st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "stopped "+APIServerUnit) {
+	if st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "stopped "+APIServerUnit) || !slices.Contains(st.Actions, "removed "+InitConfigFile) {
 		t.Errorf("worker pass: %+v", st)
+	}
+	if _, err := sup.State(ctx, APIServerUnit); err == nil {
+		t.Error("the apiserver unit is still known after the worker pass")
 	}
 }
 

@@ -208,6 +208,10 @@ func (c *Component) reconcileWorker(ctx context.Context, host *reconcile.Host, p
 	if err := c.writeConfig(ctx, host, JoinConfigFile, join, p.token, &st); err != nil {
 		return c.fail(ctx, host, st, err)
 	}
+	// Left from a time as a master; it may hold the bootstrap token.
+	if err := removeFile(host, InitConfigFile, &st); err != nil {
+		return c.fail(ctx, host, st, err)
+	}
 	st.Phase = reconcile.PhaseConverged
 	if !c.cfg.Kubelet {
 		st.Healthy = true
