@@ -1,0 +1,252 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/reconcile"
+)
+
+// membership decides how etcd starts: from its own state when the data
+// directory has one; otherwise by founding the cluster when no other
+// member answers, or by joining the cluster that does as a learner.
+// joined says this pass added the member.
+func (c *Component) membership(ctx context.Context, host *reconcile.Host, s settings, cl *Client) (b Bootstrap, joined bool, actions []string, err error) {
+	log := logger(host)
+	has, err := hasState(host.Path(s.dataDir))
+	if err != nil {
+		return Bootstrap{}, false, nil, err
+	}
+	if has {
+		b, ok, err := readBootstrap(host.Path(BootstrapFile))
+		if err != nil {
+			// etcd ignores these flags once it has state; a lost record
+			// costs one restart at most.
+			log.Warn("ignoring the bootstrap record", "err", err)
+		}
+		if !ok {
+			b = restartBootstrap(s, c.cfg.PeerPort)
+		}
+		return b, false, nil, nil
+	}
+
+	endpoint, members, err := c.findCluster(ctx, cl, s)
+	if err != nil {
+		return Bootstrap{}, false, nil, err
+	}
+	if members == nil {
+		b = newClusterBootstrap(s, c.cfg.PeerPort)
+		changed, err := writeBootstrap(host.Path(BootstrapFile), b)
+		if err != nil {
+			return Bootstrap{}, false, nil, err
+		}
+		if changed {
+			actions = append(actions, "wrote "+BootstrapFile)
+		}
+		log.Info("no other member answers; founding the cluster", "initialCluster", b.InitialCluster)
+		return b, false, actions, nil
+	}
+
+	// The cluster exists and this member has no state: whatever etcd runs
+	// here (a crash loop, a process whose directory was wiped) goes, and
+	// the member joins afresh.
+	stopped, err := host.StopUnit(ctx, UnitName)
+	actions = append(actions, stopped...)
+	if err != nil {
+		return Bootstrap{}, false, actions, err
+	}
+	self := peerURL(s.ip, c.cfg.PeerPort)
+	for _, m := range members {
+		if m.Name != s.name && !slices.Contains(m.PeerURLs, self) {
+			continue
+		}
+		if err := cl.MemberRemove(ctx, endpoint, m.ID); err != nil && !isMemberNotFound(err) {
+			return Bootstrap{}, false, actions, fmt.Errorf("remove stale member %x (%s) through %s: %w", m.ID, m.Name, endpoint, err)
+		}
+		actions = append(actions, fmt.Sprintf("removed stale member %x", m.ID))
+		log.Info("removed stale member", "id", fmt.Sprintf("%x", m.ID), "name", m.Name, "peerURLs", m.PeerURLs)
+	}
+	added, members, err := cl.MemberAddLearner(ctx, endpoint, self)
+	if err != nil {
+		return Bootstrap{}, false, actions, fmt.Errorf("add this member as a learner through %s: %w", endpoint, err)
+	}
+	actions = append(actions, fmt.Sprintf("added learner %x", added.ID))
+	log.Info("added this member as a learner", "id", fmt.Sprintf("%x", added.ID))
+	b, err = joinBootstrap(s, added.ID, members)
+	if err != nil {
+		return Bootstrap{}, false, actions, err
+	}
+	changed, err := writeBootstrap(host.Path(BootstrapFile), b)
+	if err != nil {
+		return Bootstrap{}, false, actions, err
+	}
+	if changed {
+		actions = append(actions, "wrote "+BootstrapFile)
+	}
+	return b, true, actions, nil
+}
+
+// findCluster asks the other members of the role. A member serves clients
+// only once its cluster has had a quorum, so an answer means the cluster
+// exists; members founding a cluster together answer nobody until they
+// have formed it. It returns a voting member with a leader and its member
+// list, or nil when nobody answers.
+func (c *Component) findCluster(ctx context.Context, cl *Client, s settings) (string, []Member, error) {
+	others := s.others()
+	type probe struct {
+		endpoint string
+		status   MemberStatus
+		err      error
+	}
+	probes := make([]probe, len(others))
+	var wg sync.WaitGroup
+	for i, p := range others {
+		probes[i].endpoint = clientURL(netip.MustParseAddr(p.Address), c.cfg.ClientPort)
+		wg.Go(func() { probes[i].status, probes[i].err = cl.Status(ctx, probes[i].endpoint) })
+	}
+	wg.Wait()
+	var why []string
+	for _, p := range probes {
+		switch {
+		case p.err != nil:
+			continue
+		case p.status.IsLearner:
+			why = append(why, p.endpoint+" is a learner")
+			continue
+		case p.status.Leader == 0:
+			why = append(why, p.endpoint+" has no leader")
+			continue
+		}
+		members, err := cl.MemberList(ctx, p.endpoint)
+		if err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		return p.endpoint, members, nil
+	}
+	if len(why) > 0 {
+		return "", nil, fmt.Errorf("the cluster exists but cannot take this member now: %s", strings.Join(why, "; "))
+	}
+	return "", nil, nil
+}
+
+// observation is what a pass saw of the local member.
+type observation struct {
+	status    MemberStatus
+	statusErr error
+	health    bool
+	healthErr error
+	// promoteErr is the last refusal of a learner's promotion.
+	promoteErr error
+}
+
+func (o observation) healthy() bool {
+	return o.statusErr == nil && o.healthErr == nil && o.health && !o.status.IsLearner
+}
+
+func (o observation) message(name string) string {
+	if o.statusErr != nil {
+		return "etcd is not answering: " + o.statusErr.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "member %x (%s): ", o.status.MemberID, name)
+	switch {
+	case o.status.IsLearner:
+		b.WriteString("learner catching up")
+		if o.promoteErr != nil && !isLearnerNotReady(o.promoteErr) {
+			b.WriteString(" (promote: " + o.promoteErr.Error() + ")")
+		}
+	case o.status.Leader == 0:
+		b.WriteString("voting member, no leader")
+	case o.status.Leader == o.status.MemberID:
+		b.WriteString("voting member, leader")
+	default:
+		fmt.Fprintf(&b, "voting member, leader %x", o.status.Leader)
+	}
+	switch {
+	case o.healthErr != nil:
+		b.WriteString("; /health: " + o.healthErr.Error())
+	case o.health:
+		b.WriteString("; healthy")
+	default:
+		b.WriteString("; unhealthy")
+	}
+	return b.String()
+}
+
+// observe asks the local member how it is. A learner is promoted, waiting
+// up to PromoteWait for it to catch up (and, when it joined in this pass,
+// to start).
+func (c *Component) observe(ctx context.Context, cl *Client, s settings, joined bool) (observation, []string) {
+	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	var o observation
+	var actions []string
+	deadline := time.Now().Add(c.cfg.PromoteWait)
+	promoted := false
+	for {
+		o.status, o.statusErr = cl.Status(ctx, local)
+		learner := o.statusErr == nil && o.status.IsLearner
+		if learner {
+			o.promoteErr = c.promote(ctx, cl, s, o.status.MemberID)
+			if o.promoteErr == nil && !promoted {
+				promoted = true
+				actions = append(actions, fmt.Sprintf("promoted member %x", o.status.MemberID))
+			}
+		}
+		// Wait for a learner to be promoted, or for a member that has just
+		// joined to start; then read its status again.
+		waiting := learner || (o.statusErr != nil && joined)
+		if !waiting || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			o.statusErr = errors.Join(o.statusErr, ctx.Err())
+			return o, actions
+		case <-time.After(time.Second):
+		}
+	}
+	if o.statusErr == nil {
+		o.health, o.healthErr = cl.Health(ctx, local)
+	}
+	return o, actions
+}
+
+// promote asks the voting members to promote learner id. The leader
+// decides, and refuses while the learner lags (isLearnerNotReady); any
+// member forwards the request to it.
+func (c *Component) promote(ctx context.Context, cl *Client, s settings, id uint64) error {
+	var errs []error
+	for _, p := range s.others() {
+		endpoint := clientURL(netip.MustParseAddr(p.Address), c.cfg.ClientPort)
+		err := cl.MemberPromote(ctx, endpoint, id)
+		switch {
+		case err == nil:
+			return nil
+		case isLearnerNotReady(err):
+			return err
+		case isNotLearner(err):
+			// Promoted already; the next status read shows it.
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return errors.New("no other member to promote this learner")
+	}
+	return errors.Join(errs...)
+}
+
+// isNotLearner reports etcd's refusal to promote a member that is not a
+// learner.
+func isNotLearner(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == codeFailedPrecondition &&
+		strings.Contains(ae.Message, "can only promote a learner member") && !strings.Contains(ae.Message, "in sync")
+}
