@@ -3,8 +3,8 @@
 // main module's ./... never includes it. This file is the one place the
 // Kubernetes version is pinned: scripts/build-kubernetes.sh reads it from
 // the k8s.io/kubernetes requirement below, and every staging module is
-// replaced with the matching v0.Y.Z release (k8s.io/kubernetes's own go.mod points them at
-// ./staging, which a module consumer cannot see).
+// replaced with the matching v0.Y.Z release (k8s.io/kubernetes's own
+// go.mod points them at ./staging, which a module consumer cannot see).
 module github.com/harmonykaas/harmony/tools/kubernetes
 
 go 1.26
