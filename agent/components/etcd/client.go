@@ -68,6 +68,7 @@ func (e *APIError) Error() string {
 const (
 	codeNotFound           = 5
 	codeFailedPrecondition = 9
+	codeUnavailable        = 14
 )
 
 // isLearnerNotReady reports etcd's refusal to promote a learner that has
@@ -75,6 +76,13 @@ const (
 func isLearnerNotReady(err error) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Code == codeFailedPrecondition && strings.Contains(ae.Message, "in sync with leader")
+}
+
+// isUnhealthyCluster reports etcd's refusal of a membership change that
+// its strict reconfiguration check finds unsafe for now.
+func isUnhealthyCluster(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == codeUnavailable && strings.Contains(ae.Message, "unhealthy cluster")
 }
 
 // isMemberNotFound reports a member ID the cluster does not know.

@@ -66,13 +66,18 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 		if m.Name != s.name && !slices.Contains(m.PeerURLs, self) {
 			continue
 		}
-		if err := cl.MemberRemove(ctx, endpoint, m.ID); err != nil && !isMemberNotFound(err) {
+		err := c.retryReconfig(ctx, func() error { return cl.MemberRemove(ctx, endpoint, m.ID) })
+		if err != nil && !isMemberNotFound(err) {
 			return Bootstrap{}, false, actions, fmt.Errorf("remove stale member %x (%s) through %s: %w", m.ID, m.Name, endpoint, err)
 		}
 		actions = append(actions, fmt.Sprintf("removed stale member %x", m.ID))
 		log.Info("removed stale member", "id", fmt.Sprintf("%x", m.ID), "name", m.Name, "peerURLs", m.PeerURLs)
 	}
-	added, members, err := cl.MemberAddLearner(ctx, endpoint, self)
+	var added Member
+	err = c.retryReconfig(ctx, func() (err error) {
+		added, members, err = cl.MemberAddLearner(ctx, endpoint, self)
+		return err
+	})
 	if err != nil {
 		return Bootstrap{}, false, actions, fmt.Errorf("add this member as a learner through %s: %w", endpoint, err)
 	}
@@ -90,6 +95,25 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 		actions = append(actions, "wrote "+BootstrapFile)
 	}
 	return b, true, actions, nil
+}
+
+// retryReconfig retries a membership change that etcd refuses as unsafe
+// for now (its strict reconfiguration check wants the leader connected to
+// every voting member for a few seconds, so a cluster that has just formed,
+// or just lost a member, refuses), for up to PromoteWait.
+func (c *Component) retryReconfig(ctx context.Context, change func() error) error {
+	deadline := time.Now().Add(c.cfg.PromoteWait)
+	for {
+		err := change()
+		if err == nil || !isUnhealthyCluster(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // findCluster asks the other members of the role. A member serves clients

@@ -1,0 +1,94 @@
+package etcd
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// newCA makes an etcd CA as the controller would put it in a role.
+func newCA(t *testing.T, cn string) *v1.KeyPair {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &v1.KeyPair{
+		Certificate: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		Key:         string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})),
+	}
+}
+
+// testRole is a valid master role for node among masters (name to
+// address), with one worker.
+func testRole(t *testing.T, node string, masters map[string]string, ca *v1.KeyPair) *v1.Role {
+	t.Helper()
+	r := &v1.Role{
+		APIVersion: v1.APIVersion, Kind: "Role", NodeName: node, Revision: 1, Role: v1.RoleMaster,
+		Cluster: v1.ClusterSettings{Name: "lab"},
+		Peers:   []v1.Peer{{Name: "w1", Role: v1.RoleWorker, Address: "198.18.31.21"}},
+		PKI:     &v1.ClusterPKI{EtcdCA: ca},
+	}
+	for name, addr := range masters {
+		r.Peers = append(r.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr})
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("test role is not valid: %v", err)
+	}
+	return r
+}
+
+// noNetwork is a DialContext for tests without members to reach: it fails
+// at once, as a refused connection would.
+func noNetwork(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("no network in this test")
+}
+
+func cloneRole(r *v1.Role) *v1.Role {
+	c := *r
+	c.Peers = append([]v1.Peer(nil), r.Peers...)
+	if r.PKI != nil {
+		p := *r.PKI
+		if p.EtcdCA != nil {
+			kp := *p.EtcdCA
+			p.EtcdCA = &kp
+		}
+		c.PKI = &p
+	}
+	if r.Etcd != nil {
+		e := *r.Etcd
+		c.Etcd = &e
+	}
+	return &c
+}
+
+func hexID(id uint64) string { return fmt.Sprintf("%x", id) }

@@ -1,0 +1,212 @@
+//go:build linux
+
+package etcd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
+
+	"github.com/harmonykaas/harmony/agent/pki"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service"
+)
+
+// The lab: each host is a network namespace with one veth end (eth0) on a
+// bridge that lives in a namespace of its own, so nothing of the test
+// touches the machine's network. Addresses are in 198.18.30.0/24.
+
+type labHost struct {
+	name, ns string
+	addr     netip.Addr
+	root     string
+	host     *reconcile.Host
+	sup      *service.Supervisor
+	supCfg   service.SupervisorConfig
+	comp     *Component
+	reg      *prometheus.Registry
+}
+
+func labID(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// labSwitch makes the namespace holding the bridge.
+func labSwitch(t *testing.T, id string) string {
+	t.Helper()
+	sw := "hke-sw-" + id
+	ipCmd(t, "netns", "add", sw)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", sw).Run() })
+	ipCmd(t, "-n", sw, "link", "add", "br0", "type", "bridge")
+	ipCmd(t, "-n", sw, "link", "set", "br0", "up")
+	return sw
+}
+
+// newLabHost makes a host: its namespace on the switch, its root
+// directory, its supervisor (which runs units inside the namespace) and
+// its etcd component (which dials inside it).
+func newLabHost(t *testing.T, id, sw, name, addr string) *labHost {
+	t.Helper()
+	ns := "hke-" + name + "-" + id
+	veth := "hke" + name + id[:4]
+	ipCmd(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	ipCmd(t, "link", "set", veth, "netns", sw)
+	ipCmd(t, "-n", sw, "link", "set", veth, "master", "br0", "up")
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
+	ipCmd(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+
+	root := t.TempDir()
+	h := &labHost{name: name, ns: ns, addr: netip.MustParseAddr(addr), root: root}
+	h.supCfg = service.SupervisorConfig{
+		RunDir: filepath.Join(root, "run", "harmony"), LogDir: filepath.Join(root, "var", "log", "harmony"),
+		Logger: slog.New(slog.DiscardHandler),
+		Wrap: func(argv []string) []string {
+			return append([]string{"/usr/bin/ip", "netns", "exec", ns}, argv...)
+		},
+		StopGrace: 10 * time.Second, RestartBase: 200 * time.Millisecond, RestartMax: 2 * time.Second,
+	}
+	sup, err := service.NewSupervisor(h.supCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sup = sup
+	// Registered after the namespace, so it runs before the namespace
+	// goes; it stops whatever supervisor the host has by then.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := h.sup.StopAll(ctx); err != nil {
+			t.Errorf("%s: stop units: %v", name, err)
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(root, "var", "log", "harmony", "etcd.log"))
+			t.Logf("%s etcd log (tail):\n%s", name, tail(string(log), 25))
+		}
+	})
+	h.host = &reconcile.Host{Root: root, Services: sup, Log: slog.New(slog.DiscardHandler),
+		Facts: reconcile.Facts{Interface: "eth0", Addresses: []netip.Addr{h.addr}}}
+	h.newComponent(t)
+	return h
+}
+
+// newComponent gives the host a fresh component, as an agent restart does.
+func (h *labHost) newComponent(t *testing.T) {
+	t.Helper()
+	h.comp = New(Config{DialContext: dialInNetns(h.ns), PromoteWait: 45 * time.Second})
+	h.reg = prometheus.NewRegistry()
+	if err := h.reg.Register(h.comp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restartAgent replaces the host's supervisor and component, as a new
+// agent process would: the running etcd is adopted, not restarted.
+func (h *labHost) restartAgent(t *testing.T) {
+	t.Helper()
+	if err := h.sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sup, err := service.NewSupervisor(h.supCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sup = sup
+	h.host.Services = sup
+	h.newComponent(t)
+}
+
+// dialInNetns dials from inside the named network namespace: the test
+// process stays in the root namespace, and the socket is made with the
+// thread switched into ns (a socket belongs to the namespace it was made
+// in). The thread is switched back before it is unlocked; if that fails,
+// it stays locked, and Go ends it with the goroutine.
+func dialInNetns(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		target, err := netns.GetFromName(ns)
+		if err != nil {
+			return nil, fmt.Errorf("open netns %s: %w", ns, err)
+		}
+		defer target.Close()
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			return nil, fmt.Errorf("current netns: %w", err)
+		}
+		defer orig.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			return nil, fmt.Errorf("enter netns %s: %w", ns, err)
+		}
+		conn, dialErr := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err := netns.Set(orig); err != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			return nil, fmt.Errorf("leave netns %s: %w", ns, err)
+		}
+		runtime.UnlockOSThread()
+		return conn, dialErr
+	}
+}
+
+// client is a gateway client as the agent on h has it (its client
+// certificate, dialing inside h's namespace).
+func (h *labHost) client(t *testing.T, ca *pki.CA) *Client {
+	t.Helper()
+	tlsConfig, err := clientTLS(h.host, settings{ca: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(tlsConfig, dialInNetns(h.ns), 10*time.Second)
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func (h *labHost) endpoint() string { return clientURL(h.addr, 2379) }
+
+func (h *labHost) state(t *testing.T) service.State {
+	t.Helper()
+	st, err := h.sup.State(context.Background(), UnitName)
+	if err != nil {
+		t.Fatalf("%s: state of etcd: %v", h.name, err)
+	}
+	return st
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
