@@ -397,3 +397,94 @@ func labelMap(pairs []*dto.LabelPair) map[string]string {
 	}
 	return out
 }
+
+// A master that was in the initial cluster but never started (its agent
+// came late) finds the cluster the other two founded: it removes the
+// member that stood for it and joins as a learner, and is promoted.
+func TestLateInitialMemberJoinsAsLearner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three etcd members")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root")
+	}
+	ctx := context.Background()
+	id := labID(t)
+	sw := labSwitch(t, id)
+	masters := map[string]string{}
+	var hosts []*labHost
+	for i, name := range []string{"m1", "m2", "m3"} {
+		addr := fmt.Sprintf("198.18.30.%d", 21+i)
+		masters[name] = addr
+		hosts = append(hosts, newLabHost(t, id, sw, name, addr))
+	}
+	m1, m3 := hosts[0], hosts[2]
+	caPair := newCA(t, "etcd-ca")
+	ca, err := pki.LoadCA(caPair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]*v1.Role{}
+	for _, h := range hosts {
+		roles[h.name] = testRole(t, h.name, masters, caPair)
+	}
+
+	// m1 and m2 found the cluster: alone, neither has a quorum, so neither
+	// answers the other, and both found it.
+	var wg sync.WaitGroup
+	for _, h := range hosts[:2] {
+		wg.Go(func() {
+			st := h.comp.Reconcile(ctx, h.host, roles[h.name])
+			if st.Phase != reconcile.PhaseConverged || slices.ContainsFunc(st.Actions, func(a string) bool { return strings.HasPrefix(a, "added learner") }) {
+				t.Errorf("%s founding pass: %+v", h.name, st)
+			}
+		})
+	}
+	wg.Wait()
+	cl := m1.client(t, ca)
+	var stale Member
+	eventually(t, 90*time.Second, "m1 and m2 serving, m3 never started", func() error {
+		members, err := cl.MemberList(ctx, m1.endpoint())
+		if err != nil {
+			return err
+		}
+		serving := 0
+		for _, m := range members {
+			switch {
+			case m.Name == "m3" && len(m.ClientURLs) == 0:
+				stale = m
+			case len(m.ClientURLs) > 0:
+				serving++
+			}
+		}
+		if serving != 2 || stale.ID == 0 {
+			return fmt.Errorf("members %+v", members)
+		}
+		return nil
+	})
+
+	st := m3.comp.Reconcile(ctx, m3.host, roles["m3"])
+	t.Logf("m3: %v (%s)", st.Actions, st.Message)
+	status, err := m3.client(t, ca).Status(ctx, m3.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"removed stale member " + hexID(stale.ID), "added learner " + hexID(status.MemberID),
+		"wrote " + BootstrapFile, "started etcd", "promoted member " + hexID(status.MemberID)}
+	if st.Phase != reconcile.PhaseConverged || !st.Healthy || len(st.Actions) < len(want) || !slices.Equal(st.Actions[len(st.Actions)-len(want):], want) {
+		t.Fatalf("m3 late pass: %+v, want actions ending in %q", st, want)
+	}
+	if flag := flagValue(m3.stateCommand(t), "--initial-cluster-state"); flag != StateExisting {
+		t.Errorf("m3 started with --initial-cluster-state=%s", flag)
+	}
+	members, err := cl.MemberList(ctx, m1.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := votingMembers(members, "m1", "m2", "m3"); err != nil {
+		t.Fatal(err)
+	}
+	if st := m3.comp.Reconcile(ctx, m3.host, roles["m3"]); len(st.Actions) != 0 || !st.Healthy {
+		t.Errorf("m3 second pass: %+v", st)
+	}
+}

@@ -210,3 +210,13 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// stateCommand is the command line of h's running etcd, from /proc.
+func (h *labHost) stateCommand(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", h.state(t).PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+}

@@ -216,17 +216,19 @@ func (c *Component) observe(ctx context.Context, cl *Client, s settings, joined 
 	for {
 		o.status, o.statusErr = cl.Status(ctx, local)
 		learner := o.statusErr == nil && o.status.IsLearner
+		justPromoted := false
 		if learner {
 			o.promoteErr = c.promote(ctx, cl, s, o.status.MemberID)
 			if o.promoteErr == nil && !promoted {
-				promoted = true
+				promoted, justPromoted = true, true
 				actions = append(actions, fmt.Sprintf("promoted member %x", o.status.MemberID))
 			}
 		}
 		// Wait for a learner to be promoted, or for a member that has just
-		// joined to start; then read its status again.
+		// joined to start; then read its status again (once more, past the
+		// deadline, after a promotion).
 		waiting := learner || (o.statusErr != nil && joined)
-		if !waiting || !time.Now().Before(deadline) {
+		if !waiting || (!time.Now().Before(deadline) && !justPromoted) {
 			break
 		}
 		select {
