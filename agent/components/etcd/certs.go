@@ -15,7 +15,7 @@ import (
 // etcd.
 const ClientCommonName = "harmony-agent"
 
-// certs makes the member's certificates from the etcd CA: the server
+// ensureCerts makes the member's certificates from the etcd CA: the server
 // certificate clients see, the peer certificate members see, and the
 // client certificate the agent itself presents. caChanged says the trusted
 // CA file changed, which etcd reads only at start.
