@@ -239,7 +239,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.stack.run(ctx)
+			a.stack.run(ctx, a.log)
 		}()
 	}
 

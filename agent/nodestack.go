@@ -7,8 +7,12 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/harmonykaas/harmony/agent/components/cni"
+	"github.com/harmonykaas/harmony/agent/components/etcd"
 	"github.com/harmonykaas/harmony/agent/components/haproxy"
 	"github.com/harmonykaas/harmony/agent/components/keepalived"
+	"github.com/harmonykaas/harmony/agent/components/kubeadm"
+	"github.com/harmonykaas/harmony/agent/components/network"
 	"github.com/harmonykaas/harmony/agent/netinfo"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
@@ -52,28 +56,29 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	}
 	a.log.Info("node stack enabled", "root", root, "service_manager", services.Kind())
 
-	facts := reconcile.Facts{}
-	if iface, addrs, err := netinfo.Primary(); err == nil {
-		facts = reconcile.Facts{Interface: iface, Addresses: addrs}
-	} else {
-		a.log.Warn("no primary interface; components that need one will fail", "err", err)
+	facts := func(ctx context.Context) (reconcile.Facts, error) {
+		link, err := netinfo.PrimaryLink(ctx)
+		if err != nil {
+			return reconcile.Facts{}, err
+		}
+		return reconcile.Facts{Interface: link.Name, Addresses: link.Addresses}, nil
+	}
+	initial, err := facts(context.Background())
+	if err != nil {
+		a.log.Warn("no primary interface yet; components that need one fail until it appears", "err", err)
 	}
 	components := a.cfg.Components
 	if components == nil {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("find the agent's own binary for keepalived's track script: %w", err)
-		}
-		components = []reconcile.Component{
-			haproxy.New(haproxy.Config{}),
-			keepalived.New(keepalived.Config{TrackScript: []string{self, "check", "apiserver",
-				"--haproxy-url=http://127.0.0.1:8404/metrics", "--readyz-url=https://127.0.0.1:6443/readyz"}}),
+		if components, err = a.defaultComponents(root); err != nil {
+			return nil, err
 		}
 	}
 	ns := &nodeStack{roles: make(chan v1.Role, 1), closeServices: closeServices}
 	runner, err := reconcile.NewRunner(reconcile.RunnerConfig{
-		Host:       &reconcile.Host{Root: root, Services: services, Facts: facts, Log: a.log},
+		Host:       &reconcile.Host{Root: root, Services: services, Facts: initial, Log: a.log},
 		Components: components,
+		Interval:   a.cfg.ReconcileInterval,
+		Facts:      facts,
 		Registerer: a.metrics.Registry,
 		OnStatus: func(_ *v1.Role, statuses []reconcile.Status) {
 			ns.mu.Lock()
@@ -87,6 +92,40 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	}
 	ns.runner = runner
 	return ns, nil
+}
+
+// defaultComponents is the node stack, in the order a pass runs it: the
+// network first (sysctls HAProxy needs), then the VIP, etcd before
+// kubeadm (the apiserver's external etcd), and the pod network last.
+func (a *Agent) defaultComponents(root string) ([]reconcile.Component, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find the agent's own binary for keepalived's track script: %w", err)
+	}
+	// The track script checks the local apiserver against the cluster CA
+	// kubeadm keeps, for the name on its serving certificate.
+	track := []string{self, "check", "apiserver",
+		"--haproxy-url=http://127.0.0.1:8404/metrics", "--readyz-url=https://127.0.0.1:6443/readyz",
+		"--ca-file=" + filepath.Join(root, "etc", "kubernetes", "pki", "ca.crt"), "--server-name=kubernetes"}
+	if a.cfg.StandInForKubelet {
+		a.log.Info("no kubelet on this host: the agent runs the kube-apiserver static pod as a process, standing in for the kubelet")
+	}
+	return []reconcile.Component{
+		network.New(network.Config{}),
+		haproxy.New(haproxy.Config{}),
+		keepalived.New(keepalived.Config{TrackScript: track}),
+		etcd.New(etcd.Config{}),
+		kubeadm.New(kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
+			StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet}),
+		cni.New(cni.Config{}),
+	}, nil
+}
+
+// watchLinks kicks a pass whenever a link or an address changes.
+func (ns *nodeStack) watchLinks(ctx context.Context, log interface{ Warn(string, ...any) }) {
+	if err := netinfo.Watch(ctx, ns.runner.Kick); err != nil {
+		log.Warn("link changes are not watched; the periodic pass still catches them", "err", err)
+	}
 }
 
 // offer hands the runner the newest role, replacing one not yet taken.
@@ -106,7 +145,8 @@ func (ns *nodeStack) offer(role v1.Role) {
 
 // run reconciles until ctx is done, then stops supervising; the daemons
 // keep running, and the next agent adopts them.
-func (ns *nodeStack) run(ctx context.Context) {
+func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
+	go ns.watchLinks(ctx, log)
 	ns.runner.Run(ctx, ns.roles)
 	if ns.closeServices != nil {
 		ns.closeServices()

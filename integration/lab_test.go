@@ -294,37 +294,25 @@ type daemonProc struct {
 	start uint64
 }
 
-// daemon finds the process of a host whose binary is named binary.
-func (l *labUnderTest) daemon(t *testing.T, h lab.HostSummary, binary string) (daemonProc, bool) {
+// daemon finds the process the host's service supervisor runs as unit,
+// from the supervisor's pid file, with its start time.
+func (l *labUnderTest) daemon(t *testing.T, h lab.HostSummary, unit string) (daemonProc, bool) {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "pids", h.Netns).Output()
+	data, err := os.ReadFile(filepath.Join(h.Root, "run", "harmony", "services", unit+".pid"))
 	if err != nil {
-		t.Fatalf("ip netns pids %s: %v", h.Netns, err)
+		return daemonProc{}, false
 	}
-	for _, f := range strings.Fields(string(out)) {
-		pid, _ := strconv.Atoi(f)
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		argv := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(argv[0]) != binary {
-			continue
-		}
-		// HAProxy's master has workers of the same name: the oldest
-		// process is the one the supervisor runs.
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-			ppid, _ := strconv.Atoi(fields[1])
-			if parent, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid)); err == nil &&
-				filepath.Base(strings.Split(string(parent), "\x00")[0]) == binary {
-				continue
-			}
-			start, _ := strconv.ParseUint(fields[19], 10, 64)
-			return daemonProc{pid: pid, start: start}, true
-		}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return daemonProc{}, false
 	}
-	return daemonProc{}, false
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return daemonProc{}, false
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	start, _ := strconv.ParseUint(fields[19], 10, 64)
+	return daemonProc{pid: pid, start: start}, true
 }
 
 // daemons records every daemon of every master.
@@ -361,9 +349,9 @@ func (l *labUnderTest) setRoles(t *testing.T, rs []v1.Role) {
 	}
 }
 
-// waitComponents waits until every node reports the role revision it has
-// and component comp in phase.
-func (l *labUnderTest) waitComponent(t *testing.T, node, comp, phase string, timeout time.Duration) {
+// waitComponent waits until node reports, after since and for the role
+// revision it has, component comp in phase (and healthy, unless Failed).
+func (l *labUnderTest) waitComponent(t *testing.T, node, comp, phase string, since time.Time, timeout time.Duration) {
 	t.Helper()
 	var last string
 	testutil.Eventually(t, timeout, node+" "+comp+" "+phase, func() bool {
@@ -371,14 +359,14 @@ func (l *labUnderTest) waitComponent(t *testing.T, node, comp, phase string, tim
 		if err := l.ctl.Do(context.Background(), "GET", client.NodePath(node, ""), nil, &n); err != nil || n.Status == nil {
 			return false
 		}
-		if n.Status.ObservedRevision != n.RoleRevision {
-			last = fmt.Sprintf("status of revision %d, role at %d", n.Status.ObservedRevision, n.RoleRevision)
+		if n.Status.ObservedRevision != n.RoleRevision || n.Status.ReportedAt.Before(since) {
+			last = fmt.Sprintf("status of revision %d at %s, role at %d", n.Status.ObservedRevision, n.Status.ReportedAt, n.RoleRevision)
 			return false
 		}
 		for _, c := range n.Status.Components {
 			if c.Name == comp {
 				last = fmt.Sprintf("%s healthy=%v: %s", c.Phase, c.Healthy, c.Message)
-				return c.Phase == phase
+				return c.Phase == phase && (c.Healthy || phase == "Failed")
 			}
 		}
 		return false
@@ -399,13 +387,14 @@ func (l *labUnderTest) checkRoleChange(t *testing.T) {
 	for i := range rs {
 		rs[i].Cluster.LoadBalancer.ClientTimeout = "5h"
 	}
+	changed := time.Now()
 	l.setRoles(t, rs)
 	testutil.Eventually(t, 60*time.Second, "m1's HAProxy config with the new timeout", func() bool {
 		data, _ := os.ReadFile(cfgPath)
 		return !bytes.Equal(data, oldCfg) && strings.Contains(string(data), "timeout client "+haproxyDuration)
 	}, func() { data, _ := os.ReadFile(cfgPath); t.Log(string(data)) })
 	for _, h := range l.sum.Hosts {
-		l.waitComponent(t, h.Name, "haproxy", map[string]string{"master": "Converged", "worker": "Disabled"}[h.Role], 60*time.Second)
+		l.waitComponent(t, h.Name, "haproxy", map[string]string{"master": "Converged", "worker": "Disabled"}[h.Role], changed, 60*time.Second)
 	}
 	after := l.daemons(t)
 	// HAProxy reloads in place (its master process stays); nothing else
@@ -436,7 +425,7 @@ func (l *labUnderTest) checkBrokenRole(t *testing.T) {
 	broken := good
 	broken.Cluster.KubernetesVersion = "v1.20.0"
 	l.setRoles(t, []v1.Role{broken})
-	l.waitComponent(t, "m2", "kubeadm", "Failed", 90*time.Second)
+	l.waitComponent(t, "m2", "kubeadm", "Failed", time.Time{}, 90*time.Second)
 	if got := readDir(t, cfgDir); !maps2Equal(got, snapshot) {
 		t.Error("a refused kubeadm config replaced the old one")
 	}
@@ -444,7 +433,7 @@ func (l *labUnderTest) checkBrokenRole(t *testing.T) {
 		t.Errorf("kube-apiserver restarted for a refused role: %+v -> %+v", apiserver, p)
 	}
 	l.setRoles(t, []v1.Role{good})
-	l.waitComponent(t, "m2", "kubeadm", "Converged", 90*time.Second)
+	l.waitComponent(t, "m2", "kubeadm", "Converged", time.Time{}, 90*time.Second)
 }
 
 func readDir(t *testing.T, dir string) map[string]string {
@@ -547,10 +536,11 @@ func (l *labUnderTest) checkEtcdRejoin(t *testing.T) {
 		return l.etcdCall(endpointOf(m1), "/v3/kv/put", put, nil) == nil
 	}, func() { t.Log(fmt.Sprint(l.etcdCall(endpointOf(m1), "/v3/kv/put", put, nil))) })
 
+	restarted := time.Now()
 	if err := lab.StartHost(context.Background(), l.stateDir, "m3"); err != nil {
 		t.Fatal(err)
 	}
-	l.waitComponent(t, "m3", "etcd", "Converged", 2*time.Minute)
+	l.waitComponent(t, "m3", "etcd", "Converged", restarted, 2*time.Minute)
 	var now []etcdMember
 	testutil.Eventually(t, 60*time.Second, "m3 back with its member ID", func() bool {
 		now, err = l.members(endpointOf(m3))
@@ -571,6 +561,7 @@ func (l *labUnderTest) checkEtcdLearner(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(m2.Root, "var", "lib", "etcd")); err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
 	if err := lab.StartHost(context.Background(), l.stateDir, "m2"); err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +579,7 @@ func (l *labUnderTest) checkEtcdLearner(t *testing.T) {
 		}
 		return id != "" && id != oldID
 	}, func() { t.Log(fmt.Sprintf("members %+v, %v; old m2 = %s", now, err, oldID)) })
-	l.waitComponent(t, "m2", "etcd", "Converged", 2*time.Minute)
+	l.waitComponent(t, "m2", "etcd", "Converged", restarted, 2*time.Minute)
 }
 
 func (l *labUnderTest) checkFailover(t *testing.T) {
@@ -599,7 +590,9 @@ func (l *labUnderTest) checkFailover(t *testing.T) {
 	holder := holders[0]
 	ready := func() bool {
 		c := mtlsClient(t, filepath.Join(filepath.Dir(l.sum.Kubeconfig), "kubernetes", "ca.crt"), "", "")
-		c.Timeout = time.Second
+		// Short: an attempt that hangs on the dead holder must not hide
+		// the moment the VIP answers again.
+		c.Timeout = 500 * time.Millisecond
 		resp, err := c.Get(l.sum.APIServer + "/readyz")
 		if err != nil {
 			return false
@@ -621,10 +614,14 @@ func (l *labUnderTest) checkFailover(t *testing.T) {
 		t.Fatalf("holders after stopping %s: %v", holder, newHolders)
 	}
 	t.Logf("VIP moved %s -> %s; /readyz through the VIP answered again %s after the host stopped", holder, newHolders[0], gap.Round(10*time.Millisecond))
+	restarted := time.Now()
 	if err := lab.StartHost(context.Background(), l.stateDir, holder); err != nil {
 		t.Fatal(err)
 	}
-	l.waitComponent(t, holder, "keepalived", "Converged", 2*time.Minute)
+	l.waitComponent(t, holder, "keepalived", "Converged", restarted, 2*time.Minute)
+	// Back, it does not take the VIP twice: exactly one holder again.
+	testutil.Eventually(t, 30*time.Second, "exactly one VIP holder after the old holder is back",
+		func() bool { return len(l.holders(t)) == 1 }, func() { t.Log("holders: ", l.holders(t)) })
 }
 
 func dumpLabLogs(t *testing.T, stateDir string) {

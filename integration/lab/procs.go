@@ -62,11 +62,22 @@ func (p procRecord) alive() bool {
 }
 
 // killAll stops processes: SIGTERM to each process group, then SIGKILL
-// to whatever is left after grace.
+// to whatever is left after grace; SIGKILL alone when grace is zero.
 func killAll(ctx context.Context, pids []int, grace time.Duration) {
 	if len(pids) == 0 {
 		return
 	}
+	if grace > 0 {
+		terminate(ctx, pids, grace)
+	}
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// terminate sends SIGTERM and waits up to grace for the processes to go.
+func terminate(ctx context.Context, pids []int, grace time.Duration) {
 	for _, pid := range pids {
 		syscall.Kill(-pid, syscall.SIGTERM)
 		syscall.Kill(pid, syscall.SIGTERM)
@@ -83,10 +94,6 @@ func killAll(ctx context.Context, pids []int, grace time.Duration) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	for _, pid := range pids {
-		syscall.Kill(-pid, syscall.SIGKILL)
-		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -35,6 +35,9 @@ type prometheusParams struct {
 // checks it with promtool and starts Debian's Prometheus on the lab's .1.
 func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Client) error {
 	dir := filepath.Join(cfg.StateDir, "prometheus")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
 	cred, err := ctl.IssueScraperCert(ctx, "lab-prometheus")
 	if err != nil {
 		return fmt.Errorf("lab: scraper certificate: %w", err)

@@ -192,7 +192,9 @@ func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Dura
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+	// Short attempts: one hanging on the dead holder must not hide the
+	// moment the VIP answers again.
+	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
 	ready := func() bool {
 		resp, err := c.Get(sum.APIServer + "/readyz")
 		if err != nil {
@@ -209,7 +211,7 @@ func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Dura
 		if time.Since(stopped) > time.Minute {
 			return 0, "", "", fmt.Errorf("/readyz through the VIP did not recover within a minute")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	return time.Since(stopped), holder, vipHolder(sum), nil
 }
