@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/integration/lab"
 	"github.com/harmonykaas/harmony/internal/testutil"
-	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // labSubnet keeps the test's lab apart from a user's (198.18.100.0/24).

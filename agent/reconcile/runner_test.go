@@ -125,7 +125,7 @@ func (c *factsComponent) Reconcile(_ context.Context, h *Host, _ *v1.Role) Statu
 }
 
 func (c *factsComponent) Describe(ch chan<- *prometheus.Desc) { c.gauge.Describe(ch) }
-func (c *factsComponent) Collect(ch chan<- prometheus.Metric)  { c.gauge.Collect(ch) }
+func (c *factsComponent) Collect(ch chan<- prometheus.Metric) { c.gauge.Collect(ch) }
 
 func (c *factsComponent) interfaces() []string {
 	c.mu.Lock()

@@ -64,7 +64,7 @@ func roles(cfg *Config, hosts []hostRecord, p *v1.ClusterPKI, kubernetesVersion 
 		DNSDomain:   dnsDomain,
 		CNI:         v1.CNISettings{Type: "contiv", Contiv: &v1.ContivSettings{Mode: "vxlan", VNI: 4096}},
 		LoadBalancer: v1.LoadBalancerSettings{
-			VRRPPassword: password,
+			VRRPPassword:  password,
 			CheckInterval: "1s",
 		},
 	}
