@@ -206,6 +206,9 @@ func Unit(p unitParams) service.Unit {
 			// agent, and /health there needs no client certificate.
 			"--listen-metrics-urls=http://" + netip.AddrPortFrom(loopback, uint16(p.MetricsPort)).String(),
 			"--snapshot-count=10000",
+			// Contiv 1.2 speaks only etcd's v2 API (through the CNI
+			// component's v2 proxy); Kubernetes uses v3.
+			"--enable-v2=true",
 			"--logger=zap",
 			"--log-outputs=stderr",
 		},

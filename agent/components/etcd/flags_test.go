@@ -39,6 +39,7 @@ func TestUnitFlags(t *testing.T) {
 		"--peer-trusted-ca-file=/root/etc/harmony/etcd/pki/ca.crt",
 		"--listen-metrics-urls=http://127.0.0.1:2381",
 		"--snapshot-count=10000",
+		"--enable-v2=true",
 		"--logger=zap",
 		"--log-outputs=stderr",
 	}
