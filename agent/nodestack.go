@@ -23,6 +23,8 @@ import (
 // runner and keeps the components' latest statuses for the status report.
 type nodeStack struct {
 	runner *reconcile.Runner
+	// members are the components that know the local etcd member.
+	members []interface{ MemberID() string }
 	roles  chan v1.Role
 	// closeServices lets the units run on when the agent stops; nil for a
 	// manager the caller owns.
@@ -74,6 +76,11 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		}
 	}
 	ns := &nodeStack{roles: make(chan v1.Role, 1), closeServices: closeServices}
+	for _, c := range components {
+		if m, ok := c.(interface{ MemberID() string }); ok {
+			ns.members = append(ns.members, m)
+		}
+	}
 	runner, err := reconcile.NewRunner(reconcile.RunnerConfig{
 		Host:       &reconcile.Host{Root: root, Services: services, Facts: initial, Log: a.log},
 		Components: components,
@@ -161,6 +168,11 @@ func (ns *nodeStack) report(st *v1.Status) {
 		return
 	}
 	st.Phase = v1.PhaseReady
+	for _, m := range ns.members {
+		if id := m.MemberID(); id != "" {
+			st.EtcdMemberID = id
+		}
+	}
 	for _, s := range ns.statuses {
 		st.Components = append(st.Components, v1.ComponentStatus{
 			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: truncate(s.Message, 1024),

@@ -546,6 +546,28 @@ func (l *labUnderTest) checkEtcdRejoin(t *testing.T) {
 		now, err = l.members(endpointOf(m3))
 		return err == nil && len(now) == 3 && memberID(now, "m3") == id
 	}, func() { t.Log(fmt.Sprintf("members %+v, %v; want m3 = %s", now, err, id)) })
+	// The agent reports the same member ID to the controller.
+	if got := l.statusMemberID(t, "m3"); got != hexID(t, id) {
+		t.Errorf("m3's status names etcd member %q, want %s", got, hexID(t, id))
+	}
+}
+
+// statusMemberID is the etcd member ID a node last reported.
+func (l *labUnderTest) statusMemberID(t *testing.T, node string) string {
+	var n v1.Node
+	if err := l.ctl.Do(context.Background(), "GET", client.NodePath(node, ""), nil, &n); err != nil || n.Status == nil {
+		t.Fatalf("node %s: %v", node, err)
+	}
+	return n.Status.EtcdMemberID
+}
+
+// hexID turns the gateway's decimal member ID into etcdctl's hex form.
+func hexID(t *testing.T, decimal string) string {
+	id, err := strconv.ParseUint(decimal, 10, 64)
+	if err != nil {
+		t.Fatalf("member ID %q: %v", decimal, err)
+	}
+	return strconv.FormatUint(id, 16)
 }
 
 func (l *labUnderTest) checkEtcdLearner(t *testing.T) {
@@ -580,6 +602,9 @@ func (l *labUnderTest) checkEtcdLearner(t *testing.T) {
 		return id != "" && id != oldID
 	}, func() { t.Log(fmt.Sprintf("members %+v, %v; old m2 = %s", now, err, oldID)) })
 	l.waitComponent(t, "m2", "etcd", "Converged", restarted, 2*time.Minute)
+	if got, want := l.statusMemberID(t, "m2"), hexID(t, memberID(now, "m2")); got != want {
+		t.Errorf("m2's status names etcd member %q, want %s", got, want)
+	}
 }
 
 func (l *labUnderTest) checkFailover(t *testing.T) {

@@ -84,3 +84,16 @@ func boolValue(b bool) float64 {
 	}
 	return 0
 }
+
+// MemberID is the local member's ID as etcdctl prints it (hex), or "" when
+// this node runs no member or it has not answered: the agent reports it
+// in its status.
+func (c *Component) MemberID() string {
+	m := c.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.enabled || !m.known || m.id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%x", m.id)
+}
