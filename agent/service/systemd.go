@@ -199,7 +199,7 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 		}
 	}
 	if p.UnitFileState != "enabled" {
-		if _, err := c.call(ctx, managerPath, managerIface, "EnableUnitFiles", "asbb", []string{name}, false, true); err != nil {
+		if _, err := c.call(ctx, managerPath, managerIface, "EnableUnitFiles", "asbb", "ba(sss)", []string{name}, false, true); err != nil {
 			return false, fmt.Errorf("ensure %s: enable: %w", u.Name, err)
 		}
 		s.log.Info("enabled unit", "unit", name)
@@ -214,7 +214,7 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 		// now, and reads its files afresh either way.
 		method = "StartUnit"
 		if p.ActiveState == "failed" {
-			if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", name); err != nil {
+			if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", "", name); err != nil {
 				return false, fmt.Errorf("ensure %s: reset failed state: %w", u.Name, err)
 			}
 		}
@@ -288,7 +288,7 @@ func (s *Systemd) Stop(ctx context.Context, name string) error {
 			return fmt.Errorf("stop %s: %w", name, err)
 		}
 	}
-	if _, err := c.call(ctx, managerPath, managerIface, "DisableUnitFiles", "asb", []string{unit}, false); err != nil && !isNoSuchUnit(err) {
+	if _, err := c.call(ctx, managerPath, managerIface, "DisableUnitFiles", "asb", "a(sss)", []string{unit}, false); err != nil && !isNoSuchUnit(err) {
 		return fmt.Errorf("stop %s: disable: %w", name, err)
 	}
 	for _, f := range []string{s.unitPath(name), s.envPath(name)} {
@@ -300,7 +300,7 @@ func (s *Systemd) Stop(ctx context.Context, name string) error {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
 	// A unit that failed stays listed until its failure is reset.
-	if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", unit); err != nil && !isNoSuchUnit(err) {
+	if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", "", unit); err != nil && !isNoSuchUnit(err) {
 		s.log.Debug("reset failed state", "unit", unit, "err", err)
 	}
 	s.log.Info("unit stopped and removed", "unit", unit)
@@ -582,7 +582,7 @@ func (s *Systemd) version(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out, err := c.call(ctx, managerPath, propsIface, "Get", "ss", managerIface, "Version")
+	out, err := c.call(ctx, managerPath, propsIface, "Get", "ss", "v", managerIface, "Version")
 	if err != nil {
 		return "", fmt.Errorf("ask systemd its version: %w", err)
 	}
@@ -592,7 +592,7 @@ func (s *Systemd) version(ctx context.Context) (string, error) {
 
 func (s *Systemd) daemonReload(ctx context.Context, c *busConn) error {
 	// systemd answers once the reload is done.
-	if _, err := c.call(ctx, managerPath, managerIface, "Reload", ""); err != nil {
+	if _, err := c.call(ctx, managerPath, managerIface, "Reload", "", ""); err != nil {
 		return fmt.Errorf("daemon-reload: %w", err)
 	}
 	return nil
@@ -614,7 +614,7 @@ func (s *Systemd) load(ctx context.Context, unit string) (*busConn, objectPath, 
 	if err != nil {
 		return nil, "", unitProps{}, err
 	}
-	out, err := c.call(ctx, managerPath, managerIface, "LoadUnit", "s", unit)
+	out, err := c.call(ctx, managerPath, managerIface, "LoadUnit", "s", "o", unit)
 	if err != nil {
 		return nil, "", unitProps{}, fmt.Errorf("load %s: %w", unit, err)
 	}
@@ -626,7 +626,7 @@ func (s *Systemd) load(ctx context.Context, unit string) (*busConn, objectPath, 
 func (s *Systemd) properties(ctx context.Context, c *busConn, path objectPath) (unitProps, error) {
 	var p unitProps
 	for _, iface := range []string{unitIface, serviceIface} {
-		out, err := c.call(ctx, path, propsIface, "GetAll", "s", iface)
+		out, err := c.call(ctx, path, propsIface, "GetAll", "s", "a{sv}", iface)
 		if err != nil {
 			return p, fmt.Errorf("properties of %s: %w", path, err)
 		}
@@ -675,7 +675,7 @@ func (s *Systemd) properties(ctx context.Context, c *busConn, path objectPath) (
 func (s *Systemd) job(ctx context.Context, c *busConn, method, unit string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.JobTimeout)
 	defer cancel()
-	out, err := c.call(ctx, managerPath, managerIface, method, "ss", unit, "replace")
+	out, err := c.call(ctx, managerPath, managerIface, method, "ss", "o", unit, "replace")
 	if err != nil {
 		if isNoSuchUnit(err) {
 			return fmt.Errorf("%s %s: %w", method, unit, ErrUnknownUnit)
@@ -684,7 +684,7 @@ func (s *Systemd) job(ctx context.Context, c *busConn, method, unit string) erro
 	}
 	job, _ := out[0].(objectPath)
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
-		_, err := c.call(ctx, job, propsIface, "Get", "ss", jobIface, "State")
+		_, err := c.call(ctx, job, propsIface, "Get", "ss", "v", jobIface, "State")
 		var be *busError
 		if errors.As(err, &be) && (be.Name == "org.freedesktop.DBus.Error.UnknownObject" || be.Name == "org.freedesktop.systemd1.NoSuchJob") {
 			break

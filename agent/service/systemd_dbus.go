@@ -194,8 +194,9 @@ func (c *busConn) read() {
 }
 
 // call invokes a method on systemd and waits for its reply. sig is the
-// signature of args.
-func (c *busConn) call(ctx context.Context, path objectPath, iface, member, sig string, args ...any) ([]any, error) {
+// signature of args; a reply whose signature is not want is an error, so
+// that callers may take its values' Go types for granted.
+func (c *busConn) call(ctx context.Context, path objectPath, iface, member, sig, want string, args ...any) ([]any, error) {
 	ch := make(chan *message, 1)
 	c.mu.Lock()
 	if c.pending == nil {
@@ -237,6 +238,9 @@ func (c *busConn) call(ctx context.Context, path objectPath, iface, member, sig 
 				e.Message, _ = m.body[0].(string)
 			}
 			return nil, e
+		}
+		if m.sig != want {
+			return nil, fmt.Errorf("%s.%s: reply of type %q, want %q", iface, member, m.sig, want)
 		}
 		return m.body, nil
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,6 +25,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/harmonykaas/harmony/agent/netinfo"
+	"github.com/harmonykaas/harmony/agent/sdnotify"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -45,13 +48,20 @@ type testSystemd struct {
 	base   string // a directory at the same path in both views
 	cgroup string // host path of its cgroup
 	socket string // its private D-Bus socket, from the host
+	log    *testutil.LogBuffer
 }
 
 var stubTargets = []string{"harmony-test.target", "multi-user.target", "sysinit.target", "basic.target",
 	"shutdown.target", "network-online.target", "network.target", "local-fs.target", "sockets.target"}
 
 // bootSystemd boots a systemd for one test and tears it down after.
-func bootSystemd(t *testing.T) *testSystemd {
+func bootSystemd(t *testing.T) *testSystemd { return bootSystemdWith(t, false) }
+
+// bootSystemdWith boots a systemd; with overlay, its /etc and /var are
+// copy-on-write views of the host's, so that units may write there
+// without touching the host (files the test writes into sd.base after
+// boot are then not seen by systemd).
+func bootSystemdWith(t *testing.T, overlay bool) *testSystemd {
 	t.Helper()
 	skip := func(format string, args ...any) {
 		t.Helper()
@@ -78,25 +88,49 @@ func bootSystemd(t *testing.T) *testSystemd {
 	// /tmp. /var/lib is the same in every view.
 	base, err := os.MkdirTemp("/var/lib", "harmony-systemd-test-")
 	if err != nil {
+		os.Remove(cgroup)
 		t.Fatal(err)
 	}
+	sd := &testSystemd{base: base, cgroup: cgroup}
+	// Runs last: after systemd and its units are gone.
+	t.Cleanup(func() {
+		sd.removeCgroups(t)
+		os.RemoveAll(base)
+	})
 	stubs := filepath.Join(base, "stubs")
 	mustMkdir(t, stubs, filepath.Join(base, "bin"), filepath.Join(base, "out"))
 	for _, target := range stubTargets {
 		writeFile(t, filepath.Join(stubs, target), "[Unit]\nDescription=test stand-in for "+target+"\n", 0o644)
 	}
-	console := filepath.Join(base, "console.log")
-	writeFile(t, console, "", 0o644)
+	// systemd logs only to a terminal: a pseudo-terminal stands in for
+	// its console, and the test keeps what it writes.
+	stderr := &testutil.LogBuffer{}
+	console, closeConsole, err := pseudoTerminal(stderr)
+	if err != nil {
+		skip("no pseudo-terminal for its console: %v", err)
+	}
+	t.Cleanup(closeConsole)
 
 	// Every mount is private to the new mount namespace. /dev/console is
-	// replaced by a file, so that systemd's log is kept and the host's
-	// console is left alone.
+	// the pseudo-terminal, so that the host's console is left alone.
+	// /proc/sys is read-only but for the network's, which is its own
+	// (systemd raises fs.file-max and the like at boot).
 	script := `set -e
 mount --make-rprivate /
 mount --bind "$HARMONY_CONSOLE" /dev/console
 mount -t tmpfs -o mode=0755 tmpfs /run
+if [ -n "$HARMONY_OVERLAY" ]; then
+	for d in etc var; do
+		mkdir -p /run/harmony-overlay/$d/upper /run/harmony-overlay/$d/work
+		mount -t overlay overlay -o lowerdir=/$d,upperdir=/run/harmony-overlay/$d/upper,workdir=/run/harmony-overlay/$d/work /$d
+	done
+fi
 mount -t tmpfs -o mode=0755 tmpfs /etc/systemd/system
 mount -t proc proc /proc
+mount --bind /proc/sys /proc/sys
+mount -o remount,bind,ro /proc/sys
+mount --bind /proc/sys/net /proc/sys/net
+mount -o remount,bind,rw /proc/sys/net
 umount -R /sys/fs/cgroup 2>/dev/null || true
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 exec ` + systemdBinary + ` --system --unit=harmony-test.target --log-target=console --log-level=debug
@@ -114,22 +148,22 @@ exec ` + systemdBinary + ` --system --unit=harmony-test.target --log-target=cons
 		"SYSTEMD_UNIT_PATH=/etc/systemd/system:" + stubs,
 		"HARMONY_CONSOLE=" + console,
 	}
+	if overlay {
+		cmd.Env = append(cmd.Env, "HARMONY_OVERLAY=1")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
 		UseCgroupFD: true,
 		CgroupFD:    cgfd,
 		Pdeathsig:   syscall.SIGKILL,
 	}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	cmd.Stdout, cmd.Stderr = stderr, stderr
 	err = cmd.Start()
 	syscall.Close(cgfd)
 	if err != nil {
-		os.RemoveAll(base)
-		os.Remove(cgroup)
 		skip("start: %v", err)
 	}
-	sd := &testSystemd{pid: cmd.Process.Pid, base: base, cgroup: cgroup}
+	sd.pid, sd.log = cmd.Process.Pid, stderr
 	sd.root = fmt.Sprintf("/proc/%d/root", sd.pid)
 	sd.socket = filepath.Join(sd.root, "run/systemd/private")
 	exited := make(chan struct{})
@@ -144,8 +178,6 @@ exec ` + systemdBinary + ` --system --unit=harmony-test.target --log-target=cons
 		case <-time.After(30 * time.Second):
 			t.Errorf("systemd (pid %d) did not exit", sd.pid)
 		}
-		sd.removeCgroups(t)
-		os.RemoveAll(base)
 	})
 
 	// Wait for it to answer on its private socket and finish booting.
@@ -157,13 +189,11 @@ exec ` + systemdBinary + ` --system --unit=harmony-test.target --log-target=cons
 		}
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(console)
-			skip("systemd exited: %s\n%s\n%s", cmd.ProcessState, stderr.String(), log)
+			skip("systemd exited: %s\n%s", cmd.ProcessState, stderr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(console)
-			skip("no answer on %s within a minute (state %q, %v)\n%s\n%s", sd.socket, state, err, stderr.String(), log)
+			skip("no answer on %s within a minute (state %q, %v)\n%s", sd.socket, state, err, stderr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -185,7 +215,7 @@ func (sd *testSystemd) systemState() (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	out, err := c.call(ctx, managerPath, propsIface, "Get", "ss", managerIface, "SystemState")
+	out, err := c.call(ctx, managerPath, propsIface, "Get", "ss", "v", managerIface, "SystemState")
 	if err != nil {
 		return "", err
 	}
@@ -485,7 +515,7 @@ func (sd *testSystemd) killMain(t *testing.T, m *Systemd, name string, sig sysca
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.call(ctx30(t), managerPath, managerIface, "KillUnit", "ssi", UnitName(name), "main", int32(sig)); err != nil {
+	if _, err := c.call(ctx30(t), managerPath, managerIface, "KillUnit", "ssi", "", UnitName(name), "main", int32(sig)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -572,6 +602,50 @@ func TestSystemdStopRemovesTheUnit(t *testing.T) {
 	if !mustEnsure(t, m, u) || !mustState(t, m, "stopper").Running {
 		t.Fatal("the unit did not start again after stop")
 	}
+}
+
+// pseudoTerminal opens a pseudo-terminal whose output is copied to w,
+// and returns the path of its terminal end.
+func pseudoTerminal(w io.Writer) (string, func(), error) {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return "", nil, err
+	}
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return "", nil, err
+	}
+	path := fmt.Sprintf("/dev/pts/%d", n)
+	// Holding the terminal end open keeps reads of the master from
+	// failing (EIO) before systemd opens it, or between its writes.
+	slave, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return "", nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		io.Copy(w, master)
+		close(done)
+	}()
+	return path, func() {
+		slave.Close()
+		master.Close()
+		<-done
+	}, nil
+}
+
+// systemctl runs systemctl inside the test systemd's namespaces, for
+// failure reports.
+func (sd *testSystemd) systemctl(args ...string) string {
+	out, _ := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(sd.pid), "--pid", "--mount", "systemctl", "--no-pager"}, args...)...).CombinedOutput()
+	return string(out)
 }
 
 // alive says whether a PID of systemd's namespace is a live process.
@@ -676,4 +750,453 @@ func TestSystemdRefusesBadUnits(t *testing.T) {
 	if _, err := m.State(ctx30(t), "../etc"); err == nil {
 		t.Error("State accepted a path as a unit name")
 	}
+}
+
+func TestDetect(t *testing.T) {
+	supCfg := SupervisorConfig{RunDir: t.TempDir(), LogDir: t.TempDir()}
+	ctx := ctx30(t)
+
+	// Not booted with systemd: the supervisor.
+	m, closeFn, err := detect(ctx, filepath.Join(t.TempDir(), "run-systemd-system"), SystemdConfig{}, supCfg, nil)
+	if err != nil || m.Kind() != "supervisor" {
+		t.Fatalf("without systemd: %v, %v", m, err)
+	}
+	closeFn()
+
+	// Booted with systemd, but it does not answer: an error, not a
+	// supervisor that would run every daemon a second time.
+	booted := t.TempDir()
+	_, _, err = detect(ctx, booted, SystemdConfig{Socket: filepath.Join(t.TempDir(), "private")}, supCfg, nil)
+	if err == nil || !strings.Contains(err.Error(), "runs systemd") {
+		t.Fatalf("systemd booted but unreachable: %v", err)
+	}
+
+	// Booted with systemd, and it answers.
+	sd := bootSystemd(t)
+	m, closeFn, err = detect(ctx, filepath.Join(sd.root, "run/systemd/system"),
+		SystemdConfig{Socket: sd.socket, Dial: sd.dial}, supCfg, nil)
+	if err != nil || m.Kind() != "systemd" {
+		t.Fatalf("with systemd: %v, %v", m, err)
+	}
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentUnit is the shipped unit file of the agent.
+const agentUnit = "../../systemd/harmony-agent.service"
+
+const sandboxEnv = "HARMONY_TEST_AGENT_SANDBOX"
+
+// TestAgentUnitSandboxLetsTheAgentWork runs the shipped agent unit, with
+// all its hardening, under the test's systemd, with this test binary in
+// place of the agent: TestHelperAgentSandbox does what the agent does
+// (write its directories, set a sysctl, use netlink and systemd's D-Bus
+// socket, notify READY and STATUS) and reports. The unit's /etc and /var
+// are copy-on-write views, so the host is not changed.
+func TestAgentUnitSandboxLetsTheAgentWork(t *testing.T) {
+	sd := bootSystemdWith(t, true)
+	m := sd.manager(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The agent binary: a copy of this test binary in the test systemd's
+	// /run (the unit's /tmp is private, and /var is an overlay).
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustMkdir(t, filepath.Join(sd.root, "run/harmony-test"))
+	writeFile(t, filepath.Join(sd.root, "run/harmony-test/harmony-agent"), string(self), 0o755)
+
+	text, err := os.ReadFile(agentUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := replaceExecStart(t, string(text),
+		"ExecStart=/run/harmony-test/harmony-agent -test.run=^TestHelperAgentSandbox$ -test.count=1\n"+
+			"Environment="+sandboxEnv+"=/run/harmony-test/result\n")
+	writeFile(t, filepath.Join(sd.root, "etc/systemd/system/harmony-agent.service"), unit, 0o644)
+
+	c, err := m.bus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.daemonReload(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	// Type=notify: the start job ends when the helper sends READY=1.
+	if err := m.job(ctx, c, "StartUnit", "harmony-agent.service"); err != nil {
+		result, _ := os.ReadFile(filepath.Join(sd.root, "run/harmony-test/result"))
+		t.Fatalf("%v\nhelper's report:\n%s", err, result)
+	}
+	_, path, p, err := m.load(ctx, "harmony-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ActiveState != "active" || p.SubState != "running" {
+		result, _ := os.ReadFile(filepath.Join(sd.root, "run/harmony-test/result"))
+		t.Fatalf("agent unit %s/%s after READY (last exit: %s)\n%s\nhelper's report:\n%s\nsystemd's log:\n%s", p.ActiveState, p.SubState,
+			exitDescription(p.ExecMainCode, p.ExecMainStatus), sd.systemctl("status", "harmony-agent"), result, sd.log)
+	}
+	out, err := c.call(ctx, path, propsIface, "Get", "ss", "v", serviceIface, "StatusText")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, _ := os.ReadFile(filepath.Join(sd.root, "run/harmony-test/result"))
+	if status, _ := out[0].(variant).value.(string); status != "sandbox checks passed" {
+		t.Fatalf("status %q; helper's report:\n%s", status, result)
+	}
+	t.Logf("inside the agent's sandbox:\n%s", result)
+	if err := m.job(ctx, c, "StopUnit", "harmony-agent.service"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replaceExecStart swaps the unit's ExecStart (with its continuation
+// lines) for with.
+func replaceExecStart(t *testing.T, unit, with string) string {
+	t.Helper()
+	var b strings.Builder
+	lines := strings.SplitAfter(unit, "\n")
+	replaced := false
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "ExecStart=") {
+			b.WriteString(lines[i])
+			continue
+		}
+		for strings.HasSuffix(strings.TrimRight(lines[i], "\n"), `\`) {
+			i++
+		}
+		b.WriteString(with)
+		replaced = true
+	}
+	if !replaced {
+		t.Fatal("the agent unit has no ExecStart")
+	}
+	return b.String()
+}
+
+// TestHelperAgentSandbox is the stand-in agent, not a test.
+func TestHelperAgentSandbox(t *testing.T) {
+	resultPath := os.Getenv(sandboxEnv)
+	if resultPath == "" {
+		t.Skip("run by TestAgentUnitSandboxLetsTheAgentWork inside the agent's unit")
+	}
+	var report []string
+	failed := false
+	check := func(what string, err error) {
+		if err != nil {
+			failed = true
+			report = append(report, "FAIL "+what+": "+err.Error())
+		} else {
+			report = append(report, "ok   "+what)
+		}
+	}
+	n := sdnotify.FromEnvironment(nil)
+	check("systemd listens for notifications", func() error {
+		if !n.Enabled() || n.WatchdogInterval() != 2*time.Minute {
+			return fmt.Errorf("enabled %v, watchdog %v", n.Enabled(), n.WatchdogInterval())
+		}
+		return nil
+	}())
+	for _, dir := range []string{"/etc/harmony", "/etc/keepalived", "/etc/haproxy", "/etc/kubernetes", "/etc/cni/net.d",
+		"/etc/systemd/system", "/var/lib/harmony", "/var/lib/etcd", "/var/lib/kubelet", "/run"} {
+		check("write in "+dir, func() error {
+			f := filepath.Join(dir, ".harmony-sandbox-probe")
+			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+				return err
+			}
+			return os.Remove(f)
+		}())
+	}
+	for _, f := range []string{"/etc/harmony-sandbox-probe", "/usr/local/harmony-sandbox-probe", "/var/lib/harmony-sandbox-probe"} {
+		check("no write to "+f, func() error {
+			if err := os.WriteFile(f, nil, 0o600); err == nil {
+				os.Remove(f)
+				return errors.New("the write succeeded")
+			}
+			return nil
+		}())
+	}
+	check("set a network sysctl", func() error {
+		// The test's systemd has a network namespace of its own.
+		const p = "/proc/sys/net/ipv4/ip_forward"
+		if err := os.WriteFile(p, []byte("1\n"), 0); err != nil {
+			return err
+		}
+		if v, err := os.ReadFile(p); err != nil || string(v) != "1\n" {
+			return fmt.Errorf("reads %q (%v)", v, err)
+		}
+		return nil
+	}())
+	check("netlink", func() error {
+		_, err := netinfo.LinkState(context.Background(), "lo")
+		return err
+	}())
+	check("drive systemd over D-Bus", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m, err := NewSystemd(ctx, SystemdConfig{})
+		if err != nil {
+			return err
+		}
+		_, err = m.State(ctx, "sandbox-probe")
+		if !errors.Is(err, ErrUnknownUnit) {
+			return fmt.Errorf("state of an unknown unit: %v", err)
+		}
+		return m.Close()
+	}())
+	os.WriteFile(resultPath, []byte(strings.Join(report, "\n")+"\n"), 0o644)
+	status := "sandbox checks passed"
+	if failed {
+		status = "sandbox checks failed"
+	}
+	if err := n.Ready(status); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n.Watchdog(ctx, nil)
+}
+
+func TestQuoteArg(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain", `"plain"`},
+		{"", `""`},
+		{"two words", `"two words"`},
+		{`say "hi"`, `"say \"hi\""`},
+		{`back\slash`, `"back\\slash"`},
+		{"100%", `"100%%"`},
+		{"$HOME ${X}", `"$$HOME $${X}"`},
+		{";", `";"`},
+		{"a\nb\tc", `"a\nb\tc"`},
+		{"\x01\x7f", `"\x01\x7f"`},
+		{"ünï ✓", `"ünï ✓"`},
+	} {
+		got, err := quoteArg(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("quoteArg(%q) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"nul\x00", "\xff"} {
+		if _, err := quoteArg(bad); err == nil {
+			t.Errorf("quoteArg(%q) accepted", bad)
+		}
+	}
+}
+
+func TestRenderEnv(t *testing.T) {
+	got, err := renderEnv([]string{`A=x "y" \z $v` + "`c`", "B=", "C=two\nlines", "D=e=f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Written by harmony-agent. Local edits are replaced.\n" +
+		`A="x \"y\" \\z \$v` + "\\`c\\`" + `"` + "\n" +
+		`B=""` + "\n" +
+		"C=\"two\nlines\"\n" +
+		`D="e=f"` + "\n"
+	if string(got) != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	if got, err := renderEnv(nil); got != nil || err != nil {
+		t.Fatalf("no environment: %q, %v", got, err)
+	}
+	for _, bad := range []string{"1A=x", "A-B=x", "=x", "A=\xff"} {
+		if _, err := renderEnv([]string{bad}); err == nil {
+			t.Errorf("renderEnv accepted %q", bad)
+		}
+	}
+}
+
+func testSystemdConfig() SystemdConfig {
+	return SystemdConfig{EnvDir: DefaultEnvDir, RestartSec: 2 * time.Second, StopTimeout: 10 * time.Second}
+}
+
+func TestRenderUnit(t *testing.T) {
+	u := Unit{Name: "haproxy", Command: []string{"/usr/sbin/haproxy", "-W", "-db", "-f", "/etc/haproxy/haproxy.cfg"},
+		ReloadSignal: syscall.SIGUSR2}
+	text, err := renderUnit(u, testSystemdConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nExecStart=\"/usr/sbin/haproxy\" \"-W\" \"-db\" \"-f\" \"/etc/haproxy/haproxy.cfg\"\n",
+		"\nExecReload=/bin/kill -s USR2 $MAINPID\n",
+		"\nRestart=always\n", "\nRestartSec=2000ms\n", "\nTimeoutStopSec=10000ms\n",
+		"\nStartLimitIntervalSec=0\n", "\nNoNewPrivileges=yes\n", "\nProtectSystem=full\n",
+		"\nWantedBy=multi-user.target\n",
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("unit lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(string(text), "EnvironmentFile") {
+		t.Error("a unit without environment names an environment file")
+	}
+	// Same input, same bytes; another environment, another unit.
+	again, _ := renderUnit(u, testSystemdConfig(), nil)
+	env1, _ := renderEnv([]string{"A=1"})
+	env2, _ := renderEnv([]string{"A=2"})
+	with1, _ := renderUnit(u, testSystemdConfig(), env1)
+	with2, _ := renderUnit(u, testSystemdConfig(), env2)
+	if !bytes.Equal(text, again) || bytes.Equal(with1, with2) ||
+		!strings.Contains(string(with1), "\nEnvironmentFile=/etc/harmony/services/haproxy.env\n") {
+		t.Fatalf("rendering is not a function of the definition:\n%s\n%s", with1, with2)
+	}
+	// No reload signal, no ExecReload: Reload then restarts.
+	u.ReloadSignal = 0
+	if text, _ := renderUnit(u, testSystemdConfig(), nil); strings.Contains(string(text), "ExecReload") {
+		t.Error("ExecReload without a reload signal")
+	}
+}
+
+// TestRenderedUnitsVerify has systemd's own checker read rendered units.
+func TestRenderedUnitsVerify(t *testing.T) {
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Fatalf("systemd-analyze is part of systemd, which the images ship: %v", err)
+	}
+	dir := t.TempDir()
+	cfg := testSystemdConfig()
+	cfg.EnvDir = dir
+	env, _ := renderEnv([]string{"A=b c", `B="q"`})
+	writeFile(t, filepath.Join(dir, "tricky.env"), string(env), 0o600)
+	for _, c := range []struct {
+		u   Unit
+		env []byte
+	}{
+		{Unit{Name: "keepalived", Command: []string{"/bin/sleep", "--dont-fork", "--use-file", "/etc/keepalived/keepalived.conf"}, ReloadSignal: syscall.SIGHUP}, nil},
+		{Unit{Name: "tricky", Command: []string{"/bin/echo", "", ";", `\;`, "%n", "$X", "${Y}", `"`, "'", "a\nb", "ü"}, Env: []string{"A=b c", `B="q"`}}, env},
+		{Unit{Name: "rt", Command: []string{"/bin/sleep", "1"}, ReloadSignal: syscall.Signal(40)}, nil},
+	} {
+		text, err := renderUnit(c.u, cfg, c.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, UnitName(c.u.Name))
+		writeFile(t, path, string(text), 0o644)
+		if out, err := exec.Command("systemd-analyze", "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s\n%s", c.u.Name, err, out, text)
+		}
+	}
+}
+
+// TestAgentUnitFile checks the shipped unit with systemd's own tools, and
+// that it keeps what the agent relies on.
+func TestAgentUnitFile(t *testing.T) {
+	text, err := os.ReadFile(agentUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=", "Restart=always",
+		"StartLimitIntervalSec=0", "ProtectSystem=strict", "NoNewPrivileges=yes", "ProtectHome=yes", "PrivateTmp=yes",
+		"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n", "LockPersonality=yes", "ProtectKernelModules=yes",
+		"ReadWritePaths=/etc/systemd/system /run\n", "CAP_NET_ADMIN"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("the agent unit lacks %q", want)
+		}
+	}
+	// verify wants ExecStart's binary to exist; the agent is not
+	// installed here, so check a copy that runs /bin/true.
+	copyPath := filepath.Join(t.TempDir(), "harmony-agent.service")
+	writeFile(t, copyPath, replaceExecStart(t, string(text), "ExecStart=/bin/true\n"), 0o644)
+	if out, err := exec.Command("systemd-analyze", "verify", copyPath).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	out, err := exec.Command("systemd-analyze", "security", "--offline=true", copyPath).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("systemd-analyze security: %s", lines[len(lines)-1])
+}
+
+func TestDBusMessageRoundTrip(t *testing.T) {
+	msg, err := encodeCall(7, "/org/freedesktop/systemd1", managerIface, "EnableUnitFiles", "asbb",
+		[]any{[]string{"harmony-a.service", "harmony-b.service"}, false, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := readMessage(bufio.NewReader(bytes.NewReader(msg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.typ != msgMethodCall || m.serial != 7 || m.sig != "asbb" {
+		t.Fatalf("header %+v", m)
+	}
+	want := []any{[]any{"harmony-a.service", "harmony-b.service"}, false, true}
+	if fmt.Sprint(m.body) != fmt.Sprint(want) {
+		t.Fatalf("body %#v, want %#v", m.body, want)
+	}
+	// Every value a reply may carry decodes back as written.
+	e := &encoder{}
+	values := []any{byte(3), true, int32(-5), uint32(9), "s", objectPath("/o"), signature("a{sv}"),
+		variant{"s", "in a variant"}, []any{[]any{"k", variant{"u", uint32(1)}}}}
+	sigs := []string{"y", "b", "i", "u", "s", "o", "g", "v", "a(sv)"}
+	for i, v := range values {
+		if err := e.value(sigs[i], v, 0); err != nil {
+			t.Fatalf("encode %s: %v", sigs[i], err)
+		}
+	}
+	d := &decoder{buf: e.buf, order: binary.LittleEndian}
+	for i, v := range values {
+		got, err := d.value(sigs[i], 0)
+		if err != nil {
+			t.Fatalf("decode %s: %v", sigs[i], err)
+		}
+		if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", v) {
+			t.Errorf("%s: got %#v, want %#v", sigs[i], got, v)
+		}
+	}
+	// Fixed-size types the encoder does not write decode from their bytes.
+	d = &decoder{buf: []byte{0xfe, 0xff, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, order: binary.LittleEndian}
+	if v, err := d.value("n", 0); err != nil || v != int16(-2) {
+		t.Errorf("n: %v %v", v, err)
+	}
+	if v, err := d.value("t", 0); err != nil || v != uint64(1) {
+		t.Errorf("t: %v %v", v, err)
+	}
+}
+
+func TestDBusRefusesMalformedMessages(t *testing.T) {
+	good, _ := encodeCall(1, "/p", "i.f", "M", "s", []any{"x"})
+	for name, b := range map[string][]byte{
+		"truncated":     good[:len(good)-3],
+		"bad endianess": append([]byte{'x'}, good[1:]...),
+		"bad version":   append(append([]byte{}, good[:3]...), append([]byte{2}, good[4:]...)...),
+		"huge body":     append(append([]byte{}, good[:4]...), append([]byte{0xff, 0xff, 0xff, 0x7f}, good[8:]...)...),
+	} {
+		if _, err := readMessage(bufio.NewReader(bytes.NewReader(b))); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, sig := range []string{"(", "a", "()", "a{s", "z", strings.Repeat("a", 100) + "s"} {
+		if _, err := splitSignature(sig); err == nil {
+			t.Errorf("signature %q accepted", sig)
+		}
+	}
+}
+
+// FuzzReadMessage feeds the D-Bus reader what a peer could send.
+func FuzzReadMessage(f *testing.F) {
+	for _, args := range [][]any{{"harmony-x.service", "replace"}, {[]string{"a"}, true, false}} {
+		sig := "ss"
+		if len(args) == 3 {
+			sig = "asbb"
+		}
+		msg, err := encodeCall(1, managerPath, managerIface, "M", sig, args)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(msg)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := readMessage(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil {
+			return
+		}
+		if types, err := splitSignature(m.sig); err != nil || len(types) != len(m.body) {
+			t.Fatalf("decoded %d values for signature %q (%v)", len(m.body), m.sig, err)
+		}
+	})
 }
