@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/harmonykaas/harmony/agent/netinfo"
@@ -1198,5 +1200,178 @@ func FuzzReadMessage(f *testing.F) {
 		if types, err := splitSignature(m.sig); err != nil || len(types) != len(m.body) {
 			t.Fatalf("decoded %d values for signature %q (%v)", len(m.body), m.sig, err)
 		}
+	})
+}
+
+// inNetns runs f on a thread in the network namespace of pid.
+func inNetns(pid int, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: Go discards the thread with the goroutine.
+		runtime.LockOSThread()
+		h, err := netns.GetFromPath(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// httpGet asks addr for path over plain HTTP/1.0 from inside systemd's
+// network namespace; net/http would dial on another thread.
+func (sd *testSystemd) httpGet(addr, path string) (string, error) {
+	var body string
+	err := inNetns(sd.pid, func() error {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr); err != nil {
+			return err
+		}
+		b, err := io.ReadAll(c)
+		body = string(b)
+		return err
+	})
+	return body, err
+}
+
+// httpOK says whether a raw HTTP response has status 200.
+func httpOK(resp string) bool {
+	status, _, _ := strings.Cut(resp, "\r\n")
+	return strings.HasPrefix(status, "HTTP/1.") && strings.HasSuffix(status, " 200 OK")
+}
+
+func (sd *testSystemd) ip(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(sd.pid), "--net", "ip"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestSystemdRunsTheStackDaemonsHardened runs Debian's keepalived, HAProxy
+// and etcd as the components define them, under the unit files the
+// manager writes, hardening included, and checks each does its job.
+func TestSystemdRunsTheStackDaemonsHardened(t *testing.T) {
+	for _, bin := range []string{"/usr/sbin/keepalived", "/usr/sbin/haproxy", "/usr/bin/etcd"} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("the stack's daemons are installed by scripts/install-deps.sh: %v", err)
+		}
+	}
+	sd := bootSystemd(t)
+	m := sd.manager(t)
+	dir := filepath.Join(sd.base, "stack")
+	mustMkdir(t, dir)
+
+	// HAProxy, master-worker in the foreground, reloaded by SIGUSR2.
+	writeFile(t, filepath.Join(dir, "haproxy.cfg"), `global
+    log stderr format raw local0
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend stats
+    bind 127.0.0.1:8404
+    http-request use-service prometheus-exporter if { path /metrics }
+`, 0o644)
+	haproxy := Unit{Name: "haproxy", Command: []string{"/usr/sbin/haproxy", "-W", "-db", "-f", filepath.Join(dir, "haproxy.cfg")},
+		ReloadSignal: syscall.SIGUSR2}
+	mustEnsure(t, m, haproxy)
+
+	// etcd, with its data on /var, which ProtectSystem=full leaves
+	// writable.
+	etcd := Unit{Name: "etcd", Command: []string{"/usr/bin/etcd", "--name", "t", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "t=http://127.0.0.1:2380"}}
+	// No reload signal: etcd 3.4 has no SIGHUP handler, and dies of one.
+	mustEnsure(t, m, etcd)
+
+	// keepalived on a veth in systemd's network namespace, alone, so it
+	// becomes master and adds the VIP.
+	sd.ip(t, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+	sd.ip(t, "link", "set", "eth0", "up")
+	sd.ip(t, "link", "set", "eth1", "up")
+	sd.ip(t, "addr", "add", "198.18.60.2/24", "dev", "eth0")
+	writeFile(t, filepath.Join(dir, "keepalived.conf"), `global_defs {
+    router_id t
+    enable_script_security
+    script_user root
+}
+vrrp_instance harmony_t {
+    state BACKUP
+    interface eth0
+    virtual_router_id 51
+    priority 200
+    advert_int 1
+    authentication {
+        auth_type PASS
+        auth_pass s3cr3t
+    }
+    virtual_ipaddress {
+        198.18.60.10/32 dev eth0
+    }
+}
+`, 0o600)
+	// The keepalived component creates its run directory; so does the test.
+	mustMkdir(t, filepath.Join(sd.root, "run/keepalived"))
+	keepalived := Unit{Name: "keepalived", Command: []string{"/usr/sbin/keepalived", "--dont-fork", "--log-console", "--log-detail",
+		"--use-file", filepath.Join(dir, "keepalived.conf"),
+		"--pid", "/run/keepalived/keepalived.pid", "--vrrp_pid", "/run/keepalived/vrrp.pid", "--checkers_pid", "/run/keepalived/checkers.pid"},
+		ReloadSignal: syscall.SIGHUP}
+	mustEnsure(t, m, keepalived)
+
+	var last string
+	testutil.Eventually(t, 60*time.Second, "HAProxy to serve /metrics", func() bool {
+		last, _ = sd.httpGet("127.0.0.1:8404", "/metrics")
+		return httpOK(last) && strings.Contains(last, "haproxy_process_")
+	}, func() { t.Logf("last answer %.300q\n%s", last, sd.systemctl("status", "harmony-haproxy")) })
+	testutil.Eventually(t, 60*time.Second, "etcd to be healthy", func() bool {
+		last, _ = sd.httpGet("127.0.0.1:2379", "/health")
+		return httpOK(last) && strings.Contains(last, `"health":"true"`)
+	}, func() { t.Logf("last answer %.300q\n%s", last, sd.systemctl("status", "harmony-etcd")) })
+	testutil.Eventually(t, 60*time.Second, "keepalived to hold the VIP", func() bool {
+		return strings.Contains(sd.ip(t, "-o", "addr", "show", "dev", "eth0"), "198.18.60.10/32")
+	}, func() { t.Logf("%s", sd.systemctl("status", "harmony-keepalived")) })
+
+	// Reloads by signal keep the main process; each daemon survives its
+	// own reload.
+	for _, name := range []string{"haproxy", "keepalived"} {
+		before := mustState(t, m, name)
+		if err := m.Reload(ctx30(t), name); err != nil {
+			t.Fatalf("reload %s: %v", name, err)
+		}
+		time.Sleep(time.Second)
+		if after := mustState(t, m, name); !after.Running || after.PID != before.PID || after.Restarts != 0 {
+			t.Errorf("%s after reload: %+v, before %+v\n%s", name, after, before, sd.systemctl("status", "harmony-"+name))
+		}
+	}
+	testutil.Eventually(t, 60*time.Second, "HAProxy to serve after its reload", func() bool {
+		last, _ = sd.httpGet("127.0.0.1:8404", "/metrics")
+		return httpOK(last)
+	})
+	// etcd's reload is a restart, and it comes back healthy on its data.
+	before := mustState(t, m, "etcd")
+	if err := m.Reload(ctx30(t), "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustState(t, m, "etcd"); after.PID == before.PID {
+		t.Errorf("etcd was not restarted by its reload: %+v", after)
+	}
+	testutil.Eventually(t, 60*time.Second, "etcd to be healthy after its restart", func() bool {
+		last, _ = sd.httpGet("127.0.0.1:2379", "/health")
+		return httpOK(last) && strings.Contains(last, `"health":"true"`)
 	})
 }
