@@ -33,6 +33,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/metrics"
 	"github.com/harmonykaas/harmony/agent/netinfo"
 	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/sdnotify"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
@@ -86,6 +87,9 @@ type Config struct {
 	// StandInForKubelet: this host has no kubelet (the lab), so the agent
 	// runs the kube-apiserver static pod kubeadm wrote as a process.
 	StandInForKubelet bool
+	// Notify tells systemd (Type=notify) when the agent is ready and that
+	// it is alive; nil, or one without a socket, sends nothing.
+	Notify *sdnotify.Notifier
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -115,6 +119,7 @@ type Agent struct {
 	observedRev    atomic.Int64
 	statusNow      chan struct{}
 	stack          *nodeStack // nil unless Config.NodeStack
+	readyOnce      sync.Once
 }
 
 // New validates the configuration and binds the metrics listeners.
@@ -255,11 +260,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	// Sessions that end at once (a controller that keeps refusing) back off.
+	if a.cfg.Notify != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.cfg.Notify.Watchdog(ctx, a.alive)
+		}()
+		defer a.cfg.Notify.Stopping()
+	}
+
 	pause := controlclient.Backoff{Base: a.cfg.RetryBase, Max: a.cfg.RetryMax}
 	for {
 		id, err := a.ensureIdentity(ctx)
 		if err != nil {
 			return nil // ctx done
+		}
+		if a.stack == nil {
+			a.ready("enrolled as " + id.NodeName)
 		}
 		started := time.Now()
 		reason := a.session(ctx, id)
@@ -274,6 +291,29 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// ready tells systemd, once, that the agent is up: enrolled, and with the
+// node stack on, through its first reconcile pass.
+func (a *Agent) ready(status string) {
+	if a.cfg.Notify == nil {
+		return
+	}
+	a.readyOnce.Do(func() {
+		if err := a.cfg.Notify.Ready(status); err != nil {
+			a.log.Warn("could not tell systemd the agent is ready", "err", err)
+		}
+	})
+}
+
+// alive is the watchdog's question: a node stack stuck in one pass for
+// longer than any pass may take stops the pings, and systemd restarts
+// the agent.
+func (a *Agent) alive() error {
+	if a.stack == nil {
+		return nil
+	}
+	return a.stack.alive(time.Now())
 }
 
 // usable reports whether id can be used now.

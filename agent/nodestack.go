@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/harmonykaas/harmony/agent/components/cni"
 	"github.com/harmonykaas/harmony/agent/components/etcd"
@@ -25,13 +26,29 @@ type nodeStack struct {
 	runner *reconcile.Runner
 	// members are the components that know the local etcd member.
 	members []interface{ MemberID() string }
-	roles  chan v1.Role
+	roles   chan v1.Role
 	// closeServices lets the units run on when the agent stops; nil for a
 	// manager the caller owns.
 	closeServices func() error
 
 	mu       sync.Mutex
 	statuses []reconcile.Status
+	// passStarted is when the running pass began; zero between passes.
+	passStarted time.Time
+}
+
+// maxPass is longer than any pass may take (a kubeadm command is bounded
+// at 5 minutes, etcd's promotion wait at 30 s).
+const maxPass = 15 * time.Minute
+
+// alive fails while one pass has run longer than maxPass.
+func (ns *nodeStack) alive(now time.Time) error {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if !ns.passStarted.IsZero() && now.Sub(ns.passStarted) > maxPass {
+		return fmt.Errorf("a reconcile pass has run since %s", ns.passStarted.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // newNodeStack builds the host, the service manager and the components.
@@ -43,18 +60,28 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	services := a.cfg.Services
 	var closeServices func() error
 	if services == nil {
-		// systemd over D-Bus comes with the image; until then every host
-		// uses the supervisor, which also runs fine on a VM.
-		sup, err := service.NewSupervisor(service.SupervisorConfig{
+		supCfg := service.SupervisorConfig{
 			RunDir: filepath.Join(root, "run", "harmony", "services"),
 			LogDir: filepath.Join(root, "var", "log", "harmony"),
 			Logger: a.log.With("manager", "supervisor"),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("service supervisor: %w", err)
 		}
-		services = sup
-		closeServices = sup.Close
+		if root != "/" {
+			// A prefixed root is a lab host: its daemons belong to its
+			// network namespace, never to the machine's systemd.
+			sup, err := service.NewSupervisor(supCfg)
+			if err != nil {
+				return nil, fmt.Errorf("service supervisor: %w", err)
+			}
+			services, closeServices = sup, sup.Close
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			var err error
+			services, closeServices, err = service.Detect(ctx, supCfg, a.log)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("service manager: %w", err)
+			}
+		}
 	}
 	a.log.Info("node stack enabled", "root", root, "service_manager", services.Kind())
 
@@ -87,11 +114,18 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		Interval:   a.cfg.ReconcileInterval,
 		Facts:      facts,
 		Registerer: a.metrics.Registry,
+		OnPass: func() {
+			ns.mu.Lock()
+			ns.passStarted = time.Now()
+			ns.mu.Unlock()
+		},
 		OnStatus: func(_ *v1.Role, statuses []reconcile.Status) {
 			ns.mu.Lock()
 			ns.statuses = statuses
+			ns.passStarted = time.Time{}
 			ns.mu.Unlock()
 			a.reportStatusSoon()
+			a.ready("node stack reconciled")
 		},
 	})
 	if err != nil {

@@ -1,16 +1,19 @@
 package integration
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/harmonykaas/harmony/agent"
 	"github.com/harmonykaas/harmony/agent/components/haproxy"
 	"github.com/harmonykaas/harmony/agent/components/keepalived"
 	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/sdnotify"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -28,9 +31,17 @@ func TestAgentActsOnItsRole(t *testing.T) {
 	writeBootstrap(t, bootFile, b)
 	root := t.TempDir()
 	rec := servicetest.New()
+	// systemd's notification socket, as a Type=notify unit gets it.
+	notifyPath := filepath.Join(t.TempDir(), "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
 	ra := startAgent(t, agent.Config{
 		BootstrapFile: bootFile, StateDir: t.TempDir(), Addresses: []string{"198.18.20.11"}, MetricsLocalListen: "127.0.0.1:0",
 		NodeStack: true, Root: root, Services: rec,
+		Notify: sdnotify.New(sdnotify.Config{Socket: notifyPath}),
 		Components: []reconcile.Component{
 			haproxy.New(haproxy.Config{NoStatsProbe: true}),
 			// The agent's own facts name this machine's primary interface;
@@ -39,6 +50,14 @@ func TestAgentActsOnItsRole(t *testing.T) {
 		},
 	})
 	first := ra.waitRole(t, 1)
+
+	// READY=1 comes once, after the first reconcile pass.
+	notify.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := notify.Read(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") {
+		t.Fatalf("notification %q, %v; want READY=1", buf[:n], err)
+	}
 
 	// The first role has no VIP yet: both components say so, and the
 	// controller hears it.

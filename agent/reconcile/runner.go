@@ -19,6 +19,7 @@ type Runner struct {
 	components []Component
 	interval   time.Duration
 	onStatus   func(role *v1.Role, statuses []Status)
+	onPass     func()
 	facts      func(ctx context.Context) (Facts, error)
 	kick       chan struct{}
 
@@ -37,6 +38,8 @@ type RunnerConfig struct {
 	Interval time.Duration
 	// Registerer receives the runner's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// OnPass is called as each pass begins; OnStatus after it.
+	OnPass func()
 	// OnStatus is called after each pass (to report status).
 	OnStatus func(role *v1.Role, statuses []Status)
 	// Facts, when set, refreshes Host.Facts before each pass, so that a
@@ -52,7 +55,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	r := &Runner{
 		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, onStatus: cfg.OnStatus,
-		facts: cfg.Facts, kick: make(chan struct{}, 1),
+		facts: cfg.Facts, kick: make(chan struct{}, 1), onPass: cfg.OnPass,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harmony_agent_reconcile_runs_total",
 			Help: "Reconcile passes by component and resulting phase.",
@@ -128,6 +131,9 @@ func (r *Runner) Kick() {
 
 // Pass runs every component once against role and returns their statuses.
 func (r *Runner) Pass(ctx context.Context, role *v1.Role) []Status {
+	if r.onPass != nil {
+		r.onPass()
+	}
 	if r.facts != nil {
 		if facts, err := r.facts(ctx); err == nil {
 			r.host.Facts = facts

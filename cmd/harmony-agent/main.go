@@ -13,6 +13,7 @@ import (
 	"github.com/harmonykaas/harmony/agent"
 	"github.com/harmonykaas/harmony/agent/bootstrap"
 	"github.com/harmonykaas/harmony/agent/checks"
+	"github.com/harmonykaas/harmony/agent/sdnotify"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 	"github.com/harmonykaas/harmony/internal/logging"
 )
@@ -41,6 +42,9 @@ its life; and watches its role over mutual TLS.`,
 				return err
 			}
 			cfg.Logger = log
+			// First, before anything the agent runs can inherit
+			// $NOTIFY_SOCKET.
+			cfg.Notify = sdnotify.FromEnvironment(log)
 			if !noGuestinfo {
 				reader, how := bootstrap.DetectGuestinfo()
 				cfg.Guestinfo = reader
