@@ -22,8 +22,9 @@ type Unit struct {
 	// Env adds KEY=VALUE pairs to a minimal environment.
 	Env []string
 	// ReloadSignal, when non-zero, makes Reload signal the main process
-	// (keepalived and etcd reload on SIGHUP, HAProxy's master on SIGUSR2)
-	// instead of restarting it.
+	// instead of restarting it: keepalived reloads on SIGHUP, HAProxy's
+	// master on SIGUSR2. etcd has no reload (SIGHUP ends it), so it has
+	// none.
 	ReloadSignal syscall.Signal
 }
 
