@@ -23,6 +23,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // Three masters, each a network namespace running the real etcd under the
@@ -351,7 +352,7 @@ func servedCert(t *testing.T, h *labHost, ca *pki.CA) *x509.Certificate {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	raw, err := dialInNetns(h.ns)(ctx, "tcp", h.endpoint()[len("https://"):])
+	raw, err := testutil.NetnsDialer(h.ns)(ctx, "tcp", h.endpoint()[len("https://"):])
 	if err != nil {
 		t.Fatal(err)
 	}

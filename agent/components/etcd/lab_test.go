@@ -8,22 +8,20 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netns"
 
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // The lab: each host is a network namespace with one veth end (eth0) on a
@@ -121,7 +119,7 @@ func newLabHost(t *testing.T, id, sw, name, addr string) *labHost {
 // newComponent gives the host a fresh component, as an agent restart does.
 func (h *labHost) newComponent(t *testing.T) {
 	t.Helper()
-	h.comp = New(Config{DialContext: dialInNetns(h.ns), PromoteWait: 45 * time.Second})
+	h.comp = New(Config{DialContext: testutil.NetnsDialer(h.ns), PromoteWait: 45 * time.Second})
 	h.reg = prometheus.NewRegistry()
 	if err := h.reg.Register(h.comp); err != nil {
 		t.Fatal(err)
@@ -144,41 +142,6 @@ func (h *labHost) restartAgent(t *testing.T) {
 	h.newComponent(t)
 }
 
-// dialInNetns dials from inside the named network namespace: the test
-// process stays in the root namespace, and the socket is made with the
-// thread switched into ns (a socket belongs to the namespace it was made
-// in). The thread is switched back before it is unlocked; if that fails,
-// it stays locked, and Go ends it with the goroutine.
-func dialInNetns(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			return nil, fmt.Errorf("open netns %s: %w", ns, err)
-		}
-		defer target.Close()
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			return nil, fmt.Errorf("current netns: %w", err)
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			return nil, fmt.Errorf("enter netns %s: %w", ns, err)
-		}
-		conn, dialErr := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err := netns.Set(orig); err != nil {
-			if conn != nil {
-				conn.Close()
-			}
-			return nil, fmt.Errorf("leave netns %s: %w", ns, err)
-		}
-		runtime.UnlockOSThread()
-		return conn, dialErr
-	}
-}
-
 // client is a gateway client as the agent on h has it (its client
 // certificate, dialing inside h's namespace).
 func (h *labHost) client(t *testing.T, ca *pki.CA) *Client {
@@ -187,7 +150,7 @@ func (h *labHost) client(t *testing.T, ca *pki.CA) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := newClient(tlsConfig, dialInNetns(h.ns), 10*time.Second)
+	cl := newClient(tlsConfig, testutil.NetnsDialer(h.ns), 10*time.Second)
 	t.Cleanup(cl.Close)
 	return cl
 }

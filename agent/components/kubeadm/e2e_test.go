@@ -71,7 +71,7 @@ func TestFirstMasterInNetns(t *testing.T) {
 	startEtcd(t, sup, root, cl.etcdCA)
 
 	host := &reconcile.Host{Root: root, Services: sup, Log: slog.New(slog.NewTextHandler(logs, nil))}
-	dial := netnsDialer(ns)
+	dial := testutil.NetnsDialer(ns)
 	c := New(Config{
 		Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
 		StandInForKubelet: true, DialContext: dial, Command: inNetns(ns),

@@ -10,11 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/harmonykaas/harmony/agent/pki"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -134,41 +131,5 @@ func newNetns(t *testing.T, addr string) string {
 func inNetns(ns string) func(ctx context.Context, argv []string) *exec.Cmd {
 	return func(ctx context.Context, argv []string) *exec.Cmd {
 		return exec.CommandContext(ctx, "/usr/bin/ip", append([]string{"netns", "exec", ns}, argv...)...)
-	}
-}
-
-// netnsDialer dials from inside the namespace: a socket belongs to the
-// namespace of the thread that creates it, so the dial runs on a locked
-// thread switched into ns and back.
-func netnsDialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		runtime.LockOSThread()
-		restored := false
-		defer func() {
-			// A thread left in the namespace dies with its goroutine.
-			if restored {
-				runtime.UnlockOSThread()
-			}
-		}()
-		orig, err := netns.Get()
-		if err != nil {
-			return nil, err
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			return nil, err
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			restored = true // never left
-			return nil, err
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		if netns.Set(orig) == nil {
-			restored = true
-		}
-		return conn, err
 	}
 }
