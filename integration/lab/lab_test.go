@@ -1,0 +1,129 @@
+package lab
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestConfigRefusesAddressesOutsideTheTestRange(t *testing.T) {
+	base := Config{StateDir: t.TempDir(), BinDir: "/bin", KubernetesBinDir: "/bin"}
+	for name, tc := range map[string]struct {
+		mut   func(*Config)
+		field string
+	}{
+		"outside 198.18.0.0/15": {func(c *Config) { c.Subnet = netip.MustParsePrefix("10.0.0.0/24") }, "subnet"},
+		"not a /24":             {func(c *Config) { c.Subnet = netip.MustParsePrefix("198.18.0.0/16") }, "subnet"},
+		"not masked":            {func(c *Config) { c.Subnet = netip.MustParsePrefix("198.18.1.5/24") }, "subnet"},
+		"IPv6":                  {func(c *Config) { c.Subnet = netip.MustParsePrefix("fd00::/120") }, "subnet"},
+		"too many masters":      {func(c *Config) { c.Masters = MaxMasters + 1 }, "masters"},
+		"negative workers":      {func(c *Config) { c.Workers = -1 }, "workers"},
+		"no state dir":          {func(c *Config) { c.StateDir = "" }, "state dir"},
+		"no kubernetes":         {func(c *Config) { c.KubernetesBinDir = "" }, "kubernetes bin dir"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := base
+			tc.mut(&c)
+			err := c.defaults()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.field+":") {
+				t.Fatalf("error %v, want one naming %q", err, tc.field)
+			}
+		})
+	}
+	c := base
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Masters != DefaultMasters || c.Subnet != DefaultSubnet {
+		t.Fatalf("defaults: %d masters, subnet %s", c.Masters, c.Subnet)
+	}
+}
+
+// A directory that holds no lab record is not the lab's: Down leaves its
+// files alone, whatever their names.
+func TestDownWithoutRecordTouchesNoFiles(t *testing.T) {
+	dir := t.TempDir()
+	entries := slices.DeleteFunc(slices.Clone(labEntries), func(e string) bool { return e == recordName })
+	for _, name := range entries {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not the lab's"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Down(context.Background(), dir, nil); err != nil {
+		t.Fatalf("down without a lab: %v", err)
+	}
+	for _, name := range entries {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s was removed: %v", name, err)
+		}
+	}
+}
+
+// A record naming namespaces of another lab is refused, not acted on.
+func TestRecordOfAnotherDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	r := newRecord(filepath.Join(t.TempDir(), "elsewhere"))
+	r.path = filepath.Join(dir, recordName)
+	if err := r.save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadRecord(dir); err == nil || !strings.Contains(err.Error(), "does not belong") {
+		t.Fatalf("foreign record: %v", err)
+	}
+	own := newRecord(dir)
+	own.Hosts = []hostRecord{{Name: "m1", Netns: "somebody-elses-netns"}}
+	if err := own.save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadRecord(dir); err == nil || !strings.Contains(err.Error(), "hosts[0].netns") {
+		t.Fatalf("record with a foreign namespace: %v", err)
+	}
+}
+
+// Up can die after making a namespace and before recording it; Down finds
+// the lab's namespaces by name anyway, and the record's files go with it.
+func TestDownAfterAnInterruptedUp(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "lab")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecord(dir)
+	r.CreatedDir = true
+	if err := r.save(); err != nil {
+		t.Fatal(err)
+	}
+	ns := hostNetns(r.ID, "m1")
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	// A process left running inside it, as an agent would be.
+	sleeper := exec.Command("ip", "netns", "exec", ns, "sleep", "300")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sleeper.Wait() }()
+
+	if err := Down(context.Background(), dir, nil); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	if netnsExists(context.Background(), ns) {
+		t.Errorf("namespace %s survived down", ns)
+	}
+	if err := <-done; err == nil {
+		t.Error("the process in the namespace was not stopped")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("state dir the lab made survived down: %v", err)
+	}
+	// Down again, with nothing left, is fine.
+	if err := Down(context.Background(), dir, nil); err != nil {
+		t.Fatalf("second down: %v", err)
+	}
+}
