@@ -61,6 +61,18 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 	if err != nil {
 		return Bootstrap{}, false, actions, err
 	}
+	// A member founding the cluster from an earlier pass may have written
+	// its state since this pass looked (etcd asks its peers before it
+	// writes its WAL, which takes seconds on a busy host). That member is
+	// in the cluster: removing it would leave a WAL whose member is gone,
+	// and etcd would refuse to start for good. Start from that state on
+	// the next pass instead.
+	if has, err := hasState(host.Path(s.dataDir)); err != nil {
+		return Bootstrap{}, false, actions, err
+	} else if has {
+		log.Info("etcd wrote its state while this pass looked for the cluster; the next pass starts it from that state")
+		return Bootstrap{}, false, actions, errStateAppeared
+	}
 	self := peerURL(s.ip, c.cfg.PeerPort)
 	for _, m := range members {
 		if m.Name != s.name && !slices.Contains(m.PeerURLs, self) {
@@ -96,6 +108,10 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 	}
 	return b, true, actions, nil
 }
+
+// errStateAppeared ends a pass that found the data directory empty but
+// holding state once the unit was stopped.
+var errStateAppeared = errors.New("etcd wrote its state during this pass; it starts from it on the next")
 
 // retryReconfig retries a membership change that etcd refuses as unsafe
 // for now (its strict reconfiguration check wants the leader connected to
