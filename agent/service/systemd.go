@@ -20,6 +20,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	sdbus "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/harmonykaas/harmony/agent/files"
@@ -65,7 +67,7 @@ const (
 // Systemd is a Manager for hosts booted with systemd: each Unit becomes
 // harmony-<name>.service, written to UnitDir, enabled (so it starts at
 // boot, before the agent) and run with Restart=always, driven over
-// systemd's private D-Bus socket.
+// systemd's private D-Bus socket with go-systemd's client.
 //
 // Restarts reports systemd's NRestarts: restarts after a crash. Unlike
 // the supervisor's count, systemd resets it when the agent restarts a
@@ -80,7 +82,7 @@ type Systemd struct {
 	ops sync.Mutex
 
 	connMu sync.Mutex
-	conn   *busConn
+	conn   *sdbus.Conn
 }
 
 var _ Manager = (*Systemd)(nil)
@@ -126,11 +128,11 @@ func NewSystemd(ctx context.Context, cfg SystemdConfig) (*Systemd, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Systemd{cfg: cfg, log: log}
-	version, err := s.version(ctx)
+	state, err := s.systemState(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("systemd manager: %w", err)
 	}
-	log.Info("connected to systemd", "version", version, "socket", cfg.Socket)
+	log.Info("connected to systemd", "state", state, "socket", cfg.Socket)
 	return s, nil
 }
 
@@ -144,9 +146,9 @@ func (s *Systemd) Close() error {
 	if s.conn == nil {
 		return nil
 	}
-	err := s.conn.Close()
+	s.conn.Close()
 	s.conn = nil
-	return err
+	return nil
 }
 
 // UnitName is the systemd unit that runs the named Unit.
@@ -181,7 +183,7 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 	}
 	defChanged := written || envChanged
 
-	c, path, p, err := s.load(ctx, name)
+	c, p, err := s.load(ctx, name)
 	if err != nil {
 		return false, fmt.Errorf("ensure %s: %w", u.Name, err)
 	}
@@ -191,7 +193,7 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 		if err := s.daemonReload(ctx, c); err != nil {
 			return false, fmt.Errorf("ensure %s: %w", u.Name, err)
 		}
-		if p, err = s.properties(ctx, c, path); err != nil {
+		if p, err = s.properties(ctx, c, name); err != nil {
 			return false, fmt.Errorf("ensure %s: %w", u.Name, err)
 		}
 		if p.LoadState != "loaded" {
@@ -199,29 +201,29 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 		}
 	}
 	if p.UnitFileState != "enabled" {
-		if _, err := c.call(ctx, managerPath, managerIface, "EnableUnitFiles", "asbb", "ba(sss)", []string{name}, false, true); err != nil {
+		if _, _, err := c.EnableUnitFilesContext(ctx, []string{name}, false, true); err != nil {
 			return false, fmt.Errorf("ensure %s: enable: %w", u.Name, err)
 		}
 		s.log.Info("enabled unit", "unit", name)
 	}
 
-	var method string
+	var kind string
 	switch {
 	case defChanged && unitActive(p):
-		method = "RestartUnit"
+		kind = restartUnit
 	case !unitActive(p):
 		// Also a unit waiting to be restarted after a crash: it starts
 		// now, and reads its files afresh either way.
-		method = "StartUnit"
+		kind = startUnit
 		if p.ActiveState == "failed" {
-			if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", "", name); err != nil {
+			if err := c.ResetFailedUnitContext(ctx, name); err != nil {
 				return false, fmt.Errorf("ensure %s: reset failed state: %w", u.Name, err)
 			}
 		}
 	default:
 		return false, nil
 	}
-	if err := s.job(ctx, c, method, name); err != nil {
+	if err := s.job(ctx, c, kind, name); err != nil {
 		return false, fmt.Errorf("ensure %s: %w", u.Name, err)
 	}
 	s.log.Info("unit (re)started", "unit", name, "definition_changed", defChanged, "was", p.ActiveState+"/"+p.SubState)
@@ -231,33 +233,33 @@ func (s *Systemd) Ensure(ctx context.Context, u Unit) (bool, error) {
 // Reload implements Manager: systemd's reload (ExecReload signals the
 // main process) for a unit with a reload signal, else a restart.
 func (s *Systemd) Reload(ctx context.Context, name string) error {
-	return s.act(ctx, name, func(c *busConn, p unitProps) error {
+	return s.act(ctx, name, func(c *sdbus.Conn, p unitProps) error {
 		if !unitActive(p) {
 			return fmt.Errorf("reload %s: not running (%s/%s)", name, p.ActiveState, p.SubState)
 		}
-		method := "RestartUnit"
+		kind := restartUnit
 		if p.CanReload {
-			method = "ReloadUnit"
+			kind = reloadUnit
 		}
-		return s.job(ctx, c, method, UnitName(name))
+		return s.job(ctx, c, kind, UnitName(name))
 	})
 }
 
 // Restart implements Manager.
 func (s *Systemd) Restart(ctx context.Context, name string) error {
-	return s.act(ctx, name, func(c *busConn, _ unitProps) error {
-		return s.job(ctx, c, "RestartUnit", UnitName(name))
+	return s.act(ctx, name, func(c *sdbus.Conn, _ unitProps) error {
+		return s.job(ctx, c, restartUnit, UnitName(name))
 	})
 }
 
 // act runs f on a known unit, with ops held.
-func (s *Systemd) act(ctx context.Context, name string, f func(*busConn, unitProps) error) error {
+func (s *Systemd) act(ctx context.Context, name string, f func(*sdbus.Conn, unitProps) error) error {
 	if !validName(name) {
 		return fmt.Errorf("invalid unit name %q", name)
 	}
 	s.ops.Lock()
 	defer s.ops.Unlock()
-	c, _, p, err := s.load(ctx, UnitName(name))
+	c, p, err := s.load(ctx, UnitName(name))
 	if err != nil {
 		return err
 	}
@@ -275,7 +277,7 @@ func (s *Systemd) Stop(ctx context.Context, name string) error {
 	s.ops.Lock()
 	defer s.ops.Unlock()
 	unit := UnitName(name)
-	c, _, p, err := s.load(ctx, unit)
+	c, p, err := s.load(ctx, unit)
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
@@ -284,11 +286,11 @@ func (s *Systemd) Stop(ctx context.Context, name string) error {
 		return fmt.Errorf("%s: %w", name, ErrUnknownUnit)
 	}
 	if p.ActiveState != "inactive" {
-		if err := s.job(ctx, c, "StopUnit", unit); err != nil {
+		if err := s.job(ctx, c, stopUnit, unit); err != nil {
 			return fmt.Errorf("stop %s: %w", name, err)
 		}
 	}
-	if _, err := c.call(ctx, managerPath, managerIface, "DisableUnitFiles", "asb", "a(sss)", []string{unit}, false); err != nil && !isNoSuchUnit(err) {
+	if _, err := c.DisableUnitFilesContext(ctx, []string{unit}, false); err != nil && !isNoSuchUnit(err) {
 		return fmt.Errorf("stop %s: disable: %w", name, err)
 	}
 	for _, f := range []string{s.unitPath(name), s.envPath(name)} {
@@ -300,7 +302,7 @@ func (s *Systemd) Stop(ctx context.Context, name string) error {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
 	// A unit that failed stays listed until its failure is reset.
-	if _, err := c.call(ctx, managerPath, managerIface, "ResetFailedUnit", "s", "", unit); err != nil && !isNoSuchUnit(err) {
+	if err := c.ResetFailedUnitContext(ctx, unit); err != nil && !isNoSuchUnit(err) {
 		s.log.Debug("reset failed state", "unit", unit, "err", err)
 	}
 	s.log.Info("unit stopped and removed", "unit", unit)
@@ -312,7 +314,7 @@ func (s *Systemd) State(ctx context.Context, name string) (State, error) {
 	if !validName(name) {
 		return State{}, fmt.Errorf("invalid unit name %q", name)
 	}
-	_, _, p, err := s.load(ctx, UnitName(name))
+	_, p, err := s.load(ctx, UnitName(name))
 	if err != nil {
 		return State{}, fmt.Errorf("state of %s: %w", name, err)
 	}
@@ -543,33 +545,21 @@ func renderEnv(env []string) ([]byte, error) {
 
 // --- systemd over D-Bus ---
 
-const (
-	managerPath  objectPath = "/org/freedesktop/systemd1"
-	managerIface            = "org.freedesktop.systemd1.Manager"
-	unitIface               = "org.freedesktop.systemd1.Unit"
-	serviceIface            = "org.freedesktop.systemd1.Service"
-	jobIface                = "org.freedesktop.systemd1.Job"
-	propsIface              = "org.freedesktop.DBus.Properties"
-)
-
 // bus returns a live connection, dialing again after systemd dropped the
 // last one (daemon-reexec, a systemd upgrade).
-func (s *Systemd) bus(ctx context.Context) (*busConn, error) {
+func (s *Systemd) bus(ctx context.Context) (*sdbus.Conn, error) {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
-	if s.conn != nil && s.conn.alive() {
+	if s.conn != nil && s.conn.Connected() {
 		return s.conn, nil
 	}
-	var c *busConn
-	var err error
-	if s.cfg.Dial != nil {
-		var conn net.Conn
-		if conn, err = s.cfg.Dial(ctx); err == nil {
-			c, err = newBusConn(ctx, conn)
-		}
-	} else {
-		c, err = dialBus(ctx, s.cfg.Socket)
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
 	}
+	// go-systemd dials twice: one connection for calls, one for the
+	// JobRemoved signals that end the waits for jobs.
+	c, err := sdbus.NewConnection(func() (*godbus.Conn, error) { return s.dial(ctx) })
 	if err != nil {
 		return nil, fmt.Errorf("connect to systemd at %s: %w", s.cfg.Socket, err)
 	}
@@ -577,22 +567,90 @@ func (s *Systemd) bus(ctx context.Context) (*busConn, error) {
 	return c, nil
 }
 
-func (s *Systemd) version(ctx context.Context) (string, error) {
+// dial opens one authenticated connection to systemd's private socket.
+// Not sdbus.NewSystemdConnectionContext: godbus closes a connection when
+// the context it was made with ends, and this one outlives the call that
+// made it; ctx bounds only the dial and the authentication. There is no
+// Hello: the private socket is peer to peer, with no bus daemon.
+func (s *Systemd) dial(ctx context.Context) (*godbus.Conn, error) {
+	var nc net.Conn
+	var err error
+	if s.cfg.Dial != nil {
+		nc, err = s.cfg.Dial(ctx)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "unix", s.cfg.Socket)
+	}
+	if err != nil {
+		return nil, err
+	}
+	raw := nc
+	if uc, ok := nc.(*net.UnixConn); ok {
+		nc = &drainingConn{UnixConn: uc}
+	}
+	// A cancelled ctx ends the authentication, or the connection it made.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	c, err := godbus.NewConn(nc)
+	if err == nil {
+		err = c.Auth([]godbus.Auth{godbus.AuthExternal(strconv.Itoa(os.Getuid()))})
+	}
+	if err != nil {
+		stop()
+		// godbus starts its reader only after authenticating, so none is
+		// left to close the file.
+		raw.Close()
+		return nil, fmt.Errorf("authenticate: %w", err)
+	}
+	if !stop() {
+		c.Close()
+		return nil, ctx.Err()
+	}
+	return c, nil
+}
+
+// drainingConn closes by shutting the socket down, and closes the file
+// only once the reader has seen the end of the stream. godbus v5.1.0
+// panics when a read fails in the middle of a message, and systemd sends
+// signals to every private connection at any time: closing the file under
+// a reader that is midway through one would crash the agent. After the
+// shutdown the reader still gets the rest of the message it is reading.
+type drainingConn struct {
+	*net.UnixConn
+	closeOnce sync.Once
+}
+
+func (c *drainingConn) Read(b []byte) (int, error) {
+	n, err := c.UnixConn.Read(b)
+	if err != nil {
+		c.closeOnce.Do(func() { c.UnixConn.Close() })
+	}
+	return n, err
+}
+
+func (c *drainingConn) Close() error {
+	rerr := c.UnixConn.CloseRead()
+	werr := c.UnixConn.CloseWrite()
+	return errors.Join(rerr, werr)
+}
+
+// systemState asks systemd its state ("running", "degraded", ...), which
+// also proves the connection works.
+func (s *Systemd) systemState(ctx context.Context) (string, error) {
 	c, err := s.bus(ctx)
 	if err != nil {
 		return "", err
 	}
-	out, err := c.call(ctx, managerPath, propsIface, "Get", "ss", "v", managerIface, "Version")
+	p, err := c.SystemStateContext(ctx)
 	if err != nil {
-		return "", fmt.Errorf("ask systemd its version: %w", err)
+		return "", fmt.Errorf("ask systemd its state: %w", err)
 	}
-	v, _ := out[0].(variant).value.(string)
-	return v, nil
+	state, _ := p.Value.Value().(string)
+	return state, nil
 }
 
-func (s *Systemd) daemonReload(ctx context.Context, c *busConn) error {
+func (s *Systemd) daemonReload(ctx context.Context, c *sdbus.Conn) error {
 	// systemd answers once the reload is done.
-	if _, err := c.call(ctx, managerPath, managerIface, "Reload", "", ""); err != nil {
+	if err := c.ReloadContext(ctx); err != nil {
 		return fmt.Errorf("daemon-reload: %w", err)
 	}
 	return nil
@@ -607,111 +665,110 @@ type unitProps struct {
 	ExecMainCode, ExecMainStatus                    int32
 }
 
-// load makes systemd load a unit (a unit that has no file loads as
-// "not-found") and reads its properties.
-func (s *Systemd) load(ctx context.Context, unit string) (*busConn, objectPath, unitProps, error) {
+// load reads a unit's properties. Asking for them makes systemd load the
+// unit; one that has no file loads as "not-found".
+func (s *Systemd) load(ctx context.Context, unit string) (*sdbus.Conn, unitProps, error) {
 	c, err := s.bus(ctx)
 	if err != nil {
-		return nil, "", unitProps{}, err
+		return nil, unitProps{}, err
 	}
-	out, err := c.call(ctx, managerPath, managerIface, "LoadUnit", "s", "o", unit)
-	if err != nil {
-		return nil, "", unitProps{}, fmt.Errorf("load %s: %w", unit, err)
-	}
-	path, _ := out[0].(objectPath)
-	p, err := s.properties(ctx, c, path)
-	return c, path, p, err
+	p, err := s.properties(ctx, c, unit)
+	return c, p, err
 }
 
-func (s *Systemd) properties(ctx context.Context, c *busConn, path objectPath) (unitProps, error) {
+func (s *Systemd) properties(ctx context.Context, c *sdbus.Conn, unit string) (unitProps, error) {
 	var p unitProps
-	for _, iface := range []string{unitIface, serviceIface} {
-		out, err := c.call(ctx, path, propsIface, "GetAll", "s", "a{sv}", iface)
-		if err != nil {
-			return p, fmt.Errorf("properties of %s: %w", path, err)
-		}
-		entries, _ := out[0].([]any)
-		for _, e := range entries {
-			kv := e.([]any)
-			k, _ := kv[0].(string)
-			v := kv[1].(variant).value
-			switch k {
-			case "LoadState":
-				p.LoadState, _ = v.(string)
-			case "ActiveState":
-				p.ActiveState, _ = v.(string)
-			case "SubState":
-				p.SubState, _ = v.(string)
-			case "UnitFileState":
-				p.UnitFileState, _ = v.(string)
-			case "NeedDaemonReload":
-				p.NeedDaemonReload, _ = v.(bool)
-			case "CanReload":
-				p.CanReload, _ = v.(bool)
-			case "MainPID":
-				p.MainPID, _ = v.(uint32)
-			case "NRestarts":
-				p.NRestarts, _ = v.(uint32)
-			case "ExecMainStartTimestamp":
-				p.ExecMainStartTimestamp, _ = v.(uint64)
-			case "ExecMainExitTimestamp":
-				p.ExecMainExitTimestamp, _ = v.(uint64)
-			case "ExecMainCode":
-				p.ExecMainCode, _ = v.(int32)
-			case "ExecMainStatus":
-				p.ExecMainStatus, _ = v.(int32)
-			}
-		}
+	u, err := c.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return p, fmt.Errorf("properties of %s: %w", unit, err)
 	}
+	svc, err := c.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	if err != nil {
+		return p, fmt.Errorf("service properties of %s: %w", unit, err)
+	}
+	p.LoadState, _ = u["LoadState"].(string)
+	p.ActiveState, _ = u["ActiveState"].(string)
+	p.SubState, _ = u["SubState"].(string)
+	p.UnitFileState, _ = u["UnitFileState"].(string)
+	p.NeedDaemonReload, _ = u["NeedDaemonReload"].(bool)
+	p.CanReload, _ = u["CanReload"].(bool)
+	p.MainPID, _ = svc["MainPID"].(uint32)
+	p.NRestarts, _ = svc["NRestarts"].(uint32)
+	p.ExecMainStartTimestamp, _ = svc["ExecMainStartTimestamp"].(uint64)
+	p.ExecMainExitTimestamp, _ = svc["ExecMainExitTimestamp"].(uint64)
+	p.ExecMainCode, _ = svc["ExecMainCode"].(int32)
+	p.ExecMainStatus, _ = svc["ExecMainStatus"].(int32)
 	if p.LoadState == "" {
-		return p, fmt.Errorf("properties of %s: no LoadState", path)
+		return p, fmt.Errorf("properties of %s: no LoadState", unit)
 	}
 	return p, nil
 }
 
-// job asks systemd for a start, stop, restart or reload of unit and waits
-// until the job is done (its object is gone), then checks the unit did
-// not fail.
-func (s *Systemd) job(ctx context.Context, c *busConn, method, unit string) error {
+// Job kinds, named as systemd's methods are.
+const (
+	startUnit   = "StartUnit"
+	stopUnit    = "StopUnit"
+	restartUnit = "RestartUnit"
+	reloadUnit  = "ReloadUnit"
+)
+
+// job asks systemd to start, stop, restart or reload unit, replacing any
+// job queued for it, and waits until the job is done; then it checks the
+// unit did not fail.
+func (s *Systemd) job(ctx context.Context, c *sdbus.Conn, kind, unit string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.JobTimeout)
 	defer cancel()
-	out, err := c.call(ctx, managerPath, managerIface, method, "ss", "o", unit, "replace")
+	queue := map[string]func(context.Context, string, string, chan<- string) (int, error){
+		startUnit:   c.StartUnitContext,
+		stopUnit:    c.StopUnitContext,
+		restartUnit: c.RestartUnitContext,
+		reloadUnit:  c.ReloadUnitContext,
+	}[kind]
+	if queue == nil {
+		return fmt.Errorf("%s %s: unknown job kind", kind, unit)
+	}
+	// Buffered: go-systemd sends the result while holding its lock on all
+	// jobs, and nobody reads it if ctx ends first.
+	done := make(chan string, 1)
+	id, err := queue(ctx, unit, "replace", done)
 	if err != nil {
 		if isNoSuchUnit(err) {
-			return fmt.Errorf("%s %s: %w", method, unit, ErrUnknownUnit)
+			return fmt.Errorf("%s %s: %w", kind, unit, ErrUnknownUnit)
 		}
-		return fmt.Errorf("%s %s: %w", method, unit, err)
+		return fmt.Errorf("%s %s: %w", kind, unit, err)
 	}
-	job, _ := out[0].(objectPath)
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
-		_, err := c.call(ctx, job, propsIface, "Get", "ss", "v", jobIface, "State")
-		var be *busError
-		if errors.As(err, &be) && (be.Name == "org.freedesktop.DBus.Error.UnknownObject" || be.Name == "org.freedesktop.systemd1.NoSuchJob") {
-			break
+	select {
+	case result := <-done:
+		// "canceled", "timeout", "failed", "dependency" or "skipped".
+		if result != "done" {
+			return fmt.Errorf("%s %s: job %d ended %q", kind, unit, id, result)
 		}
-		if err != nil {
-			return fmt.Errorf("%s %s: wait for job %s: %w", method, unit, job, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s %s: job %s not done: %w", method, unit, job, ctx.Err())
-		case <-time.After(delay):
-		}
+	case <-ctx.Done():
+		return fmt.Errorf("%s %s: job %d not done: %w", kind, unit, id, ctx.Err())
 	}
-	if method == "StopUnit" {
+	if kind == stopUnit {
 		return nil
 	}
-	_, path, p, err := s.load(ctx, unit)
+	p, err := s.properties(ctx, c, unit)
 	if err != nil {
 		return err
 	}
 	if p.ActiveState == "failed" {
-		return fmt.Errorf("%s %s: unit failed (%s, %s)", method, unit, p.SubState, path)
+		return fmt.Errorf("%s %s: unit failed (%s)", kind, unit, p.SubState)
 	}
 	return nil
 }
 
+// isNoSuchUnit tells systemd's answer for a unit it does not know.
 func isNoSuchUnit(err error) bool {
-	var be *busError
-	return errors.As(err, &be) && (be.Name == "org.freedesktop.systemd1.NoSuchUnit" || be.Name == "org.freedesktop.systemd1.UnitNotFound")
+	var name string
+	var e godbus.Error
+	var pe *godbus.Error
+	switch {
+	case errors.As(err, &e):
+		name = e.Name
+	case errors.As(err, &pe):
+		name = pe.Name
+	}
+	return name == "org.freedesktop.systemd1.NoSuchUnit" || name == "org.freedesktop.systemd1.UnitNotFound"
 }
