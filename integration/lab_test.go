@@ -172,11 +172,12 @@ func mtlsClient(t *testing.T, caFile, certFile, keyFile string) *http.Client {
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
 }
 
-// holders lists the masters whose eth0 carries the VIP.
+// holders lists the masters whose eth0 is up and carries the VIP: a
+// powered-off host (link down) holds nothing, whatever its address list.
 func (l *labUnderTest) holders(t *testing.T) []string {
 	var out []string
 	for _, h := range l.masters() {
-		got, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0").CombinedOutput()
+		got, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0", "up").CombinedOutput()
 		if err != nil {
 			t.Fatalf("ip addr in %s: %v: %s", h.Netns, err, got)
 		}

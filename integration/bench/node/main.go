@@ -218,7 +218,7 @@ func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Dura
 
 func vipHolder(sum *lab.Summary) string {
 	for _, h := range sum.Hosts {
-		out, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0").Output()
+		out, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0", "up").Output()
 		if err == nil && strings.Contains(string(out), " "+sum.VIP+"/") {
 			return h.Name
 		}
