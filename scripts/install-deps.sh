@@ -8,8 +8,9 @@ export PATH="/usr/local/go/bin:$PATH"
 
 # keepalived, haproxy and etcd: the node stack's components are validated by, and
 # run as, Debian's real daemons. iproute2: test hosts are network namespaces.
+# qemu-utils: qemu-img checks the VMDK writer.
 need_apt=()
-for pkg in make git ca-certificates curl openssl iproute2 util-linux keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter; do
+for pkg in make git ca-certificates curl openssl iproute2 util-linux qemu-utils keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
