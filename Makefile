@@ -12,7 +12,8 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeEnrollRequest \
 	./api/v1:FuzzDecodeRole \
 	./api/v1:FuzzDecodeStatus \
-	./agent/bootstrap:FuzzParseOVFEnvProperty
+	./agent/bootstrap:FuzzParseOVFEnvProperty \
+	./agent/components/etcd:FuzzDecodeMembers
 
 .PHONY: all build test unit fuzz vet bench lab lab-down clean
 
