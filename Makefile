@@ -13,7 +13,8 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeRole \
 	./api/v1:FuzzDecodeStatus \
 	./agent/bootstrap:FuzzParseOVFEnvProperty \
-	./agent/components/etcd:FuzzDecodeMembers
+	./agent/components/etcd:FuzzDecodeMembers \
+	./ova/vmdk:FuzzReadVMDK
 
 .PHONY: all build test unit fuzz vet bench lab lab-down clean
 
