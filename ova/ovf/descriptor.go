@@ -1,0 +1,220 @@
+// Package ovf renders and parses the OVF 1.x descriptor of a Harmony
+// appliance: EFI firmware, a pvscsi controller, a vmxnet3 NIC, one or more
+// streamOptimized disks and a ProductSection of vApp properties delivered
+// through the com.vmware.guestInfo transport.
+//
+// The public type is Descriptor, a small model of what we build; the XML
+// shape lives in wire.go. Render(d) then Parse gives d back.
+package ovf
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+)
+
+// DefaultHardwareVersion is vmx-15 (ESXi 6.7 U2), the oldest release that
+// runs our images with EFI and pvscsi boot.
+const DefaultHardwareVersion = 15
+
+// Property types a vApp property may have.
+const (
+	TypeString  = "string"
+	TypeInt     = "int"
+	TypeBoolean = "boolean"
+	// TypeIP is rendered as ovf:type="string" with vmw:qualifiers="Ip",
+	// which is how vCenter marks an IP address field.
+	TypeIP = "ip"
+)
+
+// maxDisks is the number of SCSI units on one controller minus the
+// controller's own unit 7.
+const maxDisks = 15
+
+// Descriptor is one virtual system with its disks and properties.
+type Descriptor struct {
+	// Name is the VirtualSystem id and name.
+	Name       string
+	Annotation string
+	// HardwareVersion is NN in vmx-NN; zero means DefaultHardwareVersion.
+	HardwareVersion int
+	CPUs            int
+	MemoryMiB       int
+	// OSType is VMware's guest id, for example "debian12_64Guest".
+	OSType string
+	// Network is the name of the logical network the vmxnet3 NIC joins.
+	Network string
+	Disks   []Disk
+	Product Product
+	// Properties are the vApp properties, in the order shown in the form.
+	Properties []Property
+}
+
+// Disk is one VMDK in the package.
+type Disk struct {
+	// ID is the ovf:diskId, for example "vmdisk1".
+	ID string
+	// File is the file name inside the OVA (References ovf:href).
+	File string
+	// FileSize is the VMDK file's size in bytes (References ovf:size).
+	FileSize int64
+	// Capacity is the virtual disk size in bytes.
+	Capacity int64
+	// PopulatedSize is the number of bytes of data in the disk.
+	PopulatedSize int64
+}
+
+// Product describes the software in the appliance.
+type Product struct {
+	Product     string
+	Vendor      string
+	Version     string
+	FullVersion string
+}
+
+// Property is one vApp property.
+type Property struct {
+	Key  string
+	Type string
+	// UserConfigurable properties appear in the deploy wizard; the others
+	// are fixed values that record facts such as component versions.
+	UserConfigurable bool
+	Label            string
+	Description      string
+	Default          string
+}
+
+var (
+	idPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,63}$`)
+	keyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// hardwareVersion returns the effective vmx version.
+func (d *Descriptor) hardwareVersion() int {
+	if d.HardwareVersion == 0 {
+		return DefaultHardwareVersion
+	}
+	return d.HardwareVersion
+}
+
+// Validate checks every field; the error lists every problem found.
+func (d *Descriptor) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if !idPattern.MatchString(d.Name) {
+		bad("name %q: want 1-64 letters, digits, '_', '.', '-', not starting with a digit or punctuation", d.Name)
+	}
+	if v := d.hardwareVersion(); v < 10 || v > 99 {
+		bad("hardwareVersion %d: want vmx-10 to vmx-99", v)
+	}
+	if d.CPUs < 1 || d.CPUs > 768 {
+		bad("cpus %d: want 1-768", d.CPUs)
+	}
+	if d.MemoryMiB < 4 || d.MemoryMiB > 24*1024*1024 {
+		bad("memoryMiB %d: want 4 MiB to 24 TiB", d.MemoryMiB)
+	}
+	if d.OSType == "" || !keyPattern.MatchString(d.OSType) {
+		bad("osType %q: want a VMware guest id such as debian12_64Guest", d.OSType)
+	}
+	if !keyPattern.MatchString(d.Network) {
+		bad("network %q: want a name of letters, digits, '_', '.', '-'", d.Network)
+	}
+	if len(d.Disks) == 0 || len(d.Disks) > maxDisks {
+		bad("disks: %d given, want 1-%d", len(d.Disks), maxDisks)
+	}
+	ids, files := map[string]bool{}, map[string]bool{}
+	for i, k := range d.Disks {
+		where := fmt.Sprintf("disks[%d] (%s)", i, k.ID)
+		if !idPattern.MatchString(k.ID) {
+			bad("%s: id %q is not a valid id", where, k.ID)
+		}
+		if ids[k.ID] {
+			bad("%s: duplicate disk id", where)
+		}
+		ids[k.ID] = true
+		if err := checkFileName(k.File); err != nil {
+			bad("%s: file: %w", where, err)
+		}
+		if files[k.File] {
+			bad("%s: file %q used by two disks", where, k.File)
+		}
+		files[k.File] = true
+		if k.FileSize <= 0 {
+			bad("%s: fileSize %d: want > 0", where, k.FileSize)
+		}
+		if k.Capacity <= 0 {
+			bad("%s: capacity %d: want > 0", where, k.Capacity)
+		} else if k.Capacity%512 != 0 {
+			bad("%s: capacity %d: want a multiple of 512 bytes", where, k.Capacity)
+		}
+		if k.PopulatedSize < 0 || k.PopulatedSize > k.Capacity {
+			bad("%s: populatedSize %d: want 0 to capacity %d", where, k.PopulatedSize, k.Capacity)
+		}
+	}
+	keys := map[string]bool{}
+	for i, p := range d.Properties {
+		where := fmt.Sprintf("properties[%d] (%s)", i, p.Key)
+		if !keyPattern.MatchString(p.Key) {
+			bad("%s: key %q: want letters, digits, '_', '.', '-'", where, p.Key)
+		}
+		if keys[p.Key] {
+			bad("%s: duplicate key", where)
+		}
+		keys[p.Key] = true
+		if err := checkValue(p.Type, p.Default); err != nil {
+			bad("%s: %w", where, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkValue checks a property's type and that its default fits the type.
+// An empty default is allowed for user-configurable fields.
+func checkValue(typ, value string) error {
+	switch typ {
+	case TypeString:
+		return nil
+	case TypeInt:
+		if value == "" {
+			return nil
+		}
+		if _, err := strconv.ParseInt(value, 10, 64); err != nil {
+			return fmt.Errorf("default %q: not an int", value)
+		}
+	case TypeBoolean:
+		if value != "" && value != "true" && value != "false" {
+			return fmt.Errorf("default %q: want true or false", value)
+		}
+	case TypeIP:
+		if value == "" {
+			return nil
+		}
+		if _, err := netip.ParseAddr(value); err != nil {
+			return fmt.Errorf("default %q: not an IP address", value)
+		}
+	default:
+		return fmt.Errorf("type %q: want string, int, boolean or ip", typ)
+	}
+	return nil
+}
+
+// checkFileName accepts names that fit a USTAR header on their own: plain
+// ASCII, no directory, at most 100 bytes.
+func checkFileName(name string) error {
+	if name == "" || len(name) > 100 {
+		return fmt.Errorf("name %q: want 1-100 bytes", name)
+	}
+	if name[0] == '.' {
+		return fmt.Errorf("name %q: must not start with '.'", name)
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("name %q: only ASCII letters, digits, '.', '_', '-' allowed", name)
+		}
+	}
+	return nil
+}
