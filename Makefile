@@ -51,6 +51,7 @@ fuzz:
 bench: build kubernetes
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
+	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
 
 # The node-stack lab: hosts as network namespaces, real daemons. It prints
 # a JSON summary and keeps running; `make lab-down` (or `bin/harmonyctl lab
