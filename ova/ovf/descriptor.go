@@ -135,7 +135,7 @@ func (d *Descriptor) Validate() error {
 			bad("%s: duplicate disk id", where)
 		}
 		ids[k.ID] = true
-		if err := checkFileName(k.File); err != nil {
+		if err := CheckFileName(k.File); err != nil {
 			bad("%s: file: %w", where, err)
 		}
 		if files[k.File] {
@@ -201,9 +201,10 @@ func checkValue(typ, value string) error {
 	return nil
 }
 
-// checkFileName accepts names that fit a USTAR header on their own: plain
-// ASCII, no directory, at most 100 bytes.
-func checkFileName(name string) error {
+// CheckFileName accepts names that fit a USTAR header's name field on their
+// own: plain ASCII letters, digits, '.', '_', '-', no directory, no leading
+// dot, at most 100 bytes.
+func CheckFileName(name string) error {
 	if name == "" || len(name) > 100 {
 		return fmt.Errorf("name %q: want 1-100 bytes", name)
 	}

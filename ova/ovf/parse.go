@@ -145,7 +145,7 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 		if hrefs[f.Href] {
 			p.bad("%s ovf:href %q: duplicate", where, f.Href)
 		}
-		if err := checkFileName(f.Href); err != nil {
+		if err := CheckFileName(f.Href); err != nil {
 			p.bad("%s ovf:href: %w", where, err)
 		}
 		if p.number(where+" ovf:size", f.Size) == 0 {

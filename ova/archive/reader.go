@@ -1,0 +1,263 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/harmonykaas/harmony/ova/ovf"
+)
+
+// Limits on the small members, so a hostile archive cannot make Validate
+// buffer gigabytes.
+const (
+	maxOVF      = 4 << 20
+	maxManifest = 1 << 20
+)
+
+// Entry is one file in an OVA, in archive order.
+type Entry struct {
+	Name string
+	Size int64
+}
+
+// Contents is what Validate read.
+type Contents struct {
+	Entries []Entry
+	// Descriptor is nil when the .ovf is missing or does not parse.
+	Descriptor *ovf.Descriptor
+	Hash       Hash
+}
+
+// Validate reads a whole OVA and reports every fault it finds: tar order
+// (.ovf first, .mf second), USTAR headers, manifest digests, and that every
+// file the descriptor references is present with the size it states. The
+// error, if any, joins one message per fault.
+func Validate(ctx context.Context, r io.Reader) (*Contents, error) {
+	v := &validator{c: &Contents{}, sizes: map[string]int64{}, sums: map[string]sums{}}
+	tr := tar.NewReader(ctxReader{ctx, r})
+	for i := 0; ; i++ {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			if i == 0 {
+				v.fault("archive is empty")
+			}
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("ova: validate: %w", ctx.Err())
+			}
+			v.fault("tar: entry %d: %v", i+1, err)
+			break
+		}
+		if err := v.entry(i, hdr, tr); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("ova: validate: %w", ctx.Err())
+			}
+			v.fault("%s: read: %v", hdr.Name, err)
+			break
+		}
+	}
+	v.finish()
+	if len(v.faults) > 0 {
+		return v.c, fmt.Errorf("ova: %d fault(s):\n%w", len(v.faults), errors.Join(v.faults...))
+	}
+	return v.c, nil
+}
+
+type sums struct{ sha1, sha256 []byte }
+
+type validator struct {
+	c        *Contents
+	faults   []error
+	ovfName  string
+	mfName   string
+	manifest []ManifestEntry
+	haveMF   bool
+	sizes    map[string]int64
+	sums     map[string]sums
+}
+
+func (v *validator) fault(format string, args ...any) {
+	v.faults = append(v.faults, fmt.Errorf(format, args...))
+}
+
+func (v *validator) entry(i int, hdr *tar.Header, tr io.Reader) error {
+	name := hdr.Name
+	v.c.Entries = append(v.c.Entries, Entry{Name: name, Size: hdr.Size})
+	if hdr.Typeflag != tar.TypeReg {
+		v.fault("%s: tar type %q, want a regular file", name, hdr.Typeflag)
+	}
+	if hdr.Format != tar.FormatUSTAR {
+		v.fault("%s: header format %v, want plain USTAR (no PAX or GNU records)", name, hdr.Format)
+	}
+	if err := ovf.CheckFileName(name); err != nil {
+		v.fault("%s: %v", name, err)
+	}
+	if _, dup := v.sizes[name]; dup {
+		v.fault("%s: appears twice in the archive", name)
+	}
+	v.sizes[name] = hdr.Size
+
+	switch {
+	case strings.HasSuffix(name, ".ovf"):
+		if i != 0 {
+			v.fault("%s: descriptor is entry %d, must be first", name, i+1)
+		}
+		if v.ovfName != "" {
+			v.fault("%s: second descriptor (first was %s)", name, v.ovfName)
+		}
+		v.ovfName = name
+		data, err := v.readSmall(name, tr, hdr.Size, maxOVF)
+		if err != nil || data == nil {
+			return err
+		}
+		if d, err := ovf.Parse(data); err != nil {
+			v.fault("%s: %v", name, err)
+		} else {
+			v.c.Descriptor = d
+		}
+	case strings.HasSuffix(name, ".mf"):
+		if i != 1 {
+			v.fault("%s: manifest is entry %d, must be second", name, i+1)
+		}
+		if v.haveMF {
+			v.fault("%s: second manifest (first was %s)", name, v.mfName)
+		}
+		v.mfName, v.haveMF = name, true
+		data, err := v.readSmall(name, tr, hdr.Size, maxManifest)
+		if err != nil || data == nil {
+			return err
+		}
+		h, entries, err := ParseManifest(data)
+		if err != nil {
+			v.fault("%s: %v", name, err)
+			return nil
+		}
+		v.c.Hash, v.manifest = h, entries
+		return nil
+	default:
+		if i < 2 {
+			v.fault("%s: disk is entry %d, but the descriptor and manifest come first", name, i+1)
+		}
+	}
+	// Digest the entry (the descriptor was consumed above; digest it too).
+	return v.digest(name, tr)
+}
+
+// readSmall buffers a small member and digests it; nil data means it was
+// too large (a fault, already reported).
+func (v *validator) readSmall(name string, tr io.Reader, size, limit int64) ([]byte, error) {
+	if size > limit {
+		v.fault("%s: %d bytes, limit %d", name, size, limit)
+		return nil, nil
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		return nil, err
+	}
+	v.digestBytes(name, data)
+	return data, nil
+}
+
+func (v *validator) digestBytes(name string, data []byte) {
+	_ = v.digest(name, bytes.NewReader(data))
+}
+
+// digest computes the digests the manifest may ask for. When the manifest
+// came first (the normal order) only its algorithm is computed.
+func (v *validator) digest(name string, r io.Reader) error {
+	if _, done := v.sums[name]; done {
+		return nil
+	}
+	var h1, h256 hash.Hash
+	var ws []io.Writer
+	if !v.haveMF || v.c.Hash == SHA1 {
+		h1 = SHA1.new()
+		ws = append(ws, h1)
+	}
+	if !v.haveMF || v.c.Hash == SHA256 {
+		h256 = SHA256.new()
+		ws = append(ws, h256)
+	}
+	if _, err := io.Copy(io.MultiWriter(ws...), r); err != nil {
+		return err
+	}
+	var s sums
+	if h1 != nil {
+		s.sha1 = h1.Sum(nil)
+	}
+	if h256 != nil {
+		s.sha256 = h256.Sum(nil)
+	}
+	v.sums[name] = s
+	return nil
+}
+
+func (v *validator) finish() {
+	if v.ovfName == "" {
+		v.fault("no .ovf descriptor in the archive")
+	}
+	if !v.haveMF {
+		v.fault("no .mf manifest in the archive")
+	}
+	if v.ovfName != "" && v.haveMF && strings.TrimSuffix(v.ovfName, ".ovf") != strings.TrimSuffix(v.mfName, ".mf") {
+		v.fault("%s: manifest name does not match descriptor %s", v.mfName, v.ovfName)
+	}
+	if v.haveMF && v.manifest != nil {
+		listed := map[string]bool{}
+		for _, e := range v.manifest {
+			listed[e.Name] = true
+			s, ok := v.sums[e.Name]
+			if !ok {
+				if _, inTar := v.sizes[e.Name]; inTar {
+					continue // present but unreadable: that fault is already reported
+				}
+				v.fault("%s: lists %s, which is not in the archive", v.mfName, e.Name)
+				continue
+			}
+			got := s.sha256
+			if v.c.Hash == SHA1 {
+				got = s.sha1
+			}
+			if !bytes.Equal(got, e.Digest) {
+				v.fault("%s: %s digest mismatch: manifest says %x, content is %x", e.Name, v.c.Hash, e.Digest, got)
+			}
+		}
+		for _, e := range v.c.Entries {
+			if e.Name != v.mfName && !listed[e.Name] {
+				v.fault("%s: not listed in manifest %s", e.Name, v.mfName)
+			}
+		}
+	}
+	if d := v.c.Descriptor; d != nil {
+		referenced := map[string]bool{}
+		for _, k := range d.Disks {
+			referenced[k.File] = true
+			size, ok := v.sizes[k.File]
+			switch {
+			case !ok:
+				v.fault("%s: referenced by %s (disk %s) but missing from the archive", k.File, v.ovfName, k.ID)
+			case size != k.FileSize:
+				v.fault("%s: %d bytes in the archive, References ovf:size says %d", k.File, size, k.FileSize)
+			}
+		}
+		var extra []string
+		for name := range v.sizes {
+			if name != v.ovfName && name != v.mfName && !referenced[name] {
+				extra = append(extra, name)
+			}
+		}
+		sort.Strings(extra)
+		for _, name := range extra {
+			v.fault("%s: in the archive but not referenced by %s", name, v.ovfName)
+		}
+	}
+}
