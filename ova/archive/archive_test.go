@@ -340,6 +340,9 @@ func TestValidateFaults(t *testing.T) {
 			c[3].data = append(c[3].data, 0)
 			return pack(t, c, tar.FormatUSTAR)
 		}, []string{"harmony-disk2.vmdk: 3002 bytes in the archive, References ovf:size says 3001", "harmony-disk2.vmdk: SHA256 digest mismatch"}},
+		{"hostile name", func() []byte {
+			return pack(t, append(clone(), member{"evil\x1b[2J.vmdk", []byte("x")}), tar.FormatUSTAR)
+		}, []string{"entry 5: name \"evil\\x1b[2J.vmdk\"", "\"evil\\x1b[2J.vmdk\": in the archive but not referenced"}},
 		{"truncated", func() []byte {
 			return good[:len(good)/2]
 		}, []string{"harmony-disk1.vmdk: read: unexpected EOF", "harmony-disk2.vmdk: referenced by harmony-node.ovf (disk vmdisk2) but missing"}},

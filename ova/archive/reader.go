@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/harmonykaas/harmony/ova/ovf"
@@ -91,15 +92,17 @@ func (v *validator) fault(format string, args ...any) {
 
 func (v *validator) entry(i int, hdr *tar.Header, tr io.Reader) error {
 	name := hdr.Name
+	if err := ovf.CheckFileName(name); err != nil {
+		// Quoted from here on: a hostile name must not reach a terminal raw.
+		name = strconv.Quote(name)
+		v.fault("entry %d: %v", i+1, err)
+	}
 	v.c.Entries = append(v.c.Entries, Entry{Name: name, Size: hdr.Size})
 	if hdr.Typeflag != tar.TypeReg {
 		v.fault("%s: tar type %q, want a regular file", name, hdr.Typeflag)
 	}
 	if hdr.Format != tar.FormatUSTAR {
 		v.fault("%s: header format %v, want plain USTAR (no PAX or GNU records)", name, hdr.Format)
-	}
-	if err := ovf.CheckFileName(name); err != nil {
-		v.fault("%s: %v", name, err)
 	}
 	if _, dup := v.sizes[name]; dup {
 		v.fault("%s: appears twice in the archive", name)

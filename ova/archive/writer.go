@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,7 +98,7 @@ func Write(ctx context.Context, w io.Writer, o Options) error {
 		}
 		delete(refs, d.Name)
 	}
-	for name := range refs {
+	for _, name := range slices.Sorted(maps.Keys(refs)) {
 		errs = append(errs, fmt.Errorf("References file %q: no such disk given", name))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -193,9 +195,9 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 		}
 		d.Disks = append(d.Disks, Disk{ID: k.DiskID, File: f.Href, FileSize: size, Capacity: c * unit, PopulatedSize: populated})
 	}
-	for id := range files {
-		if !used[id] {
-			p.bad("References/File ovf:id %q: not used by any Disk", id)
+	for _, f := range env.References.Files {
+		if !used[f.ID] {
+			p.bad("References/File ovf:id %q: not used by any Disk", f.ID)
 		}
 	}
 
@@ -313,7 +315,7 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 			p.bad("%s rasd:Parent %q: not a pvscsi controller", where, it.Parent)
 		}
 	}
-	for id := range disks {
+	for _, id := range slices.Sorted(maps.Keys(disks)) {
 		if !attached[id] {
 			p.bad("DiskSection/Disk ovf:diskId %q: not attached by any hardware Item", id)
 		}
