@@ -10,9 +10,12 @@ package ovf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // DefaultHardwareVersion is vmx-15 (ESXi 6.7 U2), the oldest release that
@@ -154,6 +157,18 @@ func (d *Descriptor) Validate() error {
 			bad("%s: populatedSize %d: want 0 to capacity %d", where, k.PopulatedSize, k.Capacity)
 		}
 	}
+	texts := map[string]string{"annotation": d.Annotation, "product.product": d.Product.Product,
+		"product.vendor": d.Product.Vendor, "product.version": d.Product.Version, "product.fullVersion": d.Product.FullVersion}
+	for i, p := range d.Properties {
+		texts[fmt.Sprintf("properties[%d].label", i)] = p.Label
+		texts[fmt.Sprintf("properties[%d].description", i)] = p.Description
+		texts[fmt.Sprintf("properties[%d].default", i)] = p.Default
+	}
+	for _, field := range slices.Sorted(maps.Keys(texts)) {
+		if err := checkText(texts[field]); err != nil {
+			bad("%s: %w", field, err)
+		}
+	}
 	keys := map[string]bool{}
 	for i, p := range d.Properties {
 		where := fmt.Sprintf("properties[%d] (%s)", i, p.Key)
@@ -215,6 +230,20 @@ func CheckFileName(name string) error {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
 			return fmt.Errorf("name %q: only ASCII letters, digits, '.', '_', '-' allowed", name)
+		}
+	}
+	return nil
+}
+
+// checkText refuses what XML cannot carry (the encoder would silently
+// replace it) so a rendered descriptor always parses back to its input.
+func checkText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' || r == '\r' || r == 0xFFFE || r == 0xFFFF {
+			return fmt.Errorf("control character %U not allowed", r)
 		}
 	}
 	return nil

@@ -187,3 +187,12 @@ func TestParseRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestRenderRejectsControlCharacters(t *testing.T) {
+	d := sample()
+	d.Network = "nic0"
+	d.Properties[0].Label = "Host\x01name"
+	if _, err := Render(d); err == nil || !strings.Contains(err.Error(), "properties[0].label: control character U+0001") {
+		t.Fatalf("got %v", err)
+	}
+}
