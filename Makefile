@@ -14,7 +14,8 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeStatus \
 	./agent/bootstrap:FuzzParseOVFEnvProperty \
 	./agent/components/etcd:FuzzDecodeMembers \
-	./ova/vmdk:FuzzReadVMDK
+	./ova/vmdk:FuzzReadVMDK \
+	./ova/ovf:FuzzParseOVF
 
 .PHONY: all build test unit fuzz vet bench lab lab-down clean
 
