@@ -18,6 +18,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 const vip = "198.18.10.10"
@@ -36,31 +37,24 @@ type nsHost struct {
 func nsSwitch(t *testing.T, id string) string {
 	t.Helper()
 	sw := "hkv-sw-" + id
-	mustIP(t, "netns", "add", sw)
+	testutil.IP(t, "netns", "add", sw)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", sw).Run() })
-	mustIP(t, "-n", sw, "link", "add", "br0", "type", "bridge")
-	mustIP(t, "-n", sw, "link", "set", "br0", "up")
+	testutil.IP(t, "-n", sw, "link", "add", "br0", "type", "bridge")
+	testutil.IP(t, "-n", sw, "link", "set", "br0", "up")
 	return sw
-}
-
-func mustIP(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
 }
 
 func newNSHost(t *testing.T, id, sw, name, addr, agentBin string) *nsHost {
 	t.Helper()
 	ns := "hkv-" + name + "-" + id
-	mustIP(t, "netns", "add", ns)
+	testutil.IP(t, "netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	mustIP(t, "link", "add", "hkv"+name+id[:4], "type", "veth", "peer", "name", "eth0", "netns", ns)
-	mustIP(t, "link", "set", "hkv"+name+id[:4], "netns", sw)
-	mustIP(t, "-n", sw, "link", "set", "hkv"+name+id[:4], "master", "br0", "up")
-	mustIP(t, "-n", ns, "link", "set", "lo", "up")
-	mustIP(t, "-n", ns, "link", "set", "eth0", "up")
-	mustIP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	testutil.IP(t, "link", "add", "hkv"+name+id[:4], "type", "veth", "peer", "name", "eth0", "netns", ns)
+	testutil.IP(t, "link", "set", "hkv"+name+id[:4], "netns", sw)
+	testutil.IP(t, "-n", sw, "link", "set", "hkv"+name+id[:4], "master", "br0", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "lo", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "eth0", "up")
+	testutil.IP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
 	// Backup masters bind HAProxy to a VIP they do not hold.
 	if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1").CombinedOutput(); err != nil {
 		t.Fatalf("sysctl in %s: %v: %s", ns, err, out)

@@ -4,11 +4,8 @@ package netinfo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"net/netip"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -26,22 +23,8 @@ import (
 // both up and without addresses, and removes it when the test ends.
 func testNetns(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "hk-ni-" + hex.EncodeToString(b)
-	ip(t, "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ip(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
-	ip(t, "-n", ns, "link", "set", "eth0", "up")
-	ip(t, "-n", ns, "link", "set", "eth1", "up")
+	ns := testutil.VethNetns(t, "ni")
 	return ns
-}
-
-func ip(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
 }
 
 // enter locks the calling goroutine's thread into the namespace ns. The
@@ -93,12 +76,12 @@ func addrs(s ...string) []netip.Addr {
 
 func TestPrimaryIsTheIPv4DefaultRouteLink(t *testing.T) {
 	ns := testNetns(t)
-	ip(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
-	ip(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
-	ip(t, "-n", ns, "addr", "add", "198.18.51.9/24", "dev", "eth1")
-	ip(t, "-n", ns, "route", "add", "default", "via", "198.18.51.1", "dev", "eth1")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.51.9/24", "dev", "eth1")
+	testutil.IP(t, "-n", ns, "route", "add", "default", "via", "198.18.51.1", "dev", "eth1")
 	// A worse default through eth0 must not win.
-	ip(t, "-n", ns, "route", "add", "default", "via", "198.18.50.1", "dev", "eth0", "metric", "500")
+	testutil.IP(t, "-n", ns, "route", "add", "default", "via", "198.18.50.1", "dev", "eth0", "metric", "500")
 
 	l, err := primaryIn(t, ns)
 	if err != nil {
@@ -127,11 +110,11 @@ func TestPrimaryIsTheIPv4DefaultRouteLink(t *testing.T) {
 
 func TestPrimaryFallsBackToTheIPv6DefaultRoute(t *testing.T) {
 	ns := testNetns(t)
-	ip(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
-	ip(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
 	// No IPv4 default; the IPv6 one goes by a link-local router, so the
 	// test needs no IPv6 address of its own.
-	ip(t, "-n", ns, "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0")
 
 	l, err := primaryIn(t, ns)
 	if err != nil {
@@ -152,7 +135,7 @@ func TestPrimaryWithoutDefaultRoute(t *testing.T) {
 		t.Fatal("no address anywhere, yet a primary link was found")
 	}
 	// Only eth0 has a global address: it is the primary.
-	ip(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
 	l, err := primaryIn(t, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -161,18 +144,18 @@ func TestPrimaryWithoutDefaultRoute(t *testing.T) {
 		t.Fatalf("primary %+v, want eth0 as the only link with a global address", l)
 	}
 	// A loopback address does not make lo a candidate.
-	ip(t, "-n", ns, "link", "set", "lo", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "lo", "up")
 	if l, err := primaryIn(t, ns); err != nil || l.Name != "eth0" {
 		t.Fatalf("with lo up: %+v, %v", l, err)
 	}
 	// A link that is down does not count, even with an address.
-	ip(t, "-n", ns, "link", "add", "eth2", "type", "veth", "peer", "name", "eth3")
-	ip(t, "-n", ns, "addr", "add", "198.18.52.2/24", "dev", "eth2")
+	testutil.IP(t, "-n", ns, "link", "add", "eth2", "type", "veth", "peer", "name", "eth3")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.52.2/24", "dev", "eth2")
 	if l, err := primaryIn(t, ns); err != nil || l.Name != "eth0" {
 		t.Fatalf("with eth2 down: %+v, %v", l, err)
 	}
 	// Two candidates and no default route: refuse to guess.
-	ip(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.51.2/24", "dev", "eth1")
 	_, err = primaryIn(t, ns)
 	if err == nil || !strings.Contains(err.Error(), "(eth0, eth1)") {
 		t.Fatalf("two candidates: err %v, want one naming eth0 and eth1", err)
@@ -181,7 +164,7 @@ func TestPrimaryWithoutDefaultRoute(t *testing.T) {
 
 func TestLinkState(t *testing.T) {
 	ns := testNetns(t)
-	ip(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
 	state := func() Link {
 		t.Helper()
 		l, err := in(t, ns, func() (Link, error) { return LinkState(context.Background(), "eth0") })
@@ -194,11 +177,11 @@ func TestLinkState(t *testing.T) {
 		t.Fatalf("eth0: %+v", l)
 	}
 	// The peer down takes eth0's carrier: admin up, but not up.
-	ip(t, "-n", ns, "link", "set", "eth1", "down")
+	testutil.IP(t, "-n", ns, "link", "set", "eth1", "down")
 	if l := state(); l.Up || !l.AdminUp || l.OperState != "lower-layer-down" {
 		t.Fatalf("eth0 with its peer down: %+v", l)
 	}
-	ip(t, "-n", ns, "link", "set", "eth0", "down")
+	testutil.IP(t, "-n", ns, "link", "set", "eth0", "down")
 	if l := state(); l.Up || l.AdminUp || !strings.Contains(l.String(), "admin-down") {
 		t.Fatalf("eth0 down: %+v (%s)", l, l)
 	}
@@ -248,20 +231,20 @@ func TestWatchReportsLinkAndAddressChanges(t *testing.T) {
 	// before it exists would be missed, so repeat the first change until
 	// one is seen.
 	testutil.Eventually(t, 30*time.Second, "the watcher to see eth1 flap", func() bool {
-		ip(t, "-n", ns, "link", "set", "eth1", "down")
-		ip(t, "-n", ns, "link", "set", "eth1", "up")
+		testutil.IP(t, "-n", ns, "link", "set", "eth1", "down")
+		testutil.IP(t, "-n", ns, "link", "set", "eth1", "up")
 		time.Sleep(100 * time.Millisecond)
 		return calls.Load() > 0
 	})
 	n := calls.Load()
 
-	ip(t, "-n", ns, "link", "set", "eth0", "down")
+	testutil.IP(t, "-n", ns, "link", "set", "eth0", "down")
 	n = waitCalls(t, calls, n, "a call after eth0 went down")
-	ip(t, "-n", ns, "link", "set", "eth0", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "eth0", "up")
 	n = waitCalls(t, calls, n, "a call after eth0 came up")
-	ip(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
 	n = waitCalls(t, calls, n, "a call after an address was added")
-	ip(t, "-n", ns, "addr", "del", "198.18.50.2/24", "dev", "eth0")
+	testutil.IP(t, "-n", ns, "addr", "del", "198.18.50.2/24", "dev", "eth0")
 	waitCalls(t, calls, n, "a call after an address was removed")
 }
 
@@ -288,8 +271,8 @@ func TestWatchGathersABurstIntoOneCall(t *testing.T) {
 	}
 	// As above, the watcher may not have subscribed yet: flap until seen.
 	testutil.Eventually(t, 30*time.Second, "the watcher's first call", func() bool {
-		ip(t, "-n", ns, "link", "set", "eth1", "down")
-		ip(t, "-n", ns, "link", "set", "eth1", "up")
+		testutil.IP(t, "-n", ns, "link", "set", "eth1", "down")
+		testutil.IP(t, "-n", ns, "link", "set", "eth1", "up")
 		time.Sleep(100 * time.Millisecond)
 		return calls.Load() > 0
 	})

@@ -4,9 +4,14 @@ package testutil
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"os/exec"
 	"runtime"
+	"strings"
+	"testing"
 
 	"github.com/vishvananda/netns"
 )
@@ -61,4 +66,30 @@ func NetnsDialer(ns string) func(ctx context.Context, network, addr string) (net
 		runtime.UnlockOSThread()
 		return conn, dialErr
 	}
+}
+
+// IP runs ip(8) with args and fails the test if it fails.
+func IP(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// VethNetns makes a network namespace named hk-<prefix>-<random> with lo
+// up and a veth pair eth0/eth1 inside it, both up and without addresses,
+// and removes it when the test ends. The random part keeps test packages
+// that run at once apart.
+func VethNetns(t testing.TB, prefix string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	rand.Read(b)
+	ns := "hk-" + prefix + "-" + hex.EncodeToString(b)
+	IP(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	IP(t, "-n", ns, "link", "set", "lo", "up")
+	IP(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+	IP(t, "-n", ns, "link", "set", "eth0", "up")
+	IP(t, "-n", ns, "link", "set", "eth1", "up")
+	return ns
 }

@@ -5,9 +5,7 @@ package cni
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"net"
 	"os"
@@ -131,22 +129,8 @@ func netns(t *testing.T) (name, ipPath string) {
 	if err != nil {
 		t.Fatalf("no ip command: %v", err)
 	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	name = "hk-cni-" + hex.EncodeToString(b)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ipPath, args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { exec.Command(ipPath, "netns", "del", name).Run() })
-	ip("-n", name, "link", "set", "lo", "up")
-	ip("-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
-	ip("-n", name, "link", "set", "eth0", "up")
-	ip("-n", name, "link", "set", "eth1", "up")
-	ip("-n", name, "addr", "add", nodeAddr+"/24", "dev", "eth0")
+	name = testutil.VethNetns(t, "cni")
+	testutil.IP(t, "-n", name, "addr", "add", nodeAddr+"/24", "dev", "eth0")
 	return name, ipPath
 }
 

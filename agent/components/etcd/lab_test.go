@@ -48,21 +48,14 @@ func labID(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-func ipCmd(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
 // labSwitch makes the namespace holding the bridge.
 func labSwitch(t *testing.T, id string) string {
 	t.Helper()
 	sw := "hke-sw-" + id
-	ipCmd(t, "netns", "add", sw)
+	testutil.IP(t, "netns", "add", sw)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", sw).Run() })
-	ipCmd(t, "-n", sw, "link", "add", "br0", "type", "bridge")
-	ipCmd(t, "-n", sw, "link", "set", "br0", "up")
+	testutil.IP(t, "-n", sw, "link", "add", "br0", "type", "bridge")
+	testutil.IP(t, "-n", sw, "link", "set", "br0", "up")
 	return sw
 }
 
@@ -73,14 +66,14 @@ func newLabHost(t *testing.T, id, sw, name, addr string) *labHost {
 	t.Helper()
 	ns := "hke-" + name + "-" + id
 	veth := "hke" + name + id[:4]
-	ipCmd(t, "netns", "add", ns)
+	testutil.IP(t, "netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ipCmd(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-	ipCmd(t, "link", "set", veth, "netns", sw)
-	ipCmd(t, "-n", sw, "link", "set", veth, "master", "br0", "up")
-	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
-	ipCmd(t, "-n", ns, "link", "set", "eth0", "up")
-	ipCmd(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	testutil.IP(t, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	testutil.IP(t, "link", "set", veth, "netns", sw)
+	testutil.IP(t, "-n", sw, "link", "set", veth, "master", "br0", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "lo", "up")
+	testutil.IP(t, "-n", ns, "link", "set", "eth0", "up")
+	testutil.IP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
 
 	root := t.TempDir()
 	h := &labHost{name: name, ns: ns, addr: netip.MustParseAddr(addr), root: root}

@@ -3,8 +3,6 @@ package keepalived
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // netnsWithInterface makes a network namespace holding eth0 (one end of a
@@ -27,21 +26,8 @@ func netnsWithInterface(t *testing.T, addr string) string {
 	if _, err := exec.LookPath("keepalived"); err != nil {
 		t.Fatalf("keepalived is not installed (scripts/install-deps.sh installs it): %v", err)
 	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "hk-ka-" + hex.EncodeToString(b)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
-	ip("-n", ns, "link", "set", "eth0", "up")
-	ip("-n", ns, "link", "set", "eth1", "up")
-	ip("-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	ns := testutil.VethNetns(t, "ka")
+	testutil.IP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
 	return ns
 }
 

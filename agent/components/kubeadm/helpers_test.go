@@ -2,8 +2,6 @@ package kubeadm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/harmonykaas/harmony/agent/pki"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // k8sBin is the directory of the kubeadm and kube-apiserver that `make
@@ -108,22 +107,8 @@ func refuseDial(context.Context, string, string) (net.Conn, error) {
 // peer stays inside) holding addr/24; it is removed when the test ends.
 func newNetns(t *testing.T, addr string) string {
 	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "hk-kadm-" + hex.EncodeToString(b)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ip("-n", ns, "link", "set", "lo", "up")
-	ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
-	ip("-n", ns, "link", "set", "eth0", "up")
-	ip("-n", ns, "link", "set", "eth1", "up")
-	ip("-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+	ns := testutil.VethNetns(t, "kadm")
+	testutil.IP(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
 	return ns
 }
 

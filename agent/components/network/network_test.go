@@ -4,8 +4,6 @@ package network
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	harmonytest "github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // testNetns makes a network namespace like a lab host's: eth0 with
@@ -29,15 +28,8 @@ import (
 // same namespace. Both are up.
 func testNetns(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 4)
-	rand.Read(b)
-	ns := "hk-net-" + hex.EncodeToString(b)
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	run(t, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
-	run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", ns, "link", "set", "eth1", "up")
-	run(t, "ip", "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
+	ns := harmonytest.VethNetns(t, "net")
+	harmonytest.IP(t, "-n", ns, "addr", "add", "198.18.50.2/24", "dev", "eth0")
 	// Start from the kernel's defaults, whatever the host has.
 	run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0", "net.ipv4.ip_nonlocal_bind=0")
 	return ns
