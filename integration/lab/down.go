@@ -76,14 +76,10 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 // labNamespaces lists the namespaces named for lab id, whether or not the
 // record lists them.
 func labNamespaces(ctx context.Context, id string) []string {
-	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
-	if err != nil {
-		return nil
-	}
 	var names []string
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "hlab-"+id+"-") {
-			names = append(names, f[0])
+	for _, ns := range listNetns(ctx) {
+		if strings.HasPrefix(ns, "hlab-"+id+"-") {
+			names = append(names, ns)
 		}
 	}
 	return names

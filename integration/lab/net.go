@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -13,16 +14,6 @@ func ip(ctx context.Context, args ...string) error {
 	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// inNetns runs a command inside a network namespace.
-func inNetns(ctx context.Context, ns string, argv ...string) error {
-	args := append([]string{"netns", "exec", ns}, argv...)
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("in %s: %s: %w: %s", ns, strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -70,18 +61,24 @@ func makeHost(ctx context.Context, r *record, h hostRecord, subnet netip.Prefix)
 	return nil
 }
 
-// netnsExists reports whether a named network namespace exists.
-func netnsExists(ctx context.Context, ns string) bool {
+// listNetns lists the machine's named network namespaces.
+func listNetns(ctx context.Context) []string {
 	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
 	if err != nil {
-		return false
+		return nil
 	}
+	var names []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == ns {
-			return true
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
 		}
 	}
-	return false
+	return names
+}
+
+// netnsExists reports whether a named network namespace exists.
+func netnsExists(ctx context.Context, ns string) bool {
+	return slices.Contains(listNetns(ctx), ns)
 }
 
 // netnsPIDs lists the processes inside a network namespace.
