@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Builds kubeadm, kube-apiserver and kubectl from the k8s.io/kubernetes module
-# pinned in tools/kubernetes/go.mod (there is no route to pkgs.k8s.io here).
+# Builds the Kubernetes binaries from the k8s.io/kubernetes module pinned in a
+# tools/ go.mod (there is no route to pkgs.k8s.io here):
+#   tools/kubernetes (n): kubeadm, kubelet, kubectl, kube-apiserver,
+#     kube-controller-manager, kube-scheduler, kube-proxy
+#   tools/kubernetes-previous (n-1): kubeadm, kubelet, kubectl
 #
-#   scripts/build-kubernetes.sh              build if needed; print nothing else on stdout
-#   scripts/build-kubernetes.sh --bin-dir    print the directory the binaries go to
-#   scripts/build-kubernetes.sh --version    print the pinned version
+#   scripts/build-kubernetes.sh [MODULE]              build if needed
+#   scripts/build-kubernetes.sh [MODULE] --bin-dir    print the binaries' directory
+#   scripts/build-kubernetes.sh [MODULE] --version    print the pinned version
 #
-# The binaries go to .cache/kubernetes/<version>/bin/. The build is skipped
-# when every binary there already reports the pinned version; a cold build
-# takes about 5 minutes on 2 cores, a rebuild from the Go build cache far less.
+# MODULE defaults to tools/kubernetes. The binaries go to
+# $HARMONY_CACHE/kubernetes/<version>/bin/ (HARMONY_CACHE defaults to
+# ~/.cache/harmony: outside the checkout, so fresh clones on one machine
+# share it). The build is skipped when every binary there already reports
+# the pinned version; a cold build takes 5-10 minutes on 2 cores, a rebuild
+# from the Go build cache one or two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MODDIR=$ROOT/tools/kubernetes
+MODULE=tools/kubernetes
+if [[ ${1:-} == tools/* ]]; then
+  MODULE=${1%/}
+  shift
+fi
+MODDIR=$ROOT/$MODULE
+case $MODULE in
+  tools/kubernetes) BINARIES=(kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy) ;;
+  *) BINARIES=(kubeadm kubelet kubectl) ;;
+esac
 export PATH="/usr/local/go/bin:$PATH"
 export GOWORK=off
 
@@ -25,13 +40,13 @@ if ! [[ $VERSION =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   exit 1
 fi
 MINOR=${BASH_REMATCH[1]}
-BIN=$ROOT/.cache/kubernetes/$VERSION/bin
+BIN=${HARMONY_CACHE:-$HOME/.cache/harmony}/kubernetes/$VERSION/bin
 
 case "${1:-}" in
   --bin-dir) echo "$BIN"; exit 0 ;;
   --version) echo "$VERSION"; exit 0 ;;
   "") ;;
-  *) echo "usage: $0 [--bin-dir|--version]" >&2; exit 2 ;;
+  *) echo "usage: $0 [tools/MODULE] [--bin-dir|--version]" >&2; exit 2 ;;
 esac
 
 # Every staging module must be replaced with the release matching the pin,
@@ -41,19 +56,25 @@ if grep -E '^\s+k8s\.io/[a-z-]+ => k8s\.io/[a-z-]+ v' "$MODDIR/go.mod" | grep -v
   exit 1
 fi
 
-reports_version() { # binary, command...
-  local bin=$1; shift
+reports_version() { # binary
+  local bin=$1 args=(--version)
+  case $bin in
+    kubeadm) args=(version -o short) ;;
+    kubectl) args=(version --client) ;;
+  esac
   [ -x "$BIN/$bin" ] || return 1
-  "$BIN/$bin" "$@" 2>/dev/null | grep -qw -- "$VERSION"
+  "$BIN/$bin" "${args[@]}" 2>/dev/null | grep -qw -- "$VERSION"
 }
-if reports_version kubeadm version -o short &&
-  reports_version kube-apiserver --version &&
-  reports_version kubectl version --client; then
+all_built() {
+  local b
+  for b in "${BINARIES[@]}"; do reports_version "$b" || return 1; done
+}
+if all_built; then
   echo "build-kubernetes: $BIN already holds $VERSION" >&2
   exit 0
 fi
 
-echo "build-kubernetes: building kubeadm, kube-apiserver, kubectl $VERSION into $BIN (about 5 minutes cold)" >&2
+echo "build-kubernetes: building ${BINARIES[*]} $VERSION into $BIN (5-10 minutes cold)" >&2
 mkdir -p "$BIN"
 tmp=$(mktemp -d "$BIN/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -62,11 +83,11 @@ ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$
 # CGO off: static binaries, so that `kubeadm --rootfs DIR` still runs after
 # it chroots into DIR, and the lab needs no C toolchain.
 (cd "$MODDIR" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kubeadm \
-  k8s.io/kubernetes/cmd/kube-apiserver \
-  k8s.io/kubernetes/cmd/kubectl)
-for b in kubeadm kube-apiserver kubectl; do
+  "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}")
+# Each rename is atomic: a killed build never leaves a half binary that a
+# later run would trust.
+for b in "${BINARIES[@]}"; do
   mv -f "$tmp/$b" "$BIN/$b"
 done
-reports_version kubeadm version -o short || { echo "build-kubernetes: built kubeadm does not report $VERSION" >&2; exit 1; }
+all_built || { echo "build-kubernetes: the built binaries do not all report $VERSION" >&2; exit 1; }
 echo "build-kubernetes: done" >&2

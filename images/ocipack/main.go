@@ -1,0 +1,346 @@
+// Command ocipack packs binaries into a container image, as an OCI image
+// layout in one tar (an "OCI archive") that `ctr images import` reads with
+// its reference. The output depends only on the inputs and
+// SOURCE_DATE_EPOCH: layers have fixed owners and mtimes, and the config's
+// creation time is the epoch.
+//
+// No registry is reachable where Harmony images are built, so the node
+// image's container images (kube-apiserver and friends, CoreDNS, pause)
+// are made from binaries built here:
+//
+//	ocipack -ref registry.k8s.io/pause:3.10.1 -file pause:/pause -entrypoint /pause -out pause.tar
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Spec is one image.
+type Spec struct {
+	Ref        string
+	Files      []File
+	Entrypoint []string
+	User       string
+	Env        []string
+	Created    time.Time
+}
+
+// File is one file in the image's single layer.
+type File struct {
+	Source string // on this machine
+	Path   string // absolute, in the image
+	Mode   int64
+}
+
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func main() {
+	var (
+		spec       Spec
+		out        string
+		files      multiFlag
+		env        multiFlag
+		entrypoint string
+	)
+	flag.StringVar(&spec.Ref, "ref", "", "image reference, e.g. registry.k8s.io/pause:3.10.1")
+	flag.Var(&files, "file", "SOURCE:PATH[:MODE] to put in the image (repeatable; MODE octal, default 0755)")
+	flag.StringVar(&entrypoint, "entrypoint", "", "entrypoint, comma-separated")
+	flag.StringVar(&spec.User, "user", "", "user the image runs as (default root)")
+	flag.Var(&env, "env", "KEY=VALUE (repeatable; PATH is set by default)")
+	flag.StringVar(&out, "out", "", "the OCI archive to write")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := func() error {
+		epoch, err := sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
+		if err != nil {
+			return err
+		}
+		spec.Created = epoch
+		for _, f := range files {
+			file, err := parseFile(f)
+			if err != nil {
+				return err
+			}
+			spec.Files = append(spec.Files, file)
+		}
+		if entrypoint != "" {
+			spec.Entrypoint = strings.Split(entrypoint, ",")
+		}
+		spec.Env = append([]string{defaultPath}, env...)
+		if out == "" {
+			return errors.New("-out: required")
+		}
+		digest, err := Write(ctx, spec, out)
+		if err != nil {
+			return err
+		}
+		fmt.Println(digest)
+		return nil
+	}()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ocipack:", err)
+		os.Exit(1)
+	}
+}
+
+// Write builds the image and writes it to out (through a temporary file
+// renamed into place), returning the manifest digest.
+func Write(ctx context.Context, spec Spec, out string) (string, error) {
+	img, ref, err := Build(spec)
+	if err != nil {
+		return "", err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("%s: digest: %w", spec.Ref, err)
+	}
+	tmp, err := os.CreateTemp(path.Dir(out), ".ocipack-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if err := writeArchive(ctx, tmp, img, ref); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("%s: %w", out, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	return digest.String(), nil
+}
+
+// Build makes the image: one layer holding the files, and a config with
+// the entrypoint, user and environment.
+func Build(spec Spec) (v1.Image, name.Tag, error) {
+	ref, err := name.NewTag(spec.Ref, name.StrictValidation)
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("ref %q: want registry/name:tag: %w", spec.Ref, err)
+	}
+	if len(spec.Files) == 0 {
+		return nil, name.Tag{}, errors.New("files: none given")
+	}
+	layerTar, err := layerBytes(spec.Files, spec.Created)
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, name.Tag{}, fmt.Errorf("layer: %w", err)
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = "amd64", "linux"
+	cfg.Created = v1.Time{Time: spec.Created}
+	cfg.Config.Entrypoint = spec.Entrypoint
+	cfg.Config.User = spec.User
+	cfg.Config.Env = spec.Env
+	cfg.History = []v1.History{{Created: v1.Time{Time: spec.Created}, CreatedBy: "harmony ocipack", Comment: spec.Ref}}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return nil, name.Tag{}, err
+	}
+	return img, ref, nil
+}
+
+// layerBytes is the layer's tar: parent directories, then the files,
+// sorted, owned by root, with the epoch as every time.
+func layerBytes(files []File, mtime time.Time) ([]byte, error) {
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		var parents []string
+		for d := path.Dir(f.Path); d != "/" && !dirs[d]; d = path.Dir(d) {
+			parents = append([]string{d}, parents...)
+			dirs[d] = true
+		}
+		for _, d := range parents {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/",
+				Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		}
+		data, err := os.ReadFile(f.Source)
+		if err != nil {
+			return nil, fmt.Errorf("file %s: %w", f.Source, err)
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.Path, "/"),
+			Mode: f.Mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func parseFile(s string) (File, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !path.IsAbs(parts[1]) || path.Clean(parts[1]) != parts[1] || parts[1] == "/" {
+		return File{}, fmt.Errorf("-file %q: want SOURCE:/ABSOLUTE/PATH[:MODE]", s)
+	}
+	f := File{Source: parts[0], Path: parts[1], Mode: 0o755}
+	if len(parts) == 3 {
+		mode, err := strconv.ParseInt(parts[2], 8, 32)
+		if err != nil || mode < 0 || mode > 0o7777 {
+			return File{}, fmt.Errorf("-file %q: mode %q: want octal such as 0644", s, parts[2])
+		}
+		f.Mode = mode
+	}
+	return f, nil
+}
+
+func sourceDateEpoch(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, errors.New("SOURCE_DATE_EPOCH: not set; the image's bytes depend on it")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH %q: want seconds since 1970", v)
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// writeArchive writes the OCI image layout as one tar: oci-layout,
+// index.json (naming the image by its reference, as containerd reads it),
+// then the blobs. Every entry has the same owner, mode and mtime.
+func writeArchive(ctx context.Context, w io.Writer, img v1.Image, ref name.Tag) error {
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	mediaType, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return err
+	}
+	configName, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	index, err := json.Marshal(v1.IndexManifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIImageIndex,
+		Manifests: []v1.Descriptor{{
+			MediaType: mediaType, Digest: digest, Size: int64(len(manifest)),
+			Annotations: map[string]string{
+				"io.containerd.image.name":          ref.Name(),
+				"org.opencontainers.image.ref.name": ref.TagStr(),
+			},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	cfg, _ := img.ConfigFile()
+	mtime := cfg.Created.Time
+	tw := tar.NewWriter(w)
+	put := func(name string, data []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatUSTAR}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return err
+	}
+	if err := put("index.json", index); err != nil {
+		return err
+	}
+	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: mtime, Format: tar.FormatUSTAR}); err != nil {
+			return err
+		}
+	}
+	if err := put("blobs/sha256/"+configName.Hex, config); err != nil {
+		return err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		if err := put("blobs/sha256/"+d.Hex, data); err != nil {
+			return err
+		}
+	}
+	if err := put("blobs/sha256/"+digest.Hex, manifest); err != nil {
+		return err
+	}
+	return tw.Close()
+}

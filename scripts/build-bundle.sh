@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds the component bundle the harmony-node provisioner installs, from
+# the pins in images/components.yaml, and prints its directory:
+#
+#   kubernetes/<n>/{kubeadm,kubelet,kubectl}    built from tools/kubernetes
+#   kubernetes/<n-1>/{kubeadm,kubelet,kubectl}  built from tools/kubernetes-previous
+#   images/*.tar    OCI archives of kube-apiserver, kube-controller-manager,
+#                   kube-scheduler, kube-proxy (n), CoreDNS (tools/coredns)
+#                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
+#   bundle.json     what it holds, with each image's digest
+#
+# Everything is cached under $HARMONY_CACHE (default ~/.cache/harmony); the
+# bundle's directory name is a hash of its inputs, so an unchanged bundle
+# is not rebuilt. The same inputs and SOURCE_DATE_EPOCH (default: the
+# commit time of images/components.yaml) give the same bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PATH="/usr/local/go/bin:$PATH" GOWORK=off
+CACHE=${HARMONY_CACHE:-$HOME/.cache/harmony}
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct -- images/components.yaml 2>/dev/null || true)}
+: "${SOURCE_DATE_EPOCH:=0}"
+log() { echo "build-bundle: $*" >&2; }
+
+scripts/build-kubernetes.sh >&2
+scripts/build-kubernetes.sh tools/kubernetes-previous >&2
+N=$(scripts/build-kubernetes.sh --version)
+N_BIN=$(scripts/build-kubernetes.sh --bin-dir)
+P=$(scripts/build-kubernetes.sh tools/kubernetes-previous --version)
+P_BIN=$(scripts/build-kubernetes.sh tools/kubernetes-previous --bin-dir)
+
+# The image references come from the pin file, so a bump there is a bump
+# here.
+ref() { # image name as in the ref, e.g. kube-apiserver or coredns/coredns
+  local r
+  r=$(grep -oE "ref: \"registry\.k8s\.io/$1:[^\"]+\"" images/components.yaml | sed -E 's/^ref: "(.*)"$/\1/')
+  [ -n "$r" ] || { log "images/components.yaml has no registry.k8s.io/$1 image"; exit 1; }
+  echo "$r"
+}
+for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+  [ "$(ref $name)" = "registry.k8s.io/$name:$N" ] || { log "$(ref $name) is not Kubernetes $N"; exit 1; }
+done
+
+# CoreDNS, from its module at the version the pin names.
+COREDNS_REF=$(ref coredns/coredns)
+COREDNS_VERSION=${COREDNS_REF##*:}
+if ! grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" tools/coredns/go.mod; then
+  log "tools/coredns/go.mod does not require github.com/coredns/coredns $COREDNS_VERSION"
+  exit 1
+fi
+COREDNS=$CACHE/coredns/$COREDNS_VERSION/coredns
+if ! "$COREDNS" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; then
+  log "building CoreDNS $COREDNS_VERSION (about 2 minutes cold)"
+  mkdir -p "$(dirname "$COREDNS")"
+  (cd tools/coredns && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$COREDNS.tmp" github.com/coredns/coredns)
+  mv -f "$COREDNS.tmp" "$COREDNS"
+fi
+
+# pause, compiled the way Kubernetes' build/pause/Makefile does.
+PAUSE_REF=$(ref pause)
+PAUSE_VERSION=${PAUSE_REF##*:}
+PAUSE=$CACHE/pause/$PAUSE_VERSION/pause
+K8S_SRC=$(cd tools/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+if ! grep -q "^TAG ?= $PAUSE_VERSION\$" "$K8S_SRC/build/pause/Makefile"; then
+  log "k8s.io/kubernetes $N builds pause $(grep -oE '^TAG \?= .*' "$K8S_SRC/build/pause/Makefile"), the pin says $PAUSE_VERSION"
+  exit 1
+fi
+if [ ! -x "$PAUSE" ] || ! "$PAUSE" -v 2>&1 | grep -q "v$PAUSE_VERSION"; then
+  log "compiling pause $PAUSE_VERSION"
+  mkdir -p "$(dirname "$PAUSE")"
+  cc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-harmony" -o "$PAUSE.tmp" "$K8S_SRC/build/pause/linux/pause.c"
+  strip "$PAUSE.tmp"
+  mv -f "$PAUSE.tmp" "$PAUSE"
+fi
+
+# The bundle's name: a hash of every input, so unchanged inputs reuse it.
+OCIPACK=$CACHE/tools/ocipack
+go build -trimpath -o "$OCIPACK" ./images/ocipack
+key=$( {
+  echo "$SOURCE_DATE_EPOCH"
+  sha256sum images/components.yaml images/ocipack/main.go scripts/build-bundle.sh
+  for b in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
+  for b in kubeadm kubelet kubectl; do sha256sum "$P_BIN/$b"; done
+  sha256sum "$COREDNS" "$PAUSE"
+} | sed "s# $CACHE/# #" | sha256sum | cut -c1-16)
+BUNDLE=$CACHE/bundle/$key
+if [ -f "$BUNDLE/bundle.json" ]; then
+  log "$BUNDLE is up to date"
+  echo "$BUNDLE"
+  exit 0
+fi
+
+log "assembling $BUNDLE"
+tmp=$(mktemp -d "$CACHE/bundle/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/bundle" && mktemp -d "$CACHE/bundle/.tmp.XXXXXX"; })
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/kubernetes/$N" "$tmp/kubernetes/$P" "$tmp/images"
+for b in kubeadm kubelet kubectl; do
+  ln -f "$N_BIN/$b" "$tmp/kubernetes/$N/$b" 2>/dev/null || cp "$N_BIN/$b" "$tmp/kubernetes/$N/$b"
+  ln -f "$P_BIN/$b" "$tmp/kubernetes/$P/$b" 2>/dev/null || cp "$P_BIN/$b" "$tmp/kubernetes/$P/$b"
+done
+
+images_json=""
+pack() { # file ref entrypoint -file args...
+  local file=$1 ref=$2 entrypoint=$3 digest
+  shift 3
+  digest=$("$OCIPACK" -ref "$ref" -entrypoint "$entrypoint" -out "$tmp/images/$file" "$@")
+  images_json+="${images_json:+,}
+    {\"ref\": \"$ref\", \"digest\": \"$digest\", \"file\": \"$file\"}"
+  log "$ref $digest"
+}
+for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+  pack "$name.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
+done
+pack coredns.tar "$COREDNS_REF" /coredns -file "$COREDNS:/coredns"
+pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause"
+
+cat > "$tmp/bundle.json" <<EOF
+{
+  "kubernetes": [
+    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "module k8s.io/kubernetes $N (tools/kubernetes)"},
+    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "module k8s.io/kubernetes $P (tools/kubernetes-previous)"}
+  ],
+  "images": [$images_json
+  ],
+  "components": [
+    {"name": "kubernetes", "version": "$N", "source": "module k8s.io/kubernetes (tools/kubernetes)"},
+    {"name": "kubernetes-previous", "version": "$P", "source": "module k8s.io/kubernetes (tools/kubernetes-previous)"},
+    {"name": "coredns", "version": "$COREDNS_VERSION", "source": "module github.com/coredns/coredns (tools/coredns)"},
+    {"name": "pause", "version": "$PAUSE_VERSION", "source": "k8s.io/kubernetes $N build/pause/linux/pause.c"}
+  ]
+}
+EOF
+mv "$tmp" "$BUNDLE"
+trap - EXIT
+echo "$BUNDLE"
