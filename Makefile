@@ -5,6 +5,13 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/harmonykaas/harmony/internal/buildinfo.Version=$(VERSION)
 BINARIES  := harmony-agent harmony-controller harmonyctl
+# Heavy builds (Kubernetes, CoreDNS, Packer, debootstrap tarballs, the
+# component bundle) are cached outside the checkout, so every clone on one
+# machine shares them.
+HARMONY_CACHE ?= $(HOME)/.cache/harmony
+export HARMONY_CACHE
+IMAGES_OUT ?= $(CURDIR)/out/images
+export IMAGES_OUT
 FUZZTIME  ?= 5s
 # Each fuzz target of outside input, as package:Target.
 FUZZ_TARGETS := \
@@ -17,7 +24,7 @@ FUZZ_TARGETS := \
 	./ova/vmdk:FuzzReadVMDK \
 	./ova/ovf:FuzzParseOVF
 
-.PHONY: all build test unit fuzz vet bench lab lab-down clean
+.PHONY: all build test unit fuzz vet bench lab lab-down clean images bundle packer packer-plugin
 
 all: build
 
@@ -27,20 +34,42 @@ build:
 
 vet:
 	$(GO) vet ./...
+	cd packer && $(GO) vet ./...
 
-# The integration tests start the binaries from bin/.
+# The integration tests start the binaries from bin/ and boot the images
+# in $(IMAGES_OUT).
 test: build vet unit fuzz
 
-unit: kubernetes
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) test -race -count=1 -timeout 30m ./...
+unit: kubernetes images
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -race -count=1 -timeout 40m ./...
+	cd packer && $(GO) test -count=1 -timeout 20m ./...
 
-# kubeadm, kube-apiserver and kubectl, built from the k8s.io/kubernetes
-# module pinned in tools/kubernetes/go.mod into .cache/kubernetes/<version>/bin
-# (about 5 minutes cold; skipped when they already report the pinned version).
+# The Kubernetes binaries, built from the k8s.io/kubernetes modules pinned
+# in tools/kubernetes (n) and tools/kubernetes-previous (n-1) into
+# $(HARMONY_CACHE)/kubernetes/<version>/bin (5-10 minutes cold; skipped
+# when they already report the pinned version).
 .PHONY: kubernetes
 K8S_BIN := $(shell scripts/build-kubernetes.sh --bin-dir)
 kubernetes:
 	scripts/build-kubernetes.sh
+	scripts/build-kubernetes.sh tools/kubernetes-previous
+
+# What the node image carries from Kubernetes: binaries for n and n-1, and
+# the control plane's container images as OCI archives (images/components.yaml).
+bundle: kubernetes
+	scripts/build-bundle.sh
+
+# Packer 1.9.4, built from its module into the cache (about 6 minutes cold).
+packer:
+	scripts/build-packer.sh
+
+packer-plugin:
+	@mkdir -p bin
+	cd packer && $(GO) build -trimpath -o ../bin/packer-plugin-harmony .
+
+# Both golden OVAs into $(IMAGES_OUT) (root: debootstrap and chroot).
+images: build kubernetes packer
+	scripts/build-images.sh
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -1,4 +1,6 @@
-// Command packer-plugin-harmony is Harmony's Packer plugin.
+// Command packer-plugin-harmony is Harmony's Packer plugin: the
+// harmony-debootstrap builder, the harmony-node provisioner and the
+// harmony-ova post-processor.
 package main
 
 import (
@@ -7,18 +9,17 @@ import (
 
 	"github.com/hashicorp/packer-plugin-sdk/plugin"
 
-	_ "github.com/hashicorp/packer-plugin-sdk/chroot"
-	_ "github.com/hashicorp/packer-plugin-sdk/common"
-	_ "github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
-	_ "github.com/hashicorp/packer-plugin-sdk/template/config"
-	_ "github.com/hashicorp/packer-plugin-sdk/hcl2helper"
-	_ "github.com/harmonykaas/harmony/ova/archive"
-
+	"github.com/harmonykaas/harmony/packer/builder/debootstrap"
+	"github.com/harmonykaas/harmony/packer/postprocessor/ova"
+	"github.com/harmonykaas/harmony/packer/provisioner/node"
 	"github.com/harmonykaas/harmony/packer/version"
 )
 
 func main() {
 	set := plugin.NewSet()
+	set.RegisterBuilder("debootstrap", new(debootstrap.Builder))
+	set.RegisterProvisioner("node", new(node.Provisioner))
+	set.RegisterPostProcessor("ova", new(ova.PostProcessor))
 	set.SetVersion(version.PluginVersion)
 	if err := set.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,89 @@
+# The tenant node image: every master and worker of a tenant cluster is a
+# clone of it. `make images` builds it; see images/README.md for the
+# variables and packer/README.md for installing the plugin.
+
+packer {
+  required_version = ">= 1.9.4"
+  required_plugins {
+    harmony = {
+      version = ">= 0.1.0"
+      source  = "github.com/harmonykaas/harmony"
+    }
+  }
+}
+
+variable "image_version" {
+  type        = string
+  description = "The image's version, recorded in image.json and the OVA."
+}
+
+variable "repo_root" {
+  type        = string
+  description = "The Harmony checkout: bin/, systemd/, images/."
+}
+
+variable "bundle_dir" {
+  type        = string
+  description = "The component bundle `make bundle` made: Kubernetes binaries and container images."
+}
+
+variable "cache_dir" {
+  type        = string
+  description = "Where the builder keeps its debootstrap tarballs between builds."
+}
+
+variable "output_dir" {
+  type    = string
+  default = "out/images"
+}
+
+variable "debian_mirror" {
+  type    = string
+  default = "http://deb.debian.org/debian"
+}
+
+variable "source_date_epoch" {
+  type        = string
+  default     = env("SOURCE_DATE_EPOCH")
+  description = "Every timestamp in the image and the OVA derives from it."
+}
+
+source "harmony-debootstrap" "node" {
+  image_name        = "harmony-node"
+  suite             = "bookworm"
+  mirror            = var.debian_mirror
+  # The base system plus the Debian packages images/components.yaml pins
+  # for nodes, so a warm cache needs no download; the provisioner checks
+  # each version against the pin.
+  include = [
+    "linux-image-cloud-amd64", "systemd-sysv", "udev", "initramfs-tools", "zstd",
+    "systemd-boot-efi", "dbus", "iproute2", "iptables", "conntrack", "ethtool", "socat",
+    "kmod", "ca-certificates", "openssl",
+    "containerd", "runc", "containernetworking-plugins",
+    "etcd-server", "etcd-client", "keepalived", "haproxy",
+  ]
+  cache_dir         = var.cache_dir
+  output_dir        = "${var.output_dir}/build-node"
+  disk_size         = "6GiB"
+  source_date_epoch = var.source_date_epoch
+}
+
+build {
+  sources = ["source.harmony-debootstrap.node"]
+
+  provisioner "harmony-node" {
+    role              = "node"
+    image_version     = var.image_version
+    components_file   = "${var.repo_root}/images/components.yaml"
+    bundle_dir        = var.bundle_dir
+    agent_binary      = "${var.repo_root}/bin/harmony-agent"
+    units_dir         = "${var.repo_root}/systemd"
+    overlay_dir       = "${var.repo_root}/images/rootfs"
+    source_date_epoch = var.source_date_epoch
+  }
+
+  post-processor "harmony-ova" {
+    output            = "${var.output_dir}/harmony-node-${var.image_version}.ova"
+    source_date_epoch = var.source_date_epoch
+  }
+}

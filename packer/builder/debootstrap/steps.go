@@ -1,0 +1,334 @@
+package debootstrap
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/packer-plugin-sdk/chroot"
+	"github.com/hashicorp/packer-plugin-sdk/multistep"
+	"github.com/hashicorp/packer-plugin-sdk/multistep/commonsteps"
+	packersdk "github.com/hashicorp/packer-plugin-sdk/packer"
+	"golang.org/x/sys/unix"
+
+	"github.com/harmonykaas/harmony/packer/internal/disk"
+)
+
+// stepRootfs makes the root file system: from the cache, or by
+// debootstrap (then cached).
+type stepRootfs struct{}
+
+func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
+	c := state.Get("config").(*Config)
+	ui := state.Get("ui").(packersdk.Ui)
+	root := state.Get("root").(string)
+
+	// A build killed while provisioning leaves its mounts: never delete
+	// through them (a bind-mounted /dev).
+	if err := unmountUnder(root); err != nil {
+		return halt(state, err)
+	}
+	if err := os.RemoveAll(root); err != nil {
+		return halt(state, fmt.Errorf("harmony-debootstrap: remove the old root: %w", err))
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return halt(state, err)
+	}
+	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
+		return halt(state, fmt.Errorf("harmony-debootstrap: cache_dir: %w", err))
+	}
+	tarball := filepath.Join(c.CacheDir, "debootstrap-"+cacheKey(c)+".tar")
+	if _, err := os.Stat(tarball); err == nil {
+		ui.Say("harmony-debootstrap: root file system from the cache: " + tarball)
+		if err := run(ctx, ui, "tar", "--numeric-owner", "-xpf", tarball, "-C", root); err != nil {
+			return halt(state, err)
+		}
+		return multistep.ActionContinue
+	}
+
+	ui.Say(fmt.Sprintf("harmony-debootstrap: debootstrap %s (%s) from %s", c.Suite, c.Variant, c.Mirror))
+	args := []string{"--variant=" + c.Variant, "--include=" + strings.Join(sortedPackages(c.Include), ","), c.Suite, root, c.Mirror}
+	if c.Variant == "-" {
+		args = args[1:]
+	}
+	if err := run(ctx, ui, "debootstrap", args...); err != nil {
+		return halt(state, err)
+	}
+	// What every build wants from the base: no host identity, no caches.
+	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
+		return halt(state, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("localhost\n"), 0o644); err != nil {
+		return halt(state, err)
+	}
+	if err := run(ctx, ui, "chroot", root, "apt-get", "clean"); err != nil {
+		return halt(state, err)
+	}
+	partial := tarball + ".partial"
+	if err := run(ctx, ui, "tar", "--numeric-owner", "-cpf", partial, "-C", root, "."); err != nil {
+		os.Remove(partial)
+		return halt(state, err)
+	}
+	if err := os.Rename(partial, tarball); err != nil {
+		return halt(state, err)
+	}
+	return multistep.ActionContinue
+}
+
+func (s *stepRootfs) Cleanup(state multistep.StateBag) {
+	c := state.Get("config").(*Config)
+	root := state.Get("root").(string)
+	if c.KeepRootfs {
+		return
+	}
+	if err := unmountUnder(root); err != nil {
+		state.Get("ui").(packersdk.Ui).Error(err.Error())
+		return // never delete through a mount
+	}
+	os.RemoveAll(root)
+}
+
+// cacheKey names a debootstrap result by everything that shapes it.
+func cacheKey(c *Config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func sortedPackages(p []string) []string {
+	out := slices.Clone(p)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// chrootMounts are the file systems provisioners need inside the root,
+// and the files the builder puts there for the duration.
+type chrootMounts struct {
+	root    string
+	mounted []string
+	added   []string
+}
+
+// policyRC keeps apt from starting daemons inside the chroot.
+const policyRC = "#!/bin/sh\n# harmony-debootstrap: no daemons start while the image is built.\nexit 101\n"
+
+func (m *chrootMounts) mount() error {
+	for _, mt := range []struct{ src, dir, fstype string }{
+		{"proc", "proc", "proc"},
+		{"sysfs", "sys", "sysfs"},
+		{"/dev", "dev", ""},
+		{"devpts", "dev/pts", "devpts"},
+	} {
+		target := filepath.Join(m.root, mt.dir)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		var err error
+		if mt.fstype == "" {
+			err = unix.Mount(mt.src, target, "", unix.MS_BIND, "")
+		} else {
+			err = unix.Mount(mt.src, target, mt.fstype, unix.MS_NOSUID|unix.MS_NOEXEC, "")
+		}
+		if err != nil {
+			return fmt.Errorf("harmony-debootstrap: mount %s on %s: %w", mt.src, target, err)
+		}
+		m.mounted = append(m.mounted, target)
+	}
+	for name, body := range map[string]string{"usr/sbin/policy-rc.d": policyRC} {
+		p := filepath.Join(m.root, name)
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			return err
+		}
+		m.added = append(m.added, p)
+	}
+	// Name resolution for apt: the host's resolv.conf, removed afterwards.
+	resolv := filepath.Join(m.root, "etc/resolv.conf")
+	if _, err := os.Lstat(resolv); os.IsNotExist(err) {
+		data, err := os.ReadFile("/etc/resolv.conf")
+		if err == nil {
+			if err := os.WriteFile(resolv, data, 0o644); err != nil {
+				return err
+			}
+			m.added = append(m.added, resolv)
+		}
+	}
+	return nil
+}
+
+// unmount undoes mount; it is safe to call more than once.
+func (m *chrootMounts) unmount() error {
+	for _, p := range m.added {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	m.added = nil
+	for i := len(m.mounted) - 1; i >= 0; i-- {
+		if err := unix.Unmount(m.mounted[i], 0); err != nil && err != unix.EINVAL {
+			// Busy (a provisioner left a process): detach it instead.
+			if err := unix.Unmount(m.mounted[i], unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+				return fmt.Errorf("harmony-debootstrap: unmount %s: %w", m.mounted[i], err)
+			}
+		}
+	}
+	m.mounted = nil
+	return unmountUnder(m.root)
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mounts")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var under []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 1 {
+			p := strings.ReplaceAll(fields[1], `\040`, " ")
+			if p == dir || strings.HasPrefix(p, dir+"/") {
+				under = append(under, p)
+			}
+		}
+	}
+	slices.SortFunc(under, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range under {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("harmony-debootstrap: unmount %s: %w", p, err)
+		}
+	}
+	return sc.Err()
+}
+
+type stepMount struct{ mounts *chrootMounts }
+
+func (s *stepMount) Run(_ context.Context, state multistep.StateBag) multistep.StepAction {
+	if err := s.mounts.mount(); err != nil {
+		return halt(state, err)
+	}
+	return multistep.ActionContinue
+}
+
+func (s *stepMount) Cleanup(state multistep.StateBag) {
+	if err := s.mounts.unmount(); err != nil {
+		state.Get("ui").(packersdk.Ui).Error(err.Error())
+	}
+}
+
+// stepProvision runs the build's provisioners in the chroot.
+type stepProvision struct{}
+
+func (s *stepProvision) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
+	hook := state.Get("hook").(packersdk.Hook)
+	ui := state.Get("ui").(packersdk.Ui)
+	comm := &chroot.Communicator{
+		Chroot:     state.Get("root").(string),
+		CmdWrapper: func(command string) (string, error) { return command, nil },
+	}
+	data := commonsteps.PopulateProvisionHookData(state)
+	state.Put("generated_data", data)
+	if err := hook.Run(ctx, packersdk.HookProvision, ui, comm, data); err != nil {
+		return halt(state, fmt.Errorf("harmony-debootstrap: provisioning: %w", err))
+	}
+	return multistep.ActionContinue
+}
+
+func (s *stepProvision) Cleanup(multistep.StateBag) {}
+
+// stepWriteDisk unmounts, writes fstab, copies image.json out and writes
+// the disk.
+type stepWriteDisk struct{ mounts *chrootMounts }
+
+func (s *stepWriteDisk) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
+	c := state.Get("config").(*Config)
+	ui := state.Get("ui").(packersdk.Ui)
+	root := state.Get("root").(string)
+	if err := s.mounts.unmount(); err != nil {
+		return halt(state, err)
+	}
+
+	art := &Artifact{Disk: filepath.Join(c.OutputDir, c.ImageName+".raw")}
+	manifest := filepath.Join(root, "etc/harmony/image.json")
+	if _, err := os.Stat(manifest); err == nil {
+		art.ImageJSON = filepath.Join(c.OutputDir, "image.json")
+		if err := copyFile(manifest, art.ImageJSON); err != nil {
+			return halt(state, err)
+		}
+	}
+
+	// fstab names the file systems by the UUIDs the disk will carry; they
+	// derive from the seed alone.
+	ids := disk.UUIDs(c.ImageName)
+	fstab := fmt.Sprintf("# harmony-debootstrap\nUUID=%s / ext4 defaults,errors=remount-ro 0 1\nUUID=%s /boot/efi vfat umask=0077,noauto,x-systemd.automount 0 2\n",
+		ids.RootFSUUID, ids.ESPVolumeID())
+	if err := os.MkdirAll(filepath.Join(root, "boot/efi"), 0o755); err != nil {
+		return halt(state, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/fstab"), []byte(fstab), 0o644); err != nil {
+		return halt(state, err)
+	}
+
+	ui.Say(fmt.Sprintf("harmony-debootstrap: writing %s (%s)", art.Disk, c.DiskSize))
+	start := time.Now()
+	layout, err := disk.Write(ctx, disk.Options{
+		Output:     art.Disk,
+		Root:       root,
+		Size:       c.diskBytes,
+		ESPSize:    int64(c.ESPSizeMiB) << 20,
+		Epoch:      time.Unix(c.epoch, 0),
+		Seed:       c.ImageName,
+		KernelArgs: c.KernelArgs,
+	})
+	if err != nil {
+		return halt(state, err)
+	}
+	ui.Message(fmt.Sprintf("root partition at byte %d (PARTUUID %s), kernel %s, in %s",
+		layout.RootOffset, layout.RootPartUUID, filepath.Base(layout.Kernel), time.Since(start).Round(time.Second)))
+	state.Put("artifact", art)
+	return multistep.ActionContinue
+}
+
+func (s *stepWriteDisk) Cleanup(multistep.StateBag) {}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// run runs a command, its output going to the UI on failure.
+func run(ctx context.Context, ui packersdk.Ui, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		return fmt.Errorf("harmony-debootstrap: %s: %w\n%s", name, err, strings.Join(lines, "\n"))
+	}
+	return nil
+}

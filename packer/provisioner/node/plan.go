@@ -1,0 +1,166 @@
+package node
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Where things go in the image.
+const (
+	kubernetesRoot = "/opt/harmony/kubernetes" // <version>/bin/{kubeadm,kubelet,kubectl}
+	imagesDir      = "/usr/share/harmony/images"
+	unitDir        = "/etc/systemd/system"
+)
+
+// upload is one local file staged on the machine.
+type upload struct {
+	local  string
+	remote string // relative to the staging directory
+}
+
+// installed is one staged file and where install.sh puts it.
+type installed struct {
+	Staged string
+	Dest   string
+	Mode   string
+}
+
+type link struct{ Path, Target string }
+
+// plan is everything one provisioning run stages and installs; the
+// scripts are rendered from it.
+type plan struct {
+	Role    string
+	Staging string
+	// Packages are name=version pins; PackageNames the names alone.
+	Packages     []string
+	PackageNames []string
+	Files        []installed
+	Links        []link
+	Mask         []string
+	Enable       []string
+
+	uploads []upload
+	inputs  *inputs
+}
+
+func newPlan(c *Config) (*plan, error) {
+	in, err := loadInputs(c)
+	if err != nil {
+		return nil, fmt.Errorf("harmony-node: %w", err)
+	}
+	p := &plan{Role: c.Role, Staging: c.StagingDir, inputs: in}
+	for _, pkg := range in.Packages {
+		p.Packages = append(p.Packages, pkg.Name+"="+pkg.Version)
+		p.PackageNames = append(p.PackageNames, pkg.Name)
+	}
+
+	p.add(c.AgentBinary, "bin/harmony-agent", "/usr/local/bin/harmony-agent", "0755")
+	units := []string{"harmony-agent.service"}
+	// The agent runs etcd, keepalived and HAProxy as harmony-* units.
+	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service"}
+	if c.Role == RoleControlPlane {
+		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
+		units = append(units, "harmony-controller.service")
+	} else {
+		units = append(units, "kubelet.service", "harmony-images-import.service")
+		p.Enable = append(p.Enable, "containerd.service")
+	}
+	for _, u := range units {
+		p.add(filepath.Join(c.UnitsDir, u), "units/"+u, path.Join(unitDir, u), "0644")
+		p.Enable = append(p.Enable, u)
+	}
+	if c.Role == RoleNode {
+		dropIn := "kubelet.service.d/10-kubeadm.conf"
+		p.add(filepath.Join(c.UnitsDir, dropIn), "units/"+dropIn, path.Join(unitDir, dropIn), "0644")
+	}
+
+	// Every Kubernetes version under /opt; the newest (n) on PATH, where
+	// the agent's --kubeadm default and the units look.
+	for i, k := range in.Kubernetes {
+		for _, b := range k.Binaries {
+			dest := path.Join(kubernetesRoot, k.Version, "bin", b)
+			p.add(filepath.Join(k.Dir, b), path.Join("kubernetes", k.Version, b), dest, "0755")
+			if i == 0 {
+				p.Links = append(p.Links, link{Path: "/usr/bin/" + b, Target: dest})
+			}
+		}
+	}
+	for _, img := range in.Images {
+		p.add(img.Path, "images/"+img.File, path.Join(imagesDir, img.File), "0644")
+	}
+
+	if c.OverlayDir != "" {
+		if err := p.addOverlay(c.OverlayDir); err != nil {
+			return nil, fmt.Errorf("harmony-node: overlay_dir: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// add stages a local file and installs it at dest.
+func (p *plan) add(local, staged, dest, mode string) {
+	p.uploads = append(p.uploads, upload{local: local, remote: staged})
+	p.Files = append(p.Files, installed{Staged: staged, Dest: dest, Mode: mode})
+}
+
+// addOverlay installs every regular file under dir at the same path in
+// the image, 0755 if it is executable here and 0644 otherwise.
+func (p *plan) addOverlay(dir string) error {
+	return filepath.WalkDir(dir, func(local string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, local)
+		switch {
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s: only regular files and directories are allowed", rel)
+		case strings.ContainsAny(rel, " '\"$`\\"):
+			return fmt.Errorf("%s: file names must not need shell quoting", rel)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := "0644"
+		if info.Mode()&0o111 != 0 {
+			mode = "0755"
+		}
+		rel = filepath.ToSlash(rel)
+		p.add(local, "overlay/"+rel, "/"+rel, mode)
+		return nil
+	})
+}
+
+// dirs are the staging directories the uploads need, for one mkdir.
+func (p *plan) dirs(staging string) []string {
+	set := map[string]bool{staging: true}
+	for _, u := range p.uploads {
+		set[path.Join(staging, path.Dir(u.remote))] = true
+	}
+	return sortedKeys(set)
+}
+
+func (p *plan) bytes() int64 {
+	var n int64
+	for _, u := range p.uploads {
+		if st, err := os.Stat(u.local); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// validName guards what goes into the scripts unquoted.
+func validName(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || slices.Contains([]rune("._+:~-"), r))
+	})
+}
