@@ -47,7 +47,9 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 	cert.AddCommand(certScraperCommand(g))
 	labCmd := &cobra.Command{Use: "lab", Short: "Build and remove the network-namespace lab on this machine"}
 	labCmd.AddCommand(labUpCommand(), labDownCommand())
-	root.AddCommand(node, cert, labCmd)
+	ovaCmd := &cobra.Command{Use: "ova", Short: "Inspect and validate OVA files"}
+	ovaCmd.AddCommand(ovaInspectCommand(), ovaValidateCommand())
+	root.AddCommand(node, cert, labCmd, ovaCmd)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)

@@ -7,23 +7,26 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/harmonykaas/harmony/ova/ovf"
+	"github.com/harmonykaas/harmony/ova/vmdk"
 )
 
-// fixture is an OVA's inputs: two disk files on disk and a descriptor
-// rendered for them. The disks are arbitrary bytes: the archive only needs
-// names and sizes (ova/vmdk makes real VMDKs).
+// fixture is an OVA's inputs: two streamOptimized VMDKs on disk (made by
+// ova/vmdk from random raw data, so Validate's header checks pass) and a
+// descriptor rendered for them.
 type fixture struct {
 	dir   string
 	disks []string
@@ -36,25 +39,31 @@ func newFixture(t *testing.T) *fixture {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
 	f := &fixture{dir: dir}
-	// 3001 bytes exercises tar's padding to 512.
-	for i, size := range []int{1 << 20, 3001} {
+	var disks []ovf.Disk
+	for i, size := range []int{1 << 20, 64 << 10} {
 		data := make([]byte, size)
-		for j := range data {
+		for j := range data[:size/2] {
 			data[j] = byte(rng.Uint32())
 		}
-		p := filepath.Join(dir, "harmony-disk"+strconv.Itoa(i+1)+".vmdk")
-		if err := os.WriteFile(p, data, 0o644); err != nil {
+		name := "harmony-disk" + strconv.Itoa(i+1) + ".vmdk"
+		p := filepath.Join(dir, name)
+		out, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := vmdk.Write(context.Background(), out, bytes.NewReader(data), int64(size), vmdk.Options{ExtentName: name})
+		out.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		f.disks = append(f.disks, p)
+		disks = append(disks, ovf.Disk{ID: "vmdisk" + strconv.Itoa(i+1), File: name, FileSize: stats.Bytes,
+			Capacity: int64(size), PopulatedSize: stats.PopulatedBytes})
 	}
 	f.d = &ovf.Descriptor{
 		Name: "harmony-node", HardwareVersion: 15, CPUs: 2, MemoryMiB: 4096,
 		OSType: "debian12_64Guest", Network: "nic0",
-		Disks: []ovf.Disk{
-			{ID: "vmdisk1", File: "harmony-disk1.vmdk", FileSize: 1 << 20, Capacity: 8 << 30, PopulatedSize: 1 << 30},
-			{ID: "vmdisk2", File: "harmony-disk2.vmdk", FileSize: 3001, Capacity: 1 << 30},
-		},
+		Disks: disks,
 		Properties: []ovf.Property{{Key: "version.kubelet", Type: ovf.TypeString, Default: "v1.31.0"}},
 	}
 	var err error
@@ -95,7 +104,7 @@ func TestWriteThenValidate(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []Entry{{"harmony-node.ovf", int64(len(f.desc))}, {"harmony-node.mf", c.Entries[1].Size},
-				{"harmony-disk1.vmdk", 1 << 20}, {"harmony-disk2.vmdk", 3001}}
+				{"harmony-disk1.vmdk", f.d.Disks[0].FileSize}, {"harmony-disk2.vmdk", f.d.Disks[1].FileSize}}
 			if !reflect.DeepEqual(c.Entries, want) || c.Hash != h {
 				t.Fatalf("entries %+v hash %v", c.Entries, c.Hash)
 			}
@@ -339,7 +348,35 @@ func TestValidateFaults(t *testing.T) {
 			c := clone()
 			c[3].data = append(c[3].data, 0)
 			return pack(t, c, tar.FormatUSTAR)
-		}, []string{"harmony-disk2.vmdk: 3002 bytes in the archive, References ovf:size says 3001", "harmony-disk2.vmdk: SHA256 digest mismatch"}},
+		}, []string{fmt.Sprintf("harmony-disk2.vmdk: %d bytes in the archive, References ovf:size says %d", f.d.Disks[1].FileSize+1, f.d.Disks[1].FileSize), "harmony-disk2.vmdk: SHA256 digest mismatch"}},
+		{"bad disk magic", func() []byte {
+			c := clone()
+			c[2].data[0] ^= 0xff
+			return pack(t, c, tar.FormatUSTAR)
+		}, []string{"harmony-disk1.vmdk: header magic", "harmony-disk1.vmdk: disk vmdisk1 has no readable VMDK header", "harmony-disk1.vmdk: SHA256 digest mismatch"}},
+		{"old disk version", func() []byte {
+			c := clone()
+			c[2].data[4] = 1
+			return pack(t, c, tar.FormatUSTAR)
+		}, []string{"harmony-disk1.vmdk: header version 1: want 3", "footer: capacity"}},
+		{"disk without footer", func() []byte {
+			c := clone()
+			d := c[3].data
+			copy(d[len(d)-3*512:], make([]byte, 3*512))
+			return pack(t, c, tar.FormatUSTAR)
+		}, []string{"harmony-disk2.vmdk: no footer marker"}},
+		{"capacity disagrees with the descriptor", func() []byte {
+			c := clone()
+			d := *f.d
+			d.Disks = slices.Clone(f.d.Disks)
+			d.Disks[1].Capacity *= 2
+			desc, err := ovf.Render(&d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c[0].data = desc
+			return pack(t, c, tar.FormatUSTAR)
+		}, []string{fmt.Sprintf("harmony-disk2.vmdk: the VMDK header's capacity is %d bytes, the descriptor's disk vmdisk2 says ovf:capacity %d", 64<<10, 128<<10)}},
 		{"hostile name", func() []byte {
 			return pack(t, append(clone(), member{"evil\x1b[2J.vmdk", []byte("x")}), tar.FormatUSTAR)
 		}, []string{"entry 5: name \"evil\\x1b[2J.vmdk\"", "\"evil\\x1b[2J.vmdk\": in the archive but not referenced"}},
@@ -379,7 +416,7 @@ func TestWriteRefuses(t *testing.T) {
 		{"disk not referenced", func(o *Options) { o.Disks[1] = DiskFile(f.disks[1]); o.Disks[1].Name = "other.vmdk" }, `disk "other.vmdk": not in the descriptor's References`},
 		{"disk size differs", func(o *Options) {
 			o.Disks[1].Open = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("short")), nil }
-		}, `disk "harmony-disk2.vmdk": 5 bytes, References ovf:size says 3001`},
+		}, fmt.Sprintf(`disk "harmony-disk2.vmdk": 5 bytes, References ovf:size says %d`, f.d.Disks[1].FileSize)},
 		{"bad descriptor", func(o *Options) { o.Descriptor = []byte("<Envelope/>") }, "ova: descriptor"},
 	}
 	for _, c := range cases {

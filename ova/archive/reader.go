@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/harmonykaas/harmony/ova/ovf"
+	"github.com/harmonykaas/harmony/ova/vmdk"
 )
 
 // Limits on the small members, so a hostile archive cannot make Validate
@@ -34,6 +35,8 @@ type Contents struct {
 	// Descriptor is nil when the .ovf is missing or does not parse.
 	Descriptor *ovf.Descriptor
 	Hash       Hash
+	// Disks are the headers of the .vmdk entries that parsed, by name.
+	Disks map[string]*vmdk.Info
 }
 
 // Validate reads a whole OVA and reports every fault it finds: tar order
@@ -41,7 +44,7 @@ type Contents struct {
 // file the descriptor references is present with the size it states. The
 // error, if any, joins one message per fault.
 func Validate(ctx context.Context, r io.Reader) (*Contents, error) {
-	v := &validator{c: &Contents{}, sizes: map[string]int64{}, sums: map[string]sums{}}
+	v := &validator{c: &Contents{Disks: map[string]*vmdk.Info{}}, sizes: map[string]int64{}, sums: map[string]sums{}}
 	tr := tar.NewReader(ctxReader{ctx, r})
 	for i := 0; ; i++ {
 		hdr, err := tr.Next()
@@ -151,8 +154,33 @@ func (v *validator) entry(i int, hdr *tar.Header, tr io.Reader) error {
 			v.fault("%s: disk is entry %d, but the descriptor and manifest come first", name, i+1)
 		}
 	}
-	// Digest the entry (the descriptor was consumed above; digest it too).
-	return v.digest(name, tr)
+	if !strings.HasSuffix(name, ".vmdk") {
+		return v.digest(name, tr)
+	}
+	// A disk's header, descriptor and footer are checked as it streams
+	// through the digest.
+	check := vmdk.NewStreamChecker()
+	if err := v.digest(name, io.TeeReader(tr, check)); err != nil {
+		return err
+	}
+	info, err := check.Finish()
+	if err != nil {
+		for _, e := range unjoin(err) {
+			v.fault("%s: %v", name, e)
+		}
+	}
+	if info != nil {
+		v.c.Disks[name] = info
+	}
+	return nil
+}
+
+// unjoin splits an errors.Join into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // readSmall buffers a small member and digests it; nil data means it was
@@ -250,6 +278,18 @@ func (v *validator) finish() {
 				v.fault("%s: referenced by %s (disk %s) but missing from the archive", k.File, v.ovfName, k.ID)
 			case size != k.FileSize:
 				v.fault("%s: %d bytes in the archive, References ovf:size says %d", k.File, size, k.FileSize)
+			}
+			if info := v.c.Disks[k.File]; info != nil {
+				if info.Capacity != k.Capacity {
+					v.fault("%s: the VMDK header's capacity is %d bytes, the descriptor's disk %s says ovf:capacity %d", k.File, info.Capacity, k.ID, k.Capacity)
+				}
+				if info.Extent != "" && info.Extent != k.File {
+					v.fault("%s: the VMDK's extent line names %q", k.File, info.Extent)
+				}
+			} else if ok && strings.HasSuffix(k.File, ".vmdk") {
+				if _, read := v.sums[k.File]; read {
+					v.fault("%s: disk %s has no readable VMDK header", k.File, k.ID)
+				}
 			}
 		}
 		var extra []string
