@@ -44,6 +44,11 @@ variable "debian_mirror" {
   default = "http://deb.debian.org/debian"
 }
 
+variable "debian_security_mirror" {
+  type    = string
+  default = "http://deb.debian.org/debian-security"
+}
+
 variable "source_date_epoch" {
   type        = string
   default     = env("SOURCE_DATE_EPOCH")
@@ -54,6 +59,7 @@ source "harmony-debootstrap" "control-plane" {
   image_name        = "harmony-control-plane"
   suite             = "bookworm"
   mirror            = var.debian_mirror
+  security_mirror   = var.debian_security_mirror
   # The base system plus the Debian packages images/components.yaml pins
   # for the appliance, so a warm cache needs no download; the provisioner checks
   # each version against the pin.

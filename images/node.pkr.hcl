@@ -42,6 +42,11 @@ variable "debian_mirror" {
   default = "http://deb.debian.org/debian"
 }
 
+variable "debian_security_mirror" {
+  type    = string
+  default = "http://deb.debian.org/debian-security"
+}
+
 variable "source_date_epoch" {
   type        = string
   default     = env("SOURCE_DATE_EPOCH")
@@ -52,6 +57,7 @@ source "harmony-debootstrap" "node" {
   image_name        = "harmony-node"
   suite             = "bookworm"
   mirror            = var.debian_mirror
+  security_mirror   = var.debian_security_mirror
   # The base system plus the Debian packages images/components.yaml pins
   # for nodes, so a warm cache needs no download; the provisioner checks
   # each version against the pin.

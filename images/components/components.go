@@ -32,9 +32,12 @@ type Pins struct {
 
 // Debian is the base distribution and the packages installed from it.
 type Debian struct {
-	Suite    string    `json:"suite"`
-	Mirror   string    `json:"mirror"`
-	Packages []Package `json:"packages"`
+	Suite  string `json:"suite"`
+	Mirror string `json:"mirror"`
+	// SecurityMirror serves <suite>-security; some pinned versions come
+	// from there.
+	SecurityMirror string    `json:"securityMirror"`
+	Packages       []Package `json:"packages"`
 }
 
 // Package is one Debian package at an exact version, for the roles that
@@ -120,8 +123,10 @@ func (p *Pins) Validate() error {
 	if p.Debian.Suite == "" || !debianName.MatchString(p.Debian.Suite) {
 		bad("debian.suite %q: want a suite name such as bookworm", p.Debian.Suite)
 	}
-	if u, err := url.Parse(p.Debian.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("debian.mirror %q: want an http(s) URL", p.Debian.Mirror)
+	for field, mirror := range map[string]string{"debian.mirror": p.Debian.Mirror, "debian.securityMirror": p.Debian.SecurityMirror} {
+		if u, err := url.Parse(mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("%s %q: want an http(s) URL", field, mirror)
+		}
 	}
 	seen := map[string]bool{}
 	for i, pkg := range p.Debian.Packages {

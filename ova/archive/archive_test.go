@@ -63,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 	f.d = &ovf.Descriptor{
 		Name: "harmony-node", HardwareVersion: 15, CPUs: 2, MemoryMiB: 4096,
 		OSType: "debian12_64Guest", Network: "nic0",
-		Disks: disks,
+		Disks:      disks,
 		Properties: []ovf.Property{{Key: "version.kubelet", Type: ovf.TypeString, Default: "v1.31.0"}},
 	}
 	var err error

@@ -22,6 +22,10 @@ import (
 // runs our images with EFI and pvscsi boot.
 const DefaultHardwareVersion = 15
 
+// TransportGuestInfo is the OVF environment transport every descriptor
+// names: vSphere hands the properties to the guest through guestinfo.
+const TransportGuestInfo = "com.vmware.guestInfo"
+
 // Property types a vApp property may have.
 const (
 	TypeString  = "string"

@@ -17,7 +17,7 @@ const (
 	nsXSI  = "http://www.w3.org/2001/XMLSchema-instance"
 
 	diskFormat      = "http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized"
-	guestInfo       = "com.vmware.guestInfo"
+	guestInfo       = TransportGuestInfo
 	hostResourceDir = "ovf:/disk/"
 )
 

@@ -27,6 +27,10 @@ type Config struct {
 	Suite string `mapstructure:"suite"`
 	// Mirror is the Debian mirror; http://deb.debian.org/debian by default.
 	Mirror string `mapstructure:"mirror"`
+	// SecurityMirror serves <suite>-security; the base gets every security
+	// update when it is made. http://deb.debian.org/debian-security by
+	// default.
+	SecurityMirror string `mapstructure:"security_mirror"`
 	// Variant is debootstrap's --variant; minbase by default.
 	Variant string `mapstructure:"variant"`
 	// Include are the packages debootstrap installs. The kernel, systemd,
@@ -78,6 +82,9 @@ func (c *Config) prepare(raws ...any) error {
 	if c.Mirror == "" {
 		c.Mirror = "http://deb.debian.org/debian"
 	}
+	if c.SecurityMirror == "" {
+		c.SecurityMirror = "http://deb.debian.org/debian-security"
+	}
 	if c.Variant == "" {
 		c.Variant = "minbase"
 	}
@@ -104,8 +111,10 @@ func (c *Config) prepare(raws ...any) error {
 	if !packageName.MatchString(c.Suite) {
 		bad("suite %q: want a Debian suite name such as bookworm", c.Suite)
 	}
-	if u, err := url.Parse(c.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") {
-		bad("mirror %q: want an http(s) or file URL", c.Mirror)
+	for field, mirror := range map[string]string{"mirror": c.Mirror, "security_mirror": c.SecurityMirror} {
+		if u, err := url.Parse(mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") {
+			bad("%s %q: want an http(s) or file URL", field, mirror)
+		}
 	}
 	switch c.Variant {
 	case "minbase", "buildd", "-":

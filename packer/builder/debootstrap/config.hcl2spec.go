@@ -21,6 +21,7 @@ type FlatConfig struct {
 	ImageName           *string           `mapstructure:"image_name" required:"true" cty:"image_name" hcl:"image_name"`
 	Suite               *string           `mapstructure:"suite" cty:"suite" hcl:"suite"`
 	Mirror              *string           `mapstructure:"mirror" cty:"mirror" hcl:"mirror"`
+	SecurityMirror      *string           `mapstructure:"security_mirror" cty:"security_mirror" hcl:"security_mirror"`
 	Variant             *string           `mapstructure:"variant" cty:"variant" hcl:"variant"`
 	Include             []string          `mapstructure:"include" cty:"include" hcl:"include"`
 	CacheDir            *string           `mapstructure:"cache_dir" required:"true" cty:"cache_dir" hcl:"cache_dir"`
@@ -55,6 +56,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"image_name":                 &hcldec.AttrSpec{Name: "image_name", Type: cty.String, Required: false},
 		"suite":                      &hcldec.AttrSpec{Name: "suite", Type: cty.String, Required: false},
 		"mirror":                     &hcldec.AttrSpec{Name: "mirror", Type: cty.String, Required: false},
+		"security_mirror":            &hcldec.AttrSpec{Name: "security_mirror", Type: cty.String, Required: false},
 		"variant":                    &hcldec.AttrSpec{Name: "variant", Type: cty.String, Required: false},
 		"include":                    &hcldec.AttrSpec{Name: "include", Type: cty.List(cty.String), Required: false},
 		"cache_dir":                  &hcldec.AttrSpec{Name: "cache_dir", Type: cty.String, Required: false},

@@ -63,6 +63,29 @@ func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multiste
 	if err := run(ctx, ui, "debootstrap", args...); err != nil {
 		return halt(state, err)
 	}
+	// The suite, its updates and its security updates, all applied now:
+	// a golden image starts patched.
+	sources := fmt.Sprintf("deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n",
+		c.Mirror, c.Suite, c.Mirror, c.Suite, c.SecurityMirror, c.Suite)
+	if err := os.WriteFile(filepath.Join(root, "etc/apt/sources.list"), []byte(sources), 0o644); err != nil {
+		return halt(state, err)
+	}
+	ui.Say("harmony-debootstrap: applying " + c.Suite + "-updates and " + c.Suite + "-security")
+	upgrade := &chrootMounts{root: root}
+	if err := upgrade.mount(); err != nil {
+		upgrade.unmount()
+		return halt(state, err)
+	}
+	err := run(ctx, ui, "chroot", root, "apt-get", "update", "-q")
+	if err == nil {
+		err = run(ctx, ui, "chroot", root, "apt-get", "dist-upgrade", "-y", "-q", "--no-install-recommends")
+	}
+	if uerr := upgrade.unmount(); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return halt(state, err)
+	}
 	// What every build wants from the base: no host identity, no caches.
 	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
 		return halt(state, err)
@@ -100,7 +123,7 @@ func (s *stepRootfs) Cleanup(state multistep.StateBag) {
 // cacheKey names a debootstrap result by everything that shapes it.
 func cacheKey(c *Config) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
