@@ -80,6 +80,11 @@ func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multiste
 	if err == nil {
 		err = run(ctx, ui, "chroot", root, "apt-get", "dist-upgrade", "-y", "-q", "--no-install-recommends")
 	}
+	if err == nil {
+		// An upgraded kernel leaves the old one: keep only the newest, so
+		// the disk has one kernel to boot.
+		err = run(ctx, ui, "chroot", root, "/bin/sh", "-ec", purgeOldKernels)
+	}
 	if uerr := upgrade.unmount(); err == nil {
 		err = uerr
 	}
@@ -119,6 +124,11 @@ func (s *stepRootfs) Cleanup(state multistep.StateBag) {
 	}
 	os.RemoveAll(root)
 }
+
+const purgeOldKernels = `keep=$(ls /boot/vmlinuz-* | sed 's#^/boot/vmlinuz-##' | sort -V | tail -n 1)
+for p in $(dpkg-query -W -f='${Package}\n' 'linux-image-[0-9]*'); do
+  [ "$p" = "linux-image-$keep" ] || apt-get purge -y -q "$p"
+done`
 
 // cacheKey names a debootstrap result by everything that shapes it.
 func cacheKey(c *Config) string {

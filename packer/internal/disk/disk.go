@@ -213,44 +213,80 @@ func writeRoot(r *runner, img string, o Options, l *Layout) error {
 		strconv.FormatInt(l.RootSize/1024, 10)+"k"); err != nil {
 		return err
 	}
+	out, err := r.output("dumpe2fs", img)
+	if err != nil {
+		return err
+	}
+	inodes, err := usedInodes(out)
+	if err != nil {
+		return err
+	}
 	cmds := filepath.Join(filepath.Dir(img), "clamp.debugfs")
-	if err := clampCommands(cmds, o.Root, o.Epoch.Unix()); err != nil {
+	if err := clampCommands(cmds, inodes, o.Epoch.Unix()); err != nil {
 		return err
 	}
 	return r.run("debugfs", "-w", "-f", cmds, img)
 }
 
-// clampCommands writes a debugfs script that sets every inode's times to
-// epoch.
-func clampCommands(path, root string, epoch int64) error {
+// usedInodes reads dumpe2fs's report: every inode number not in a group's
+// free ranges is in use. Numbers, not paths: file names may hold anything
+// (systemd's units have backslashes) and debugfs's quoting is limited.
+func usedInodes(dumpe2fs string) ([]int, error) {
+	var total int
+	free := map[int]bool{}
+	for _, line := range strings.Split(dumpe2fs, "\n") {
+		if v, ok := strings.CutPrefix(line, "Inode count:"); ok {
+			total, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		// Per-group lines are indented; the superblock's is a count.
+		ranges, ok := strings.CutPrefix(line, "  Free inodes: ")
+		ranges = strings.TrimSpace(ranges)
+		if !ok || ranges == "" {
+			continue
+		}
+		for _, rg := range strings.Split(ranges, ", ") {
+			lo, hi, found := strings.Cut(rg, "-")
+			if !found {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil || a > b {
+				return nil, fmt.Errorf("disk: dumpe2fs free inode range %q", rg)
+			}
+			for i := a; i <= b; i++ {
+				free[i] = true
+			}
+		}
+	}
+	if total == 0 {
+		return nil, errors.New("disk: dumpe2fs reported no inode count")
+	}
+	var used []int
+	for i := 1; i <= total; i++ {
+		if !free[i] {
+			used = append(used, i)
+		}
+	}
+	return used, nil
+}
+
+// clampCommands writes a debugfs script that sets every used inode's
+// times to epoch.
+func clampCommands(path string, inodes []int, epoch int64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
 	t := strconv.FormatInt(epoch, 10)
-	err = filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		name := "/" + filepath.ToSlash(rel)
-		if rel == "." {
-			name = "/"
-		}
-		if strings.ContainsAny(name, "\"\n\\") {
-			return fmt.Errorf("disk: %q: file names with quotes, backslashes or newlines are not supported", name)
-		}
+	for _, ino := range inodes {
 		for _, field := range []string{"atime", "mtime", "ctime", "crtime"} {
-			fmt.Fprintf(w, "sif \"%s\" %s %s\n", name, field, t)
-			fmt.Fprintf(w, "sif \"%s\" %s_extra 0\n", name, field)
+			fmt.Fprintf(w, "sif <%d> %s %s\nsif <%d> %s_extra 0\n", ino, field, t, ino, field)
 		}
-		return nil
-	})
-	fmt.Fprintln(w, "ssv kbytes_written 0")
-	if ferr := w.Flush(); err == nil {
-		err = ferr
 	}
+	fmt.Fprintln(w, "ssv kbytes_written 0")
+	err = w.Flush()
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -326,6 +362,19 @@ type runner struct {
 }
 
 func (r *runner) run(name string, args ...string) error { return r.runInput("", name, args...) }
+
+// output runs a tool and returns its standard output.
+func (r *runner) output(name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(r.ctx, name, args...)
+	cmd.Env = append(os.Environ(), r.env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("disk: %s: %w: %s", name, err, lastLines(stderr.String(), 6))
+	}
+	return string(out), nil
+}
 
 func (r *runner) runInput(stdin, name string, args ...string) error {
 	cmd := exec.CommandContext(r.ctx, name, args...)

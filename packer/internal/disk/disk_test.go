@@ -23,8 +23,9 @@ func fakeRoot(t *testing.T) string {
 		"boot/initrd.img-6.1.0-test": "initrd",
 		bootloader:                   "systemd-boot",
 		"etc/hostname":               "localhost\n",
-		"etc/harmony/image.json":     `{"role":"node"}`,
-		"usr/bin/tool":               strings.Repeat("x", 100000),
+		`usr/lib/systemd/system/system-systemd\x2dcryptsetup.slice`: "[Unit]\n",
+		"etc/harmony/image.json":                                    `{"role":"node"}`,
+		"usr/bin/tool":                                              strings.Repeat("x", 100000),
 	}
 	for name, body := range files {
 		p := filepath.Join(root, name)

@@ -116,7 +116,7 @@ func (p *Provisioner) manifest(ctx context.Context, r *remote, plan *plan) ([]by
 		})
 	}
 	if len(plan.PackageNames) > 0 {
-		out, err := r.output(ctx, "dpkg-query -W -f='${Package} ${Version}\\n' "+strings.Join(plan.PackageNames, " "), true)
+		out, err := r.scriptOutput(ctx, "query-packages.sh", queryScript, plan, true)
 		if err != nil {
 			return nil, fmt.Errorf("harmony-node: installed package versions: %w", err)
 		}

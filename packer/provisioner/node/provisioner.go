@@ -125,20 +125,28 @@ func (r *remote) exec(scriptPath string) string {
 }
 
 // script renders one of the provisioner's scripts, uploads it and runs it
-// through execute_command.
+// through execute_command. Anything with shell syntax goes through a
+// script: communicators quote commands differently (the chroot one hands
+// them to a local shell first, which would expand "$").
 func (r *remote) script(ctx context.Context, name string, t *template.Template, plan *plan) error {
+	_, err := r.scriptOutput(ctx, name, t, plan, false)
+	return err
+}
+
+func (r *remote) scriptOutput(ctx context.Context, name string, t *template.Template, plan *plan, quiet bool) (string, error) {
 	var body bytes.Buffer
 	if err := t.Execute(&body, plan); err != nil {
-		return fmt.Errorf("harmony-node: render %s: %w", name, err)
+		return "", fmt.Errorf("harmony-node: render %s: %w", name, err)
 	}
 	dst := path.Join(r.cfg.StagingDir, name)
 	if err := r.upload(&body, dst); err != nil {
-		return fmt.Errorf("harmony-node: upload %s: %w", name, err)
+		return "", fmt.Errorf("harmony-node: upload %s: %w", name, err)
 	}
-	if err := r.run(ctx, r.exec(dst)); err != nil {
-		return fmt.Errorf("harmony-node: %s: %w", name, err)
+	out, err := r.output(ctx, r.exec(dst), quiet)
+	if err != nil {
+		return "", fmt.Errorf("harmony-node: %s: %w", name, err)
 	}
-	return nil
+	return out, nil
 }
 
 func (r *remote) uploadFile(local, dst string) error {

@@ -45,6 +45,11 @@ systemctl mask {{join .Mask " "}}
 systemctl enable {{join .Enable " "}}
 `))
 
+var queryScript = template.Must(template.New("query-packages.sh").Funcs(funcs).Parse(`# harmony-node: the installed versions of the pinned packages.
+set -eu
+dpkg-query -W -f='${Package} ${Version}\n' {{join .PackageNames " "}}
+`))
+
 var manifestScript = template.Must(template.New("install-manifest.sh").Parse(`# harmony-node: record what the image carries.
 set -eu
 install -D -m 0644 "{{.Staging}}/image.json" /etc/harmony/image.json

@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/integration/imageboot"
+)
+
+// nodeImage is the newest node OVA in $HARMONY_IMAGES (`make images`).
+func nodeImage(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("HARMONY_IMAGES")
+	if dir == "" {
+		t.Skip("HARMONY_IMAGES is not set: `make test` builds the images and sets it")
+	}
+	found, _ := filepath.Glob(filepath.Join(dir, "harmony-node-*.ova"))
+	if len(found) == 0 {
+		t.Fatalf("no harmony-node-*.ova in %s: run make images", dir)
+	}
+	sort.Slice(found, func(i, j int) bool {
+		a, _ := os.Stat(found[i])
+		b, _ := os.Stat(found[j])
+		return a.ModTime().After(b.ModTime())
+	})
+	return found[0]
+}
+
+// TestImageBoot boots the node image's disk, taken back out of the OVA,
+// under QEMU with TCG and OVMF, with a bootstrap document for a controller
+// on this host, and waits for systemd to report harmony-agent started
+// (active: the agent sends READY once it has enrolled and made its first
+// node-stack pass) and for the controller to see the node enrolled.
+func TestImageBoot(t *testing.T) {
+	ova := nodeImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+
+	disk := filepath.Join(dir, "node.raw")
+	if err := imageboot.RawFromOVA(ctx, ova, 0, disk); err != nil {
+		t.Fatal(err)
+	}
+	root, err := imageboot.RootOffset(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts := imageboot.Options{Disk: disk, SerialLog: filepath.Join(dir, "serial.log"), Net: netip.MustParsePrefix("198.18.120.0/24")}
+	port := freePort(t)
+	ctl := startController(t, func(c *controller.Config) {
+		c.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+		c.AdvertiseURLs = []string{fmt.Sprintf("https://%s:%d", opts.HostAddr(), port)}
+		c.ExtraSANs = []string{opts.HostAddr().String()}
+	})
+	boot := ctl.addNode(t, v1.NodeSpec{Name: "node-boot", Role: v1.RoleWorker, IPs: []string{opts.GuestAddr().String()}})
+	doc, err := json.Marshal(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imageboot.InjectFile(ctx, disk, root, "/etc/harmony/bootstrap.json", doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	vm, err := imageboot.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Stop() })
+	dump := func() {
+		vm.Stop()
+		serial := vm.Serial()
+		if len(serial) > 6000 {
+			serial = serial[len(serial)-6000:]
+		}
+		t.Logf("serial console (tail):\n%s", serial)
+		if out, err := imageboot.Debugfs(context.Background(), disk, root, "ls -l /var/log/journal\n"); err == nil {
+			t.Logf("journal directory:\n%s", out)
+		}
+		t.Logf("controller log:\n%s", ctl.logs.String())
+	}
+
+	marks := []struct {
+		what string
+		re   *regexp.Regexp
+	}{
+		{"kernel", regexp.MustCompile(`Linux version`)},
+		{"systemd", regexp.MustCompile(`Welcome to .*Debian`)},
+		{"harmony-agent active", regexp.MustCompile(`Started .*Harmony node agent`)},
+	}
+	for _, m := range marks {
+		at, err := vm.WaitSerial(ctx, m.re)
+		if err != nil {
+			dump()
+			t.Fatalf("%s: %v", m.what, err)
+		}
+		t.Logf("%-22s %5.1f s after QEMU started", m.what, at.Sub(vm.Started()).Seconds())
+	}
+
+	// The controller's side: the node enrolled and reports status.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := ctl.node(t, "node-boot")
+		if !n.EnrolledAt.IsZero() && n.Status != nil {
+			t.Logf("enrolled; status phase %q", n.Status.Phase)
+			break
+		}
+		if time.Now().After(deadline) {
+			dump()
+			t.Fatalf("the controller does not see node-boot enrolled and reporting: %+v", n)
+		}
+		time.Sleep(time.Second)
+	}
+	if strings.Contains(vm.Serial(), "Failed to start harmony-agent") {
+		dump()
+		t.Fatal("systemd reported harmony-agent failing before it became active")
+	}
+}

@@ -1,0 +1,150 @@
+package imageboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// OVMF's plain (Secure Boot off) firmware: Debian's systemd-boot is
+// unsigned.
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// Options describe one VM.
+type Options struct {
+	Disk      string
+	MemoryMiB int
+	CPUs      int
+	// SerialLog receives the serial console.
+	SerialLog string
+	// Net is QEMU's user network, a /24 in 198.18.0.0/15; the guest
+	// gets .15 by DHCP and reaches the host's 127.0.0.1 at .2.
+	Net netip.Prefix
+}
+
+// GuestAddr and HostAddr are the addresses of the guest and of the host
+// (as the guest sees it) on opts.Net.
+func (o Options) GuestAddr() netip.Addr { return nth(o.Net, 15) }
+func (o Options) HostAddr() netip.Addr  { return nth(o.Net, 2) }
+
+func nth(p netip.Prefix, n byte) netip.Addr {
+	a := p.Masked().Addr().As4()
+	a[3] = n
+	return netip.AddrFrom4(a)
+}
+
+// VM is a running QEMU.
+type VM struct {
+	cmd     *exec.Cmd
+	opts    Options
+	started time.Time
+	done    chan struct{}
+	err     error
+}
+
+// Start boots the disk under TCG: KVM does not work on these machines.
+func Start(ctx context.Context, o Options) (*VM, error) {
+	if !o.Net.IsValid() || o.Net.Bits() != 24 || !netip.MustParsePrefix("198.18.0.0/15").Contains(o.Net.Addr()) {
+		return nil, fmt.Errorf("net %v: want a /24 inside 198.18.0.0/15", o.Net)
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 2048
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 2
+	}
+	vars := filepath.Join(filepath.Dir(o.SerialLog), "OVMF_VARS.fd")
+	if err := copyFile(OVMFVars, vars); err != nil {
+		return nil, fmt.Errorf("private OVMF vars: %w", err)
+	}
+	nic := fmt.Sprintf("user,model=virtio-net-pci,net=%s,host=%s,dhcpstart=%s,dns=%s",
+		o.Net.Masked(), o.HostAddr(), o.GuestAddr(), nth(o.Net, 3))
+	cmd := exec.Command("qemu-system-x86_64",
+		"-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
+		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
+		"-drive", "if=pflash,format=raw,readonly=on,file="+OVMFCode,
+		"-drive", "if=pflash,format=raw,file="+vars,
+		"-drive", "if=virtio,format=raw,file="+o.Disk,
+		"-display", "none", "-monitor", "none", "-serial", "file:"+o.SerialLog,
+		"-nic", nic, "-no-reboot")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	vm := &VM{cmd: cmd, opts: o, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		vm.err = cmd.Wait()
+		close(vm.done)
+	}()
+	return vm, nil
+}
+
+// Started is when QEMU was started.
+func (vm *VM) Started() time.Time { return vm.started }
+
+// WaitSerial waits until the serial log matches re and returns when it
+// first did (as seen by polling, every 100 ms).
+func (vm *VM) WaitSerial(ctx context.Context, re *regexp.Regexp) (time.Time, error) {
+	for {
+		data, _ := os.ReadFile(vm.opts.SerialLog)
+		if re.Match(data) {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("serial console never matched %q: %w", re, ctx.Err())
+		case <-vm.done:
+			return time.Time{}, fmt.Errorf("qemu exited (%v) before the serial console matched %q", vm.err, re)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Serial is the console log so far.
+func (vm *VM) Serial() string {
+	data, _ := os.ReadFile(vm.opts.SerialLog)
+	return string(data)
+}
+
+// Stop ends QEMU: SIGTERM, then SIGKILL after 10 s. It is safe to call
+// more than once.
+func (vm *VM) Stop() error {
+	select {
+	case <-vm.done:
+		return nil
+	default:
+	}
+	_ = vm.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-vm.done:
+	case <-time.After(10 * time.Second):
+		_ = vm.cmd.Process.Kill()
+		<-vm.done
+	}
+	var exit *exec.ExitError
+	if vm.err != nil && !errors.As(vm.err, &exit) {
+		return vm.err
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o600)
+}
