@@ -5,6 +5,8 @@
 package ova
 
 import (
+	"cmp"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +46,9 @@ type Options struct {
 	ModTime time.Time
 	// Workers compressing grains; 0 means every core.
 	Workers int
+	// Level is the deflate level; 0 means flate.BestCompression: an image
+	// is written once and downloaded and imported many times.
+	Level int
 }
 
 // Assemble writes the OVA and returns the descriptor it holds.
@@ -71,6 +76,7 @@ func Assemble(ctx context.Context, o Options) (*ovf.Descriptor, error) {
 			Adapter:    vmdk.AdapterPVSCSI,
 			ExtentName: file,
 			Workers:    o.Workers,
+			Level:      cmp.Or(o.Level, flate.BestCompression),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("ova: disks[%d] (%s): %w", i, d.ID, err)

@@ -45,6 +45,7 @@ for image in $IMAGES; do
     -var "image_version=$VERSION" -var "repo_root=$ROOT" -var "bundle_dir=$BUNDLE" \
     -var "cache_dir=$CACHE/debootstrap" -var "output_dir=$OUT" \
     "images/$image.pkr.hcl"
-  log "$image: $((SECONDS - start)) s, $(du -h "$OUT/harmony-$image-$VERSION.ova" | cut -f1)"
+  size=$(stat -c %s "$OUT/harmony-$image-$VERSION.ova")
+  log "$image: built in $((SECONDS - start)) s; OVA $((size / 1000000)) MB ($size bytes)"
 done
 ls -l "$OUT"/*.ova >&2

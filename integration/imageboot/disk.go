@@ -91,8 +91,44 @@ func RawFromOVA(ctx context.Context, ova string, index int, dst string) error {
 	return out.Close()
 }
 
-// linuxRootType is the GPT type of an x86-64 Linux root partition.
-var linuxRootType = [16]byte{0xe3, 0xbc, 0x68, 0x4f, 0xcd, 0xe8, 0xb1, 0x4c, 0x96, 0xe7, 0xfb, 0xca, 0xf9, 0x84, 0xb7, 0x09}
+// CopySparse copies a raw disk, leaving its zero runs as holes.
+func CopySparse(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := out.Truncate(st.Size()); err != nil {
+		return err
+	}
+	buf, zero := make([]byte, 1<<20), make([]byte, 1<<20)
+	for off := int64(0); off < st.Size(); off += int64(len(buf)) {
+		n, err := in.ReadAt(buf, off)
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if n > 0 && !bytes.Equal(buf[:n], zero[:n]) {
+			if _, err := out.WriteAt(buf[:n], off); err != nil {
+				return err
+			}
+		}
+	}
+	return out.Close()
+}
+
+// linuxRootType is the GPT type of an x86-64 Linux root partition,
+// 4F68BCE3-E8CD-4C31-B96B-EFF1C3FC6E8F, as GPT stores it (the first three
+// fields little-endian).
+var linuxRootType = [16]byte{0xe3, 0xbc, 0x68, 0x4f, 0xcd, 0xe8, 0x31, 0x4c, 0xb9, 0x6b, 0xef, 0xf1, 0xc3, 0xfc, 0x6e, 0x8f}
 
 // RootOffset finds the x86-64 root partition in the disk's GPT and returns
 // its byte offset.

@@ -85,6 +85,9 @@ func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multiste
 		// the disk has one kernel to boot.
 		err = run(ctx, ui, "chroot", root, "/bin/sh", "-ec", purgeOldKernels)
 	}
+	if err == nil {
+		err = stripDocs(root)
+	}
 	if uerr := upgrade.unmount(); err == nil {
 		err = uerr
 	}
@@ -130,10 +133,43 @@ for p in $(dpkg-query -W -f='${Package}\n' 'linux-image-[0-9]*'); do
   [ "$p" = "linux-image-$keep" ] || apt-get purge -y -q "$p"
 done`
 
+// noDocs keeps documentation out of the image, now and for every package
+// installed later; the copyright files stay.
+const noDocs = `# harmony-debootstrap: an appliance image carries no documentation.
+path-exclude=/usr/share/doc/*
+path-include=/usr/share/doc/*/copyright
+path-exclude=/usr/share/man/*
+path-exclude=/usr/share/info/*
+path-exclude=/usr/share/lintian/*
+path-exclude=/usr/share/locale/*
+path-include=/usr/share/locale/locale.alias
+`
+
+func stripDocs(root string) error {
+	if err := os.WriteFile(filepath.Join(root, "etc/dpkg/dpkg.cfg.d/harmony-nodoc"), []byte(noDocs), 0o644); err != nil {
+		return err
+	}
+	for _, dir := range []string{"usr/share/man", "usr/share/info", "usr/share/lintian", "usr/share/locale", "usr/share/doc"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			if name := d.Name(); name == "copyright" || name == "locale.alias" {
+				return nil
+			}
+			return os.Remove(p)
+		})
+		if err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("harmony-debootstrap: strip %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // cacheKey names a debootstrap result by everything that shapes it.
 func cacheKey(c *Config) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
+	fmt.Fprintf(h, "nodoc\n%s\n%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 

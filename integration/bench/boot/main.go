@@ -1,0 +1,170 @@
+// Command boot measures how long the node image takes to boot under QEMU
+// (TCG and OVMF: KVM does not work on these machines) until harmony-agent
+// is active, that is enrolled with a controller on this host and through
+// its first node-stack pass. The reference points of the same run are the
+// kernel's first line and systemd's start, so the agent's own share shows.
+//
+//	make bench   (after make images)
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/controller/client"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/integration/imageboot"
+)
+
+func main() {
+	images := flag.String("images", "out/images", "directory holding harmony-node-*.ova")
+	runs := flag.Int("runs", 2, "boots to measure (at most 3)")
+	timeout := flag.Duration("timeout", 10*time.Minute, "limit for one boot")
+	flag.Parse()
+	if err := run(*images, min(max(*runs, 1), 3), *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench boot:", err)
+		os.Exit(1)
+	}
+}
+
+var marks = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	{"kernel", regexp.MustCompile(`Linux version`)},
+	{"systemd", regexp.MustCompile(`Welcome to .*Debian`)},
+	{"login prompt", regexp.MustCompile(`login: `)},
+	{"agent active", regexp.MustCompile(`Started .*Harmony node agent`)},
+}
+
+func run(images string, runs int, timeout time.Duration) error {
+	found, _ := filepath.Glob(filepath.Join(images, "harmony-node-*.ova"))
+	if len(found) == 0 {
+		return fmt.Errorf("no harmony-node-*.ova in %s: run make images", images)
+	}
+	sort.Strings(found)
+	ova := found[len(found)-1]
+	dir, err := os.MkdirTemp("", "harmony-bench-boot-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	pristine := filepath.Join(dir, "pristine.raw")
+	if err := imageboot.RawFromOVA(ctx, ova, 0, pristine); err != nil {
+		return err
+	}
+	root, err := imageboot.RootOffset(pristine)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("image boot benchmark: %s, %d CPUs, QEMU TCG with 2 vCPUs and 2 GiB, %s\n",
+		filepath.Base(ova), runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+
+	opts := imageboot.Options{Net: netip.MustParsePrefix("198.18.121.0/24")}
+	ctl, admin, err := startController(ctx, dir, opts)
+	if err != nil {
+		return err
+	}
+	defer ctl()
+
+	results := map[string][]float64{}
+	for i := range runs {
+		disk := filepath.Join(dir, fmt.Sprintf("boot%d.raw", i))
+		if err := imageboot.CopySparse(pristine, disk); err != nil {
+			return err
+		}
+		var res v1.NodeWithBootstrap
+		spec := v1.NodeSpec{Name: fmt.Sprintf("bench-boot-%d", i), Cluster: "bench", Role: v1.RoleWorker, IPs: []string{opts.GuestAddr().String()}}
+		if err := admin.Do(ctx, "POST", v1.PathNodes, spec, &res); err != nil {
+			return fmt.Errorf("add node: %w", err)
+		}
+		doc, _ := json.Marshal(res.Bootstrap)
+		if err := imageboot.InjectFile(ctx, disk, root, "/etc/harmony/bootstrap.json", doc, 0o600); err != nil {
+			return err
+		}
+		o := opts
+		o.Disk, o.SerialLog = disk, filepath.Join(dir, fmt.Sprintf("serial%d.log", i))
+		bootCtx, cancel := context.WithTimeout(ctx, timeout)
+		vm, err := imageboot.Start(bootCtx, o)
+		if err != nil {
+			cancel()
+			return err
+		}
+		for _, m := range marks {
+			at, err := vm.WaitSerial(bootCtx, m.re)
+			if err != nil {
+				vm.Stop()
+				cancel()
+				return fmt.Errorf("run %d: %s: %w", i+1, m.name, err)
+			}
+			results[m.name] = append(results[m.name], at.Sub(vm.Started()).Seconds())
+		}
+		vm.Stop()
+		cancel()
+		os.Remove(disk)
+	}
+	fmt.Printf("%-14s %s\n", "milestone", "seconds after QEMU started, per run")
+	for _, m := range marks {
+		fmt.Printf("%-14s %v\n", m.name, rounded(results[m.name]))
+	}
+	return nil
+}
+
+func rounded(v []float64) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprintf("%.1f", x)
+	}
+	return out
+}
+
+// startController runs a controller on 127.0.0.1 that the guest reaches
+// at the user network's host address.
+func startController(ctx context.Context, dir string, opts imageboot.Options) (func(), *client.Client, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := controller.Config{
+		DataDir:       filepath.Join(dir, "controller"),
+		Listen:        fmt.Sprintf("127.0.0.1:%d", port),
+		AdvertiseURLs: []string{fmt.Sprintf("https://%s:%d", opts.HostAddr(), port)},
+		ExtraSANs:     []string{opts.HostAddr().String()},
+		Logger:        slog.New(slog.DiscardHandler),
+	}
+	c, err := controller.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Serve(ctx) }()
+	stop := func() { cancel(); <-done; c.Close() }
+	adminCfg, err := clientconfig.Load(filepath.Join(cfg.DataDir, controller.AdminConfigFile))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	admin, err := client.New(adminCfg, "")
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return stop, admin, nil
+}
