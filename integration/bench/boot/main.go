@@ -47,7 +47,7 @@ var marks = []struct {
 	{"kernel", regexp.MustCompile(`Linux version`)},
 	{"systemd", regexp.MustCompile(`Welcome to .*Debian`)},
 	{"login prompt", regexp.MustCompile(`login: `)},
-	{"agent active", regexp.MustCompile(`Started .*Harmony node agent`)},
+	{"agent active", regexp.MustCompile(`harmony-boot-report: harmony-agent is active`)},
 }
 
 func run(images string, runs int, timeout time.Duration) error {
@@ -94,6 +94,9 @@ func run(images string, runs int, timeout time.Duration) error {
 		}
 		doc, _ := json.Marshal(res.Bootstrap)
 		if err := imageboot.InjectFile(ctx, disk, root, "/etc/harmony/bootstrap.json", doc, 0o600); err != nil {
+			return err
+		}
+		if err := imageboot.InjectAgentReporter(ctx, disk, root); err != nil {
 			return err
 		}
 		o := opts

@@ -124,8 +124,19 @@ func Write(ctx context.Context, o Options) (*Layout, error) {
 	if err := writeESP(r, esp, o, l); err != nil {
 		return nil, err
 	}
+	// The kernel and initrd live in the ESP, which the boot loader reads;
+	// a second copy in the root would only add their size to the image
+	// (they barely compress). They go back into the tree afterwards.
+	restore, err := setAside(o.Root, work, l.Kernel, l.Initrd)
+	if err != nil {
+		return nil, err
+	}
 	root := filepath.Join(work, "root.img")
-	if err := writeRoot(r, root, o, l); err != nil {
+	err = writeRoot(r, root, o, l)
+	if rerr := restore(); err == nil {
+		err = rerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	for _, part := range []struct {
@@ -291,6 +302,28 @@ func clampCommands(path string, inodes []int, epoch int64) error {
 		err = cerr
 	}
 	return err
+}
+
+// setAside moves files out of the tree into dir; the returned function
+// moves them back.
+func setAside(root, dir string, files ...string) (func() error, error) {
+	var moved []string
+	restore := func() error {
+		var errs []error
+		for _, f := range moved {
+			if err := os.Rename(filepath.Join(dir, filepath.Base(f)), filepath.Join(root, f)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	for _, f := range files {
+		if err := os.Rename(filepath.Join(root, f), filepath.Join(dir, filepath.Base(f))); err != nil {
+			return nil, errors.Join(fmt.Errorf("disk: set %s aside: %w", f, err), restore())
+		}
+		moved = append(moved, f)
+	}
+	return restore, nil
 }
 
 // bootFiles finds the one kernel and its initrd under /boot.

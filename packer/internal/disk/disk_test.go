@@ -121,6 +121,12 @@ func TestLayoutIsWhatItSays(t *testing.T) {
 	if got := output(t, "debugfs", "-R", "cat /etc/harmony/image.json", fsys); !strings.Contains(got, `{"role":"node"}`) {
 		t.Errorf("debugfs cat image.json: %q", got)
 	}
+	if got := output(t, "debugfs", "-R", "ls /boot", fsys); strings.Contains(got, "vmlinuz") || strings.Contains(got, "initrd") {
+		t.Errorf("the root carries the kernel or initrd the ESP already has:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, "boot/vmlinuz-6.1.0-test")); err != nil {
+		t.Errorf("the kernel was not put back into the tree: %v", err)
+	}
 	stat := output(t, "debugfs", "-R", "stat /etc/hostname", fsys)
 	if !strings.Contains(stat, "mtime: 0x6553f100") || !strings.Contains(stat, "atime: 0x6553f100") || !strings.Contains(stat, "ctime: 0x6553f100") {
 		t.Errorf("/etc/hostname's times are not the epoch:\n%s", stat)

@@ -62,6 +62,8 @@ func newPlan(c *Config) (*plan, error) {
 
 	p.add(c.AgentBinary, "bin/harmony-agent", "/usr/local/bin/harmony-agent", "0755")
 	units := []string{"harmony-agent.service"}
+	// The network comes up by DHCP (images/rootfs/etc/systemd/network).
+	p.Enable = append(p.Enable, "systemd-networkd.service")
 	// The agent runs etcd, keepalived and HAProxy as harmony-* units.
 	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service"}
 	if c.Role == RoleControlPlane {

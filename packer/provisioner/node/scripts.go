@@ -52,7 +52,10 @@ dpkg-query -W -f='${Package} ${Version}\n' {{join .PackageNames " "}}
 
 var manifestScript = template.Must(template.New("install-manifest.sh").Parse(`# harmony-node: record what the image carries.
 set -eu
-install -D -m 0644 "{{.Staging}}/image.json" /etc/harmony/image.json
+# /etc/harmony is the agent's configuration directory, 0700 (its unit's
+# ConfigurationDirectoryMode).
+install -d -m 0700 /etc/harmony
+install -m 0644 "{{.Staging}}/image.json" /etc/harmony/image.json
 `))
 
 // sysprepScript leaves nothing that must differ between clones, and no
