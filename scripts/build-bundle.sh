@@ -132,4 +132,8 @@ cat > "$tmp/bundle.json" <<EOF
 EOF
 mv "$tmp" "$BUNDLE"
 trap - EXIT
+# Each commit's SOURCE_DATE_EPOCH makes a new bundle; keep the three newest.
+ls -1dt "$CACHE"/bundle/*/ 2>/dev/null | tail -n +4 | while read -r old; do
+  [ "${old%/}" = "$BUNDLE" ] || rm -rf "$old"
+done
 echo "$BUNDLE"

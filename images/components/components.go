@@ -71,9 +71,10 @@ type Image struct {
 
 // Unavailable is a pinned component nothing here can provide.
 type Unavailable struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	Reason  string `json:"reason"`
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	Roles   []string `json:"roles"`
+	Reason  string   `json:"reason"`
 }
 
 // Load reads and checks a pin file.
@@ -141,14 +142,7 @@ func (p *Pins) Validate() error {
 		if !debianVersion.MatchString(pkg.Version) {
 			bad("%s.version %q: want an exact Debian version such as 1:2.2.7-1+b2", where, pkg.Version)
 		}
-		if len(pkg.Roles) == 0 {
-			bad("%s.roles: empty; want %s and/or %s", where, RoleNode, RoleControlPlane)
-		}
-		for _, r := range pkg.Roles {
-			if r != RoleNode && r != RoleControlPlane {
-				bad("%s.roles: %q, want %s or %s", where, r, RoleNode, RoleControlPlane)
-			}
-		}
+		checkRoles(where, pkg.Roles, bad)
 	}
 
 	if len(p.Kubernetes) != 2 {
@@ -199,8 +193,31 @@ func (p *Pins) Validate() error {
 		if u.Name == "" || u.Version == "" || u.Reason == "" {
 			bad("%s: name, version and reason are all required", where)
 		}
+		checkRoles(where, u.Roles, bad)
 	}
 	return errors.Join(errs...)
+}
+
+func checkRoles(where string, roles []string, bad func(string, ...any)) {
+	if len(roles) == 0 {
+		bad("%s.roles: empty; want %s and/or %s", where, RoleNode, RoleControlPlane)
+	}
+	for _, r := range roles {
+		if r != RoleNode && r != RoleControlPlane {
+			bad("%s.roles: %q, want %s or %s", where, r, RoleNode, RoleControlPlane)
+		}
+	}
+}
+
+// UnavailableFor returns what a role's image should carry but cannot.
+func (p *Pins) UnavailableFor(role string) []Unavailable {
+	var out []Unavailable
+	for _, u := range p.Unavailable {
+		if slices.Contains(u.Roles, role) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // PackagesFor returns the Debian packages a role's image carries.

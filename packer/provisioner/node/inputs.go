@@ -141,7 +141,7 @@ func (p *Provisioner) manifest(ctx context.Context, r *remote, plan *plan) ([]by
 		}
 		m.Components = append(m.Components, bc)
 	}
-	for _, u := range plan.inputs.pins.Unavailable {
+	for _, u := range plan.inputs.pins.UnavailableFor(c.Role) {
 		m.Components = append(m.Components, components.Component{
 			Name: u.Name, Version: "absent", Source: "pinned " + u.Version + ", not carried: " + u.Reason,
 		})
