@@ -49,7 +49,8 @@ if ! grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" tools/coredns/go.mo
   exit 1
 fi
 COREDNS=$CACHE/coredns/$COREDNS_VERSION/coredns
-if ! "$COREDNS" -version 2>/dev/null | grep -q "CoreDNS-${COREDNS_VERSION#v}"; then
+# Not `| grep -q`: with pipefail, grep's early exit can fail the pipeline.
+if ! grep -q "CoreDNS-${COREDNS_VERSION#v}" <<<"$("$COREDNS" -version 2>/dev/null)"; then
   log "building CoreDNS $COREDNS_VERSION (about 2 minutes cold)"
   mkdir -p "$(dirname "$COREDNS")"
   (cd tools/coredns && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$COREDNS.tmp" github.com/coredns/coredns)
@@ -65,7 +66,7 @@ if ! grep -q "^TAG ?= $PAUSE_VERSION\$" "$K8S_SRC/build/pause/Makefile"; then
   log "k8s.io/kubernetes $N builds pause $(grep -oE '^TAG \?= .*' "$K8S_SRC/build/pause/Makefile"), the pin says $PAUSE_VERSION"
   exit 1
 fi
-if [ ! -x "$PAUSE" ] || ! "$PAUSE" -v 2>&1 | grep -q "v$PAUSE_VERSION"; then
+if [ ! -x "$PAUSE" ] || ! grep -q "v$PAUSE_VERSION" <<<"$("$PAUSE" -v 2>&1)"; then
   log "compiling pause $PAUSE_VERSION"
   mkdir -p "$(dirname "$PAUSE")"
   cc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-harmony" -o "$PAUSE.tmp" "$K8S_SRC/build/pause/linux/pause.c"

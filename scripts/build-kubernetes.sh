@@ -63,7 +63,11 @@ reports_version() { # binary
     kubectl) args=(version --client) ;;
   esac
   [ -x "$BIN/$bin" ] || return 1
-  "$BIN/$bin" "${args[@]}" 2>/dev/null | grep -qw -- "$VERSION"
+  # Into a variable first: with pipefail, `| grep -q` can fail the check
+  # when grep exits before the binary has written its last line (SIGPIPE).
+  local out
+  out=$("$BIN/$bin" "${args[@]}" 2>/dev/null) || return 1
+  grep -qw -- "$VERSION" <<<"$out"
 }
 all_built() {
   local b

@@ -16,7 +16,8 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--path]" >&2; exit 2 ;;
 esac
-if "$BIN" version 2>/dev/null | grep -q "^Packer ${VERSION}\$"; then
+# Not `| grep -q`: with pipefail, grep's early exit can fail the pipeline.
+if grep -q "^Packer ${VERSION}\$" <<<"$("$BIN" version 2>/dev/null)"; then
   echo "build-packer: $BIN is Packer $VERSION" >&2
   exit 0
 fi
