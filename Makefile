@@ -24,7 +24,7 @@ FUZZ_TARGETS := \
 	./ova/vmdk:FuzzReadVMDK \
 	./ova/ovf:FuzzParseOVF
 
-.PHONY: all build test unit fuzz vet bench bench-images lab lab-down clean images bundle packer packer-plugin
+.PHONY: all build test unit fuzz vet bench bench-images lab lab-down clean images bundle packer packer-plugin reproducible
 
 all: build
 
@@ -38,7 +38,7 @@ vet:
 
 # The integration tests start the binaries from bin/ and boot the images
 # in $(IMAGES_OUT).
-test: build vet unit fuzz
+test: build vet unit fuzz reproducible
 
 unit: kubernetes images
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -race -count=1 -timeout 40m ./...
@@ -70,6 +70,18 @@ packer-plugin:
 # Both golden OVAs into $(IMAGES_OUT) (root: debootstrap and chroot).
 images: build kubernetes packer
 	scripts/build-images.sh
+
+# The whole node image, built a second time from the same checkout and
+# SOURCE_DATE_EPOCH, must be byte-identical to the first.
+REPRO_OUT ?= $(HARMONY_CACHE)/reproducible
+reproducible: images
+	rm -rf $(REPRO_OUT)
+	IMAGES=node IMAGES_OUT=$(REPRO_OUT) scripts/build-images.sh
+	@set -e; for f in $(REPRO_OUT)/harmony-node-*.ova; do \
+		cmp "$$f" "$(IMAGES_OUT)/$$(basename "$$f")"; \
+		echo "reproducible: $$(basename "$$f") is byte-identical across two builds"; \
+	done
+	rm -rf $(REPRO_OUT)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

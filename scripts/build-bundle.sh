@@ -9,6 +9,11 @@
 #                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
 #   bundle.json     what it holds, with each image's digest
 #
+# HARMONY_K8S_SOURCE=release takes kubeadm, kubelet and kubectl (n and n-1)
+# from dl.k8s.io, checked against the sha256 pins, instead of the module
+# builds (scripts/build-kubernetes-release.sh; needs internet). The
+# control-plane images are built from the module either way.
+#
 # Everything is cached under $HARMONY_CACHE (default ~/.cache/harmony); the
 # bundle's directory name is a hash of its inputs, so an unchanged bundle
 # is not rebuilt. The same inputs and SOURCE_DATE_EPOCH (default: the
@@ -22,12 +27,28 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct -- image
 : "${SOURCE_DATE_EPOCH:=0}"
 log() { echo "build-bundle: $*" >&2; }
 
-scripts/build-kubernetes.sh >&2
-scripts/build-kubernetes.sh tools/kubernetes-previous >&2
+K8S_SOURCE=${HARMONY_K8S_SOURCE:-module}
 N=$(scripts/build-kubernetes.sh --version)
 N_BIN=$(scripts/build-kubernetes.sh --bin-dir)
 P=$(scripts/build-kubernetes.sh tools/kubernetes-previous --version)
-P_BIN=$(scripts/build-kubernetes.sh tools/kubernetes-previous --bin-dir)
+# n's module build always: the control-plane images come from it.
+scripts/build-kubernetes.sh >&2
+case $K8S_SOURCE in
+  module)
+    scripts/build-kubernetes.sh tools/kubernetes-previous >&2
+    N_NODE=$N_BIN
+    P_NODE=$(scripts/build-kubernetes.sh tools/kubernetes-previous --bin-dir)
+    N_SOURCE="module k8s.io/kubernetes $N (tools/kubernetes)"
+    P_SOURCE="module k8s.io/kubernetes $P (tools/kubernetes-previous)"
+    ;;
+  release)
+    N_NODE=$(scripts/build-kubernetes-release.sh "$N")
+    P_NODE=$(scripts/build-kubernetes-release.sh "$P")
+    N_SOURCE="release dl.k8s.io $N, sha256 pinned in images/components.yaml"
+    P_SOURCE="release dl.k8s.io $P, sha256 pinned in images/components.yaml"
+    ;;
+  *) log "HARMONY_K8S_SOURCE=$K8S_SOURCE: want module or release"; exit 2 ;;
+esac
 
 # The image references come from the pin file, so a bump there is a bump
 # here.
@@ -78,10 +99,10 @@ fi
 OCIPACK=$CACHE/tools/ocipack
 go build -trimpath -o "$OCIPACK" ./images/ocipack
 key=$( {
-  echo "$SOURCE_DATE_EPOCH"
+  echo "$SOURCE_DATE_EPOCH $K8S_SOURCE"
   sha256sum images/components.yaml images/ocipack/main.go scripts/build-bundle.sh
-  for b in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
-  for b in kubeadm kubelet kubectl; do sha256sum "$P_BIN/$b"; done
+  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
+  for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
   sha256sum "$COREDNS" "$PAUSE"
 } | sed "s# $CACHE/# #" | sha256sum | cut -c1-16)
 BUNDLE=$CACHE/bundle/$key
@@ -96,8 +117,8 @@ tmp=$(mktemp -d "$CACHE/bundle/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/bu
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/kubernetes/$N" "$tmp/kubernetes/$P" "$tmp/images"
 for b in kubeadm kubelet kubectl; do
-  ln -f "$N_BIN/$b" "$tmp/kubernetes/$N/$b" 2>/dev/null || cp "$N_BIN/$b" "$tmp/kubernetes/$N/$b"
-  ln -f "$P_BIN/$b" "$tmp/kubernetes/$P/$b" 2>/dev/null || cp "$P_BIN/$b" "$tmp/kubernetes/$P/$b"
+  ln -f "$N_NODE/$b" "$tmp/kubernetes/$N/$b" 2>/dev/null || cp "$N_NODE/$b" "$tmp/kubernetes/$N/$b"
+  ln -f "$P_NODE/$b" "$tmp/kubernetes/$P/$b" 2>/dev/null || cp "$P_NODE/$b" "$tmp/kubernetes/$P/$b"
 done
 
 images_json=""
@@ -118,14 +139,14 @@ pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause"
 cat > "$tmp/bundle.json" <<EOF
 {
   "kubernetes": [
-    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "module k8s.io/kubernetes $N (tools/kubernetes)"},
-    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "module k8s.io/kubernetes $P (tools/kubernetes-previous)"}
+    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "$N_SOURCE"},
+    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "$P_SOURCE"}
   ],
   "images": [$images_json
   ],
   "components": [
-    {"name": "kubernetes", "version": "$N", "source": "module k8s.io/kubernetes (tools/kubernetes)"},
-    {"name": "kubernetes-previous", "version": "$P", "source": "module k8s.io/kubernetes (tools/kubernetes-previous)"},
+    {"name": "kubernetes", "version": "$N", "source": "$N_SOURCE"},
+    {"name": "kubernetes-previous", "version": "$P", "source": "$P_SOURCE"},
     {"name": "coredns", "version": "$COREDNS_VERSION", "source": "module github.com/coredns/coredns (tools/coredns)"},
     {"name": "pause", "version": "$PAUSE_VERSION", "source": "k8s.io/kubernetes $N build/pause/linux/pause.c"}
   ]

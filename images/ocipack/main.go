@@ -8,13 +8,18 @@
 // image's container images (kube-apiserver and friends, CoreDNS, pause)
 // are made from binaries built here:
 //
-//	ocipack -ref registry.k8s.io/pause:3.10.1 -file pause:/pause -entrypoint /pause -out pause.tar
+//	ocipack -ref registry.k8s.io/pause:3.10.1 -file pause:/pause -entrypoint /pause -user 65535:65535 -out pause.tar
+//
+// Files are owned by root. An image that runs as a non-root user and must
+// bind a low port (CoreDNS on 53) gets the file capability upstream's image
+// sets with setcap: -cap /coredns=cap_net_bind_service.
 package main
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +58,20 @@ type File struct {
 	Source string // on this machine
 	Path   string // absolute, in the image
 	Mode   int64
+	// Caps are file capabilities (permitted and effective), stored as the
+	// security.capability extended attribute, which containerd sets when
+	// it unpacks the layer.
+	Caps []string
+}
+
+// capabilityBits are the capabilities -cap accepts, by their number in
+// linux/capability.h.
+var capabilityBits = map[string]uint{
+	"cap_chown":            0,
+	"cap_net_bind_service": 10,
+	"cap_net_admin":        12,
+	"cap_net_raw":          13,
+	"cap_sys_admin":        21,
 }
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -62,6 +82,7 @@ func main() {
 		out        string
 		files      multiFlag
 		env        multiFlag
+		caps       multiFlag
 		entrypoint string
 	)
 	flag.StringVar(&spec.Ref, "ref", "", "image reference, e.g. registry.k8s.io/pause:3.10.1")
@@ -69,6 +90,7 @@ func main() {
 	flag.StringVar(&entrypoint, "entrypoint", "", "entrypoint, comma-separated")
 	flag.StringVar(&spec.User, "user", "", "user the image runs as (default root)")
 	flag.Var(&env, "env", "KEY=VALUE (repeatable; PATH is set by default)")
+	flag.Var(&caps, "cap", "PATH=cap_name[,cap_name] file capabilities for a -file PATH (repeatable)")
 	flag.StringVar(&out, "out", "", "the OCI archive to write")
 	flag.Parse()
 
@@ -86,6 +108,9 @@ func main() {
 				return err
 			}
 			spec.Files = append(spec.Files, file)
+		}
+		if err := applyCaps(spec.Files, caps); err != nil {
+			return err
 		}
 		if entrypoint != "" {
 			spec.Entrypoint = strings.Split(entrypoint, ",")
@@ -206,8 +231,16 @@ func layerBytes(files []File, mtime time.Time) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("file %s: %w", f.Source, err)
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.Path, "/"),
-			Mode: f.Mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.Path, "/"),
+			Mode: f.Mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}
+		if len(f.Caps) > 0 {
+			xattr, err := capabilityXattr(f.Caps)
+			if err != nil {
+				return nil, fmt.Errorf("file %s: %w", f.Path, err)
+			}
+			hdr.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(xattr)}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(data); err != nil {
@@ -234,6 +267,51 @@ func parseFile(s string) (File, error) {
 		f.Mode = mode
 	}
 	return f, nil
+}
+
+// applyCaps attaches each -cap PATH=caps to the -file with that PATH.
+func applyCaps(files []File, caps []string) error {
+	for _, c := range caps {
+		target, names, ok := strings.Cut(c, "=")
+		if !ok || names == "" {
+			return fmt.Errorf("-cap %q: want PATH=cap_name[,cap_name]", c)
+		}
+		i := slices.IndexFunc(files, func(f File) bool { return f.Path == target })
+		if i < 0 {
+			return fmt.Errorf("-cap %q: no -file puts anything at %s", c, target)
+		}
+		list := strings.Split(names, ",")
+		if _, err := capabilityXattr(list); err != nil {
+			return fmt.Errorf("-cap %q: %w", c, err)
+		}
+		files[i].Caps = append(files[i].Caps, list...)
+	}
+	return nil
+}
+
+// capabilityXattr is the security.capability value `setcap NAMES=+ep`
+// writes: struct vfs_cap_data, revision 2, with the effective flag, the
+// capabilities in the permitted set and none inheritable.
+func capabilityXattr(names []string) ([]byte, error) {
+	const revision2, effective = 0x02000000, 0x000001
+	var permitted [2]uint32
+	for _, n := range names {
+		bit, ok := capabilityBits[strings.ToLower(n)]
+		if !ok {
+			known := make([]string, 0, len(capabilityBits))
+			for k := range capabilityBits {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("capability %q: want one of %s", n, strings.Join(known, ", "))
+		}
+		permitted[bit/32] |= 1 << (bit % 32)
+	}
+	out := make([]byte, 20)
+	binary.LittleEndian.PutUint32(out[0:], revision2|effective)
+	binary.LittleEndian.PutUint32(out[4:], permitted[0]) // inheritable[0] stays 0
+	binary.LittleEndian.PutUint32(out[12:], permitted[1])
+	return out, nil
 }
 
 func sourceDateEpoch(v string) (time.Time, error) {

@@ -3,6 +3,8 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"encoding/hex"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +110,60 @@ func TestWriteIsReproducibleAndNamesTheImage(t *testing.T) {
 	if len(manifest.Layers) != 1 || files["blobs/sha256/"+manifest.Layers[0].Digest.Hex] == nil {
 		t.Fatalf("manifest layers %+v: want one, present in the archive", manifest.Layers)
 	}
+
+	// The layer: parent directories, then the file, all owned by root
+	// with the epoch as mtime, and the file's bytes and mode intact.
+	zr, err := gzip.NewReader(bytes.NewReader(files["blobs/sha256/"+manifest.Layers[0].Digest.Hex]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(time.Unix(1700000000, 0)) {
+			t.Errorf("layer %s: uid %d gid %d mtime %v, want root and the epoch", h.Name, h.Uid, h.Gid, h.ModTime)
+		}
+		if h.Name == "usr/local/bin/pause" {
+			data, _ := io.ReadAll(tr)
+			want, _ := os.ReadFile(testSpec(t).Files[0].Source)
+			if !bytes.Equal(data, want) || h.Mode != 0o755 {
+				t.Errorf("layer pause: mode %o, %q; want 0755 and the source's bytes", h.Mode, data)
+			}
+		}
+	}
+	if strings.Join(names, " ") != "usr/ usr/local/ usr/local/bin/ usr/local/bin/pause" {
+		t.Errorf("layer entries %v", names)
+	}
+}
+
+func TestCapabilityXattrMatchesSetcap(t *testing.T) {
+	// What `setcap cap_net_bind_service=+ep FILE` stores, read back with
+	// getxattr(FILE, "security.capability") on Debian bookworm.
+	const setcap = "0100000200040000000000000000000000000000"
+	got, err := capabilityXattr([]string{"cap_net_bind_service"})
+	if err != nil || hex.EncodeToString(got) != setcap {
+		t.Fatalf("capabilityXattr: %x, %v; want %s", got, err, setcap)
+	}
+	if _, err := capabilityXattr([]string{"cap_fly"}); err == nil || !strings.Contains(err.Error(), `"cap_fly"`) {
+		t.Errorf("an unknown capability: %v", err)
+	}
+	files := []File{{Path: "/coredns"}}
+	if err := applyCaps(files, []string{"/coredns=cap_net_bind_service"}); err != nil || len(files[0].Caps) != 1 {
+		t.Fatalf("applyCaps: %v, %+v", err, files)
+	}
+	for _, bad := range []string{"/elsewhere=cap_net_bind_service", "/coredns", "/coredns=cap_fly"} {
+		if err := applyCaps(files, []string{bad}); err == nil || !strings.Contains(err.Error(), "-cap") {
+			t.Errorf("applyCaps(%q): %v, want an error naming -cap", bad, err)
+		}
+	}
 }
 
 func TestBadInput(t *testing.T) {
@@ -130,11 +187,12 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestContainerdImportsTheArchive imports the archive into a real
-// containerd (Debian's, started as a plain process with its own root and
-// socket) and checks it lists the reference with the same digest.
-func TestContainerdImportsTheArchive(t *testing.T) {
-	containerd, err := exec.LookPath("containerd")
+// containerd starts Debian's containerd as a plain process with its own
+// root, state and socket, and returns a ctr runner for the k8s.io
+// namespace (the one kubelet uses). It is stopped when the test ends.
+func containerd(t *testing.T) func(args ...string) (string, error) {
+	t.Helper()
+	bin, err := exec.LookPath("containerd")
 	if err != nil {
 		t.Fatal("containerd is not installed (scripts/install-deps.sh installs it)")
 	}
@@ -142,11 +200,6 @@ func TestContainerdImportsTheArchive(t *testing.T) {
 		t.Skip("containerd needs root")
 	}
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "pause.tar")
-	digest, err := Write(context.Background(), testSpec(t), archive)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sock := filepath.Join(dir, "containerd.sock")
 	config := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`version = 2
@@ -158,28 +211,50 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	var log bytes.Buffer
-	daemon := exec.CommandContext(ctx, containerd, "--config", config)
+	daemon := exec.CommandContext(ctx, bin, "--config", config)
 	daemon.Stdout, daemon.Stderr = &log, &log
 	if err := daemon.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = daemon.Wait() })
+	t.Cleanup(func() {
+		_ = daemon.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = daemon.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cancel()
+			<-done
+		}
+		cancel()
+	})
 	ctr := func(args ...string) (string, error) {
 		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
 		return string(out), err
 	}
 	for {
 		if _, err := ctr("version"); err == nil {
-			break
+			return ctr
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("containerd did not come up: %s", log.String())
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// TestContainerdImportsTheArchive imports the archive into a real
+// containerd and checks it lists the reference with the same digest.
+func TestContainerdImportsTheArchive(t *testing.T) {
+	ctr := containerd(t)
+	archive := filepath.Join(t.TempDir(), "pause.tar")
+	digest, err := Write(context.Background(), testSpec(t), archive)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if out, err := ctr("images", "import", archive); err != nil {
 		t.Fatalf("ctr images import: %v\n%s", err, out)
@@ -200,5 +275,75 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	}
 	if !found {
 		t.Fatalf("the reference is not listed after import:\n%s", out)
+	}
+}
+
+// TestNonRootImageBindsALowPortThroughItsFileCapability runs images in a
+// real containerd and runc, as CoreDNS's runs under kubeadm: as a non-root
+// user, with no new privileges, binding port 53. That works only through
+// the security.capability attribute ocipack puts in the layer, as
+// upstream's image does with setcap; without it the bind is refused.
+func TestNonRootImageBindsALowPortThroughItsFileCapability(t *testing.T) {
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Fatal("runc is not installed (scripts/install-deps.sh installs it)")
+	}
+	ctr := containerd(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte(`package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+)
+
+func main() {
+	l, err := net.Listen("tcp", ":53")
+	if err != nil {
+		fmt.Println("listen:", err)
+		os.Exit(3)
+	}
+	l.Close()
+	fmt.Printf("bound :53 as uid %d\n", os.Getuid())
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "binder")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, src)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	run := func(name string, caps []string) (string, error) {
+		spec := Spec{
+			Ref:        "registry.k8s.io/harmony-test/" + name + ":v1",
+			Files:      []File{{Source: bin, Path: "/binder", Mode: 0o755, Caps: caps}},
+			Entrypoint: []string{"/binder"},
+			User:       "65532:65532",
+			Env:        []string{defaultPath},
+			Created:    time.Unix(1700000000, 0).UTC(),
+		}
+		archive := filepath.Join(dir, name+".tar")
+		if _, err := Write(context.Background(), spec, archive); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := ctr("images", "import", archive); err != nil {
+			t.Fatalf("ctr images import: %v\n%s", err, out)
+		}
+		// ctr run keeps no new privileges by default, as kubeadm's CoreDNS
+		// Deployment (allowPrivilegeEscalation: false) does.
+		return ctr("run", "--rm", spec.Ref, "harmony-test-"+name)
+	}
+	out, err := run("with-cap", []string{"cap_net_bind_service"})
+	if err != nil || !strings.Contains(out, "bound :53 as uid 65532") {
+		t.Fatalf("with the file capability: %v\n%s", err, out)
+	}
+	out, err = run("without-cap", nil)
+	if err == nil || !strings.Contains(out, "permission denied") {
+		t.Fatalf("without the file capability the bind should be refused (else this test proves nothing): %v\n%s", err, out)
 	}
 }
