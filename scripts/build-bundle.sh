@@ -133,8 +133,10 @@ pack() { # file ref entrypoint -file args...
 for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
   pack "$name.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
 done
-pack coredns.tar "$COREDNS_REF" /coredns -file "$COREDNS:/coredns"
-pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause"
+# As upstream's images: CoreDNS runs as nonroot (65532) and binds port 53
+# through the file capability its setcap gives it; pause runs as 65535.
+pack coredns.tar "$COREDNS_REF" /coredns -file "$COREDNS:/coredns" -user 65532:65532 -cap /coredns=cap_net_bind_service
+pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause" -user 65535:65535
 
 cat > "$tmp/bundle.json" <<EOF
 {
