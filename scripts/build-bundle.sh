@@ -107,6 +107,7 @@ key=$( {
 } | sed "s# $CACHE/# #" | sha256sum | cut -c1-16)
 BUNDLE=$CACHE/bundle/$key
 if [ -f "$BUNDLE/bundle.json" ]; then
+  touch "$BUNDLE" # in use again: the newest, so pruning keeps it
   log "$BUNDLE is up to date"
   echo "$BUNDLE"
   exit 0
@@ -154,10 +155,16 @@ cat > "$tmp/bundle.json" <<EOF
   ]
 }
 EOF
+chmod 755 "$tmp" # mktemp made it 0700
 mv "$tmp" "$BUNDLE"
 trap - EXIT
-# Each commit's SOURCE_DATE_EPOCH makes a new bundle; keep the three newest.
+# Each commit's SOURCE_DATE_EPOCH makes a new bundle; keep the three newest,
+# and any used in the last hour (another checkout's image build may be
+# reading it right now).
 ls -1dt "$CACHE"/bundle/*/ 2>/dev/null | tail -n +4 | while read -r old; do
-  [ "${old%/}" = "$BUNDLE" ] || rm -rf "$old"
+  old=${old%/}
+  if [ "$old" != "$BUNDLE" ] && [ -n "$(find "$old" -maxdepth 0 -mmin +60)" ]; then
+    rm -rf "$old"
+  fi
 done
 echo "$BUNDLE"
