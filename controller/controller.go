@@ -65,7 +65,14 @@ type Config struct {
 	// first start instead of creating a self-signed one.
 	ImportCACert string
 	ImportCAKey  string
-	Logger       *slog.Logger
+	// CloneParallelism bounds the VMs the cluster workflows build or
+	// remove at once; default 8.
+	CloneParallelism int
+	// RetryBase is the first retry delay of a failed vCenter step, doubled
+	// per attempt; MaxAttempts marks the node failed. Defaults 2s and 6.
+	RetryBase   time.Duration
+	MaxAttempts int
+	Logger      *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -77,8 +84,10 @@ type Controller struct {
 	now     func() time.Time
 	ca      *ca.CA
 	store   *store.Store
-	hub     *hub
-	metrics *metrics
+	hub      *hub
+	metrics  *metrics
+	sessions *sessions
+	engine   *engine
 
 	listener      net.Listener
 	metricsLn     net.Listener
@@ -116,10 +125,23 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("--data-dir is required")
 	}
+	if cfg.CloneParallelism == 0 {
+		cfg.CloneParallelism = DefaultCloneParallelism
+	}
+	if cfg.CloneParallelism < 1 || cfg.CloneParallelism > 256 {
+		return nil, fmt.Errorf("clone parallelism %d: want 1 to 256", cfg.CloneParallelism)
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = DefaultRetryBase
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub()}
+	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions()}
+	c.engine = newEngine(c)
 
 	var err error
 	if c.ca, err = c.loadCA(); err != nil {
@@ -264,6 +286,15 @@ func (c *Controller) Serve(ctx context.Context) error {
 	}
 	servers := []*http.Server{srv}
 	errs := make(chan error, 2)
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer func() {
+		stopWork()
+		c.engine.wait()
+		c.sessions.closeAll()
+	}()
+	if err := c.engine.start(workCtx); err != nil {
+		return fmt.Errorf("resume workflows: %w", err)
+	}
 	go func() { errs <- srv.ServeTLS(c.listener, "", "") }()
 	if c.metricsLn != nil {
 		msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}

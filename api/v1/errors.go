@@ -60,6 +60,12 @@ const (
 	CodeConflict         = "conflict"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeVCenterUnreachable: the provider's vCenter did not answer or
+	// refused the login.
+	CodeVCenterUnreachable = "vcenter_unreachable"
+	// CodePrecheckFailed: vCenter lacks what a request needs (template,
+	// space, memory, network, addresses); nothing was created.
+	CodePrecheckFailed = "precheck_failed"
 )
 
 // decodeStrict decodes exactly one JSON value from at most limit bytes of r

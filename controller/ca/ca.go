@@ -69,36 +69,69 @@ func Load(dir string) (*CA, error) {
 
 // Create makes a new self-signed ECDSA P-256 CA in dir.
 func Create(dir, commonName string, now time.Time) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	serial, err := randomSerial()
+	certPEM, keyPEM, err := selfSigned(commonName, []string{"Harmony"}, selfSignedLifetime, now, true)
 	if err != nil {
 		return nil, err
 	}
+	return save(dir, certPEM, keyPEM, now)
+}
+
+// NewKeyPair makes a self-signed ECDSA P-256 CA that lives only as PEM,
+// such as the cluster CAs the controller keeps for each cluster.
+func NewKeyPair(commonName string, lifetime time.Duration, now time.Time) (*v1.KeyPair, error) {
+	certPEM, keyPEM, err := selfSigned(commonName, nil, lifetime, now, false)
+	if err != nil {
+		return nil, err
+	}
+	return &v1.KeyPair{Certificate: string(certPEM), Key: string(keyPEM)}, nil
+}
+
+// NewKey makes an ECDSA P-256 private key as PEM PKCS#8, such as a
+// cluster's service account signing key.
+func NewKey() (string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return "", fmt.Errorf("encode key: %w", err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), nil
+}
+
+// selfSigned makes a CA; leafOnly forbids it to sign other CAs.
+func selfSigned(commonName string, org []string, lifetime time.Duration, now time.Time, leafOnly bool) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"Harmony"}},
+		Subject:               pkix.Name{CommonName: commonName, Organization: org},
 		NotBefore:             now.Add(-clockSkew),
-		NotAfter:              now.Add(selfSignedLifetime),
+		NotAfter:              now.Add(lifetime),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
+	}
+	if leafOnly {
+		tmpl.MaxPathLen, tmpl.MaxPathLenZero = 0, true
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("self-sign CA: %w", err)
+		return nil, nil, fmt.Errorf("self-sign CA %s: %w", commonName, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("encode CA key: %w", err)
+		return nil, nil, fmt.Errorf("encode CA key: %w", err)
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	return save(dir, certPEM, keyPEM, now)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // Import installs an existing CA (typically an intermediate of the

@@ -83,7 +83,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus} {
+		for _, b := range append([][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus}, recordBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

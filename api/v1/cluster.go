@@ -1,0 +1,429 @@
+package v1
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+)
+
+// Image is a golden OVA imported into a provider as a VM template.
+type Image struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	// SHA256 of the OVA file: importing the same file again is a no-op.
+	SHA256 string `json:"sha256"`
+	// Role is harmony.image.role: "node" or "control-plane".
+	Role    string `json:"role"`
+	Version string `json:"version"`
+	// Template is the template's inventory path; Snapshot, when set, is
+	// the snapshot that linked clones start from.
+	Template string `json:"template"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// Versions are the harmony.version.* properties of the OVA.
+	Versions map[string]string `json:"versions"`
+	// KubernetesVersions are the versions a cluster may ask for: n, then
+	// n-1.
+	KubernetesVersions []string  `json:"kubernetesVersions"`
+	State              string    `json:"state"`
+	Message            string    `json:"message,omitempty"`
+	ImportedAt         time.Time `json:"importedAt,omitzero"`
+}
+
+// Image states.
+const (
+	ImageImporting = "Importing"
+	ImageReady     = "Ready"
+	ImageFailed    = "Failed"
+)
+
+// ImageList answers GET PathImages.
+type ImageList struct {
+	Items []Image `json:"items"`
+}
+
+// NodeSize is a VM's CPU and memory.
+type NodeSize struct {
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memoryMiB"`
+}
+
+// ClusterSpec is what an admin asks for.
+type ClusterSpec struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Provider   string `json:"provider"`
+	// Image names an imported node image of the provider.
+	Image string `json:"image"`
+	// KubernetesVersion is n or n-1 of what the image carries; default n.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Masters defaults to 3 and must be odd.
+	Masters *int `json:"masters,omitempty"`
+	Workers int  `json:"workers"`
+	// MasterSize defaults from the PRD's sizing table by cluster size.
+	MasterSize *NodeSize `json:"masterSize,omitempty"`
+	// WorkerSize defaults to 2 vCPUs and 4 GiB.
+	WorkerSize *NodeSize `json:"workerSize,omitempty"`
+	// VIP is the API virtual IP, from the provider's IP pool.
+	VIP         string `json:"vip"`
+	PodCIDR     string `json:"podCIDR,omitempty"`
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	DNSDomain   string `json:"dnsDomain,omitempty"`
+	// Contiv configures the pod network (VXLAN).
+	Contiv *ContivSettings `json:"contiv,omitempty"`
+	// MasterDataDiskGiB sizes each master's persistent data disk (etcd);
+	// default 20.
+	MasterDataDiskGiB int `json:"masterDataDiskGiB,omitempty"`
+}
+
+// Cluster defaults and bounds.
+const (
+	DefaultMasters           = 3
+	MaxMasters               = 7
+	MaxWorkers               = 1000
+	DefaultMasterDataDiskGiB = 20
+	MaxDataDiskGiB           = 64 << 10 // the PRD's 64 TB per persistent disk
+	DefaultPodCIDR           = "10.244.0.0/16"
+	DefaultServiceCIDR       = "10.96.0.0/12"
+	DefaultDNSDomain         = "cluster.local"
+	DefaultContivVNI         = 4096
+	// MaxClusterNameLength leaves room for node name suffixes and vSphere
+	// folder names.
+	MaxClusterNameLength = 40
+)
+
+// DefaultWorkerSize is a worker's size when the spec gives none.
+var DefaultWorkerSize = NodeSize{CPUs: 2, MemoryMiB: 4096}
+
+// MasterSizeFor is the PRD's sizing table: masters sized like public
+// cloud machine types by the cluster's node count.
+func MasterSizeFor(nodes int) NodeSize {
+	switch {
+	case nodes <= 5:
+		return NodeSize{CPUs: 1, MemoryMiB: 3840} // n1-standard-1
+	case nodes <= 10:
+		return NodeSize{CPUs: 2, MemoryMiB: 7680} // n1-standard-2
+	case nodes <= 100:
+		return NodeSize{CPUs: 4, MemoryMiB: 15360} // n1-standard-4
+	case nodes <= 250:
+		return NodeSize{CPUs: 8, MemoryMiB: 30720} // n1-standard-8
+	case nodes <= 500:
+		return NodeSize{CPUs: 16, MemoryMiB: 61440} // n1-standard-16
+	default:
+		return NodeSize{CPUs: 32, MemoryMiB: 122880} // n1-standard-32
+	}
+}
+
+// DecodeClusterSpec reads a cluster spec, applies its defaults and
+// validates it.
+func DecodeClusterSpec(r io.Reader) (*ClusterSpec, error) {
+	var s ClusterSpec
+	if err := decodeStrict(r, MaxAdminBytes, &s); err != nil {
+		return nil, err
+	}
+	s.Default()
+	return &s, s.Validate()
+}
+
+// Default fills in what the spec leaves out. The Kubernetes version is
+// defaulted by the controller, which knows the image.
+func (s *ClusterSpec) Default() {
+	if s.Masters == nil {
+		m := DefaultMasters
+		s.Masters = &m
+	}
+	if s.MasterSize == nil {
+		size := MasterSizeFor(*s.Masters + s.Workers)
+		s.MasterSize = &size
+	}
+	if s.WorkerSize == nil {
+		size := DefaultWorkerSize
+		s.WorkerSize = &size
+	}
+	if s.PodCIDR == "" {
+		s.PodCIDR = DefaultPodCIDR
+	}
+	if s.ServiceCIDR == "" {
+		s.ServiceCIDR = DefaultServiceCIDR
+	}
+	if s.DNSDomain == "" {
+		s.DNSDomain = DefaultDNSDomain
+	}
+	if s.Contiv == nil {
+		s.Contiv = &ContivSettings{}
+	}
+	if s.Contiv.Mode == "" {
+		s.Contiv.Mode = "vxlan"
+	}
+	if s.Contiv.VNI == 0 {
+		s.Contiv.VNI = DefaultContivVNI
+	}
+	if s.MasterDataDiskGiB == 0 {
+		s.MasterDataDiskGiB = DefaultMasterDataDiskGiB
+	}
+}
+
+// Validate checks a defaulted spec on its own; what needs the provider
+// and the image (the VIP in the pool, the version in the image) is the
+// controller's check.
+func (s *ClusterSpec) Validate() error {
+	if s.APIVersion != APIVersion {
+		return fieldErr("apiVersion", "must be %q, got %q", APIVersion, s.APIVersion)
+	}
+	if s.Kind != "Cluster" {
+		return fieldErr("kind", "must be \"Cluster\", got %q", s.Kind)
+	}
+	if !labelPattern.MatchString(s.Name) || len(s.Name) > MaxClusterNameLength {
+		return fieldErr("name", "%q is not a lowercase DNS label of at most %d characters", s.Name, MaxClusterNameLength)
+	}
+	if !labelPattern.MatchString(s.Provider) {
+		return fieldErr("provider", "%q is not a provider name", s.Provider)
+	}
+	if !labelPattern.MatchString(s.Image) && ValidateNodeName(s.Image) != nil {
+		return fieldErr("image", "%q is not an image name", s.Image)
+	}
+	if s.KubernetesVersion != "" && !versionPattern.MatchString(s.KubernetesVersion) {
+		return fieldErr("kubernetesVersion", "%q is not a version such as v1.34.2", s.KubernetesVersion)
+	}
+	if err := ValidateCounts(*s.Masters, s.Workers); err != nil {
+		return err
+	}
+	if err := s.MasterSize.validate("masterSize", 32, 122880); err != nil {
+		return err
+	}
+	// The PRD's node range: 1 vCPU and 2 GB up to 8 vCPUs and 52 GB.
+	if err := s.WorkerSize.validate("workerSize", 8, 53248); err != nil {
+		return err
+	}
+	vip, err := parseUnzonedAddr(s.VIP)
+	if err != nil || !vip.Is4() || vip.IsUnspecified() || vip.IsMulticast() || vip.IsLoopback() {
+		return fieldErr("vip", "%q is not a unicast IPv4 address", s.VIP)
+	}
+	settings := ClusterSettings{Name: s.Name, PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain,
+		CNI: CNISettings{Type: "contiv", Contiv: s.Contiv}}
+	if err := settings.validate(""); err != nil {
+		fe := err.(*FieldError)
+		return fieldErr(trimDot(fe.Field), "%s", fe.Problem)
+	}
+	if s.Contiv.VNI < 1 {
+		return fieldErr("contiv.vni", "must be between 1 and 16777215")
+	}
+	for _, c := range []struct{ name, value string }{{"podCIDR", s.PodCIDR}, {"serviceCIDR", s.ServiceCIDR}} {
+		if netip.MustParsePrefix(c.value).Contains(vip) {
+			return fieldErr("vip", "%s is inside %s %s", vip, c.name, c.value)
+		}
+	}
+	if s.MasterDataDiskGiB < 1 || s.MasterDataDiskGiB > MaxDataDiskGiB {
+		return fieldErr("masterDataDiskGiB", "must be between 1 and %d", MaxDataDiskGiB)
+	}
+	return nil
+}
+
+// ValidateCounts checks master and worker counts: masters odd, so that
+// etcd keeps a majority.
+func ValidateCounts(masters, workers int) error {
+	if masters < 1 || masters > MaxMasters {
+		return fieldErr("masters", "must be between 1 and %d, got %d", MaxMasters, masters)
+	}
+	if masters%2 == 0 {
+		return fieldErr("masters", "must be odd so that etcd keeps a majority, got %d", masters)
+	}
+	if workers < 0 || workers > MaxWorkers {
+		return fieldErr("workers", "must be between 0 and %d, got %d", MaxWorkers, workers)
+	}
+	return nil
+}
+
+func trimDot(f string) string {
+	if len(f) > 0 && f[0] == '.' {
+		return f[1:]
+	}
+	return f
+}
+
+func (n *NodeSize) validate(f string, maxCPUs, maxMiB int) error {
+	if n.CPUs < 1 || n.CPUs > maxCPUs {
+		return fieldErr(f+".cpus", "must be between 1 and %d, got %d", maxCPUs, n.CPUs)
+	}
+	if n.MemoryMiB < 2048 || n.MemoryMiB > maxMiB {
+		return fieldErr(f+".memoryMiB", "must be between 2048 and %d, got %d", maxMiB, n.MemoryMiB)
+	}
+	if n.MemoryMiB%4 != 0 {
+		return fieldErr(f+".memoryMiB", "must be a multiple of 4 (vSphere's rule), got %d", n.MemoryMiB)
+	}
+	return nil
+}
+
+// ScaleRequest is the body of POST PathClusters/{name}/scale. Masters
+// change in pairs, so that the count stays odd.
+type ScaleRequest struct {
+	Masters *int `json:"masters,omitempty"`
+	Workers *int `json:"workers,omitempty"`
+}
+
+// DecodeScaleRequest reads a scale request.
+func DecodeScaleRequest(r io.Reader) (*ScaleRequest, error) {
+	var s ScaleRequest
+	if err := decodeStrict(r, MaxAdminBytes, &s); err != nil {
+		return nil, err
+	}
+	if s.Masters == nil && s.Workers == nil {
+		return nil, fieldErr("workers", "give workers, masters or both")
+	}
+	return &s, nil
+}
+
+// Cluster is a cluster as the API shows it.
+type Cluster struct {
+	Spec   ClusterSpec   `json:"spec"`
+	Status ClusterStatus `json:"status"`
+}
+
+// ClusterList answers GET PathClusters.
+type ClusterList struct {
+	Items []Cluster `json:"items"`
+}
+
+// Cluster phases.
+const (
+	PhaseProvisioning = "Provisioning"
+	PhaseRunning      = "Running"
+	PhaseDeleting     = "Deleting"
+	PhaseFailed       = "Failed"
+)
+
+// ClusterStatus merges the controller's workflow, vCenter and the agents'
+// reports.
+type ClusterStatus struct {
+	Phase              string        `json:"phase"`
+	Generation         int64         `json:"generation"`
+	ObservedGeneration int64         `json:"observedGeneration"`
+	Conditions         []Condition   `json:"conditions,omitempty"`
+	Nodes              []ClusterNode `json:"nodes"`
+	Events             []Event       `json:"events,omitempty"`
+	CreatedAt          time.Time     `json:"createdAt"`
+}
+
+// Condition is one aspect of a cluster's state, Kubernetes-style.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason,omitempty"`
+	Message            string    `json:"message,omitempty"`
+	LastTransitionTime time.Time `json:"lastTransitionTime"`
+}
+
+// Condition types.
+const (
+	ConditionProvisioned = "Provisioned"
+	ConditionFailed      = "Failed"
+	ConditionNodesReady  = "NodesReady"
+)
+
+// ClusterNode is one VM of a cluster.
+type ClusterNode struct {
+	Name string   `json:"name"`
+	Role NodeRole `json:"role"`
+	IP   string   `json:"ip,omitempty"`
+	// Phase: Pending, Provisioning, Booting, Enrolled, Ready, Removing,
+	// Kept (powered off for troubleshooting) or Failed.
+	Phase string `json:"phase"`
+	// Step is the last workflow step done.
+	Step      string `json:"step"`
+	VM        string `json:"vm,omitempty"`
+	Power     string `json:"power,omitempty"`
+	GuestIP   string `json:"guestIP,omitempty"`
+	DataDisk  string `json:"dataDisk,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
+	LastError string `json:"lastError,omitempty"`
+	// AgentPhase is the agent's own report, when it has reported.
+	AgentPhase string `json:"agentPhase,omitempty"`
+}
+
+// Event is one thing that happened to a cluster.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"` // Normal or Warning
+	Node    string    `json:"node,omitempty"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+}
+
+// Operation is a long-running change that a client polls or watches.
+type Operation struct {
+	ID      string `json:"id"`
+	Kind    string `json:"kind"` // create, scale, remove-node, delete, retry, import
+	Cluster string `json:"cluster,omitempty"`
+	Image   string `json:"image,omitempty"`
+	// Generation is the cluster generation the operation waits for.
+	Generation int64     `json:"generation,omitempty"`
+	State      string    `json:"state"`
+	Message    string    `json:"message,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	// Nodes and Events show progress; Revision is the newest event's
+	// sequence, for the next watch.
+	Nodes    []ClusterNode `json:"nodes,omitempty"`
+	Events   []Event       `json:"events,omitempty"`
+	Revision int64         `json:"revision"`
+}
+
+// Operation states.
+const (
+	OperationRunning   = "Running"
+	OperationSucceeded = "Succeeded"
+	OperationFailed    = "Failed"
+)
+
+// Done reports whether the operation has finished.
+func (o *Operation) Done() bool { return o.State != OperationRunning }
+
+// NetworkConfig is guestinfo.harmony.network: the static address a VM
+// gets from its provider's pool, written beside the bootstrap.
+type NetworkConfig struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Address is the IPv4 address with its prefix, e.g. 198.18.10.21/24.
+	Address string   `json:"address"`
+	Gateway string   `json:"gateway"`
+	DNS     []string `json:"dns,omitempty"`
+	// Hostname is the node's name.
+	Hostname string `json:"hostname"`
+}
+
+// DecodeNetworkConfig reads and validates guestinfo.harmony.network.
+func DecodeNetworkConfig(r io.Reader) (*NetworkConfig, error) {
+	var n NetworkConfig
+	if err := decodeStrict(r, MaxBootstrapBytes, &n); err != nil {
+		return nil, err
+	}
+	return &n, n.Validate()
+}
+
+// Validate checks a network config.
+func (n *NetworkConfig) Validate() error {
+	if n.APIVersion != APIVersion {
+		return fieldErr("apiVersion", "must be %q, got %q", APIVersion, n.APIVersion)
+	}
+	if n.Kind != "NetworkConfig" {
+		return fieldErr("kind", "must be \"NetworkConfig\", got %q", n.Kind)
+	}
+	p, err := netip.ParsePrefix(n.Address)
+	if err != nil || !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 31 {
+		return fieldErr("address", "%q is not an IPv4 address with a prefix length 8-31", n.Address)
+	}
+	if gw, err := netip.ParseAddr(n.Gateway); err != nil || !p.Masked().Contains(gw) {
+		return fieldErr("gateway", "%q is not an address in %s", n.Gateway, p.Masked())
+	}
+	for i, d := range n.DNS {
+		if _, err := netip.ParseAddr(d); err != nil {
+			return fieldErr(fmt.Sprintf("dns[%d]", i), "%q is not an IP address", d)
+		}
+	}
+	if err := ValidateNodeName(n.Hostname); err != nil {
+		return fieldErr("hostname", "%v", err)
+	}
+	return nil
+}

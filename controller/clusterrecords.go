@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+// clusterRecord is a cluster as the store keeps it: the admin's spec and
+// what the workflow decided once (VRID, template).
+type clusterRecord struct {
+	Spec       v1.ClusterSpec `json:"spec"`
+	UID        string         `json:"uid"`
+	Generation int64          `json:"generation"`
+	// ObservedGeneration is the newest generation the workflow finished.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	Deleting           bool  `json:"deleting,omitempty"`
+	Purge              bool  `json:"purge,omitempty"`
+	VRID               int   `json:"vrid"`
+	// Template and Snapshot are the image's template when the cluster was
+	// made; new nodes clone the same.
+	Template      string         `json:"template"`
+	Snapshot      string         `json:"snapshot,omitempty"`
+	TemplateBytes int64          `json:"templateBytes"`
+	MasterSeq     int            `json:"masterSeq"`
+	WorkerSeq     int            `json:"workerSeq"`
+	Conditions    []v1.Condition `json:"conditions,omitempty"`
+	CreatedAt     time.Time      `json:"createdAt"`
+}
+
+// Workflow steps of a machine, in order. Each is recorded once done.
+const (
+	stepPending      = ""
+	stepCloned       = "Cloned"
+	stepConfigured   = "Configured"
+	stepDataDisk     = "DataDiskAttached"
+	stepBootstrapped = "BootstrapWritten"
+	stepPoweredOn    = "PoweredOn"
+	// Teardown.
+	stepLeft       = "LeftCluster"
+	stepPoweredOff = "PoweredOff"
+	stepKept       = "Kept"
+)
+
+// machineRecord is one VM of a cluster and how far its workflow got.
+type machineRecord struct {
+	Cluster       string      `json:"cluster"`
+	Name          string      `json:"name"`
+	Role          v1.NodeRole `json:"role"`
+	IP            string      `json:"ip,omitempty"`
+	OSDatastore   string      `json:"osDatastore"`
+	DataDatastore string      `json:"dataDatastore,omitempty"`
+	VM            string      `json:"vm,omitempty"`
+	Step          string      `json:"step"`
+	Remove        bool        `json:"remove,omitempty"`
+	KeepVM        bool        `json:"keepVM,omitempty"`
+	Attempts      int         `json:"attempts,omitempty"`
+	NextTry       time.Time   `json:"nextTry,omitzero"`
+	LastError     string      `json:"lastError,omitempty"`
+	Failed        bool        `json:"failed,omitempty"`
+	CreatedAt     time.Time   `json:"createdAt"`
+}
+
+func machineKey(cluster, name string) string { return cluster + "/" + name }
+
+// provisioned reports whether the create workflow is done.
+func (m *machineRecord) provisioned() bool { return !m.Remove && m.Step == stepPoweredOn }
+
+// settled reports whether the machine needs no more work: provisioned,
+// or removed with its VM kept (until the cluster is deleted).
+func (m *machineRecord) settled() bool {
+	return m.provisioned() || m.Remove && m.KeepVM && m.Step == stepKept
+}
+
+// clusterSecrets are a cluster's CAs and shared secrets.
+type clusterSecrets struct {
+	PKI            v1.ClusterPKI `json:"pki"`
+	BootstrapToken string        `json:"bootstrapToken"`
+	VRRPPassword   string        `json:"vrrpPassword"`
+}
+
+func secretKeyCluster(name string) string  { return "cluster/" + name }
+func secretKeyProvider(name string) string { return "provider/" + name }
+
+// addressKey is an IP allocation in a provider's pool.
+func addressKey(provider, ip string) string { return provider + "/" + ip }
+
+// addressOwner is who holds an allocated address.
+type addressOwner struct {
+	Cluster string `json:"cluster"`
+	Node    string `json:"node,omitempty"` // empty for the VIP
+}
+
+func loadCluster(tx *store.Tx, name string) (*clusterRecord, error) {
+	var c clusterRecord
+	if err := tx.Get(store.Clusters, name, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func loadMachines(tx *store.Tx, cluster string) ([]machineRecord, error) {
+	return store.ListJSON[machineRecord](tx, store.Machines, cluster+"/")
+}
+
+func putMachine(tx *store.Tx, m *machineRecord) error {
+	return tx.Put(store.Machines, machineKey(m.Cluster, m.Name), m)
+}
+
+// addEvent appends a cluster event and keeps the newest maxEvents.
+func addEvent(tx *store.Tx, cluster string, ev v1.Event) (int64, error) {
+	seq, err := tx.NextSequence(store.Events)
+	if err != nil {
+		return 0, err
+	}
+	ev.Seq = int64(seq)
+	if ev.Type == "" {
+		ev.Type = "Normal"
+	}
+	if err := tx.Put(store.Events, eventKey(cluster, ev.Seq), ev); err != nil {
+		return 0, err
+	}
+	if ev.Seq%64 == 0 {
+		if err := pruneEvents(tx, cluster); err != nil {
+			return 0, err
+		}
+	}
+	return ev.Seq, nil
+}
+
+const maxEvents = 1000
+
+func eventKey(cluster string, seq int64) string { return fmt.Sprintf("%s/%016d", cluster, seq) }
+
+func pruneEvents(tx *store.Tx, cluster string) error {
+	var keys []string
+	if err := tx.List(store.Events, cluster+"/", func(k string, _ []byte) error { keys = append(keys, k); return nil }); err != nil {
+		return err
+	}
+	for len(keys) > maxEvents {
+		if err := tx.Delete(store.Events, keys[0]); err != nil {
+			return err
+		}
+		keys = keys[1:]
+	}
+	return nil
+}
+
+// events returns a cluster's events after seq, oldest first, at most limit
+// of the newest.
+func events(tx *store.Tx, cluster string, after int64, limit int) ([]v1.Event, error) {
+	all, err := store.ListJSON[v1.Event](tx, store.Events, cluster+"/")
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, e := range all {
+		if e.Seq > after {
+			out = append(out, e)
+		}
+	}
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, nil
+}
+
+func setCondition(conds []v1.Condition, c v1.Condition, now time.Time) []v1.Condition {
+	for i, have := range conds {
+		if have.Type == c.Type {
+			if have.Status == c.Status {
+				c.LastTransitionTime = have.LastTransitionTime
+			} else {
+				c.LastTransitionTime = now
+			}
+			conds[i] = c
+			return conds
+		}
+	}
+	c.LastTransitionTime = now
+	return append(conds, c)
+}

@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/ca"
+)
+
+const clusterCALifetime = 10 * 365 * 24 * time.Hour
+
+// newClusterSecrets makes a cluster's CAs (cluster, etcd, front-proxy), its
+// service account key, a kubeadm bootstrap token and a VRRP password. The
+// controller keeps them; masters get them in their roles.
+func newClusterSecrets(now time.Time) (*clusterSecrets, error) {
+	var s clusterSecrets
+	for _, c := range []struct {
+		name string
+		dst  **v1.KeyPair
+	}{{"kubernetes", &s.PKI.ClusterCA}, {"etcd-ca", &s.PKI.EtcdCA}, {"front-proxy-ca", &s.PKI.FrontProxyCA}} {
+		kp, err := ca.NewKeyPair(c.name, clusterCALifetime, now)
+		if err != nil {
+			return nil, fmt.Errorf("cluster CA %s: %w", c.name, err)
+		}
+		*c.dst = kp
+	}
+	var err error
+	if s.PKI.ServiceAccountKey, err = ca.NewKey(); err != nil {
+		return nil, fmt.Errorf("service account key: %w", err)
+	}
+	id, err := randomLower(6)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := randomLower(16)
+	if err != nil {
+		return nil, err
+	}
+	s.BootstrapToken = id + "." + secret
+	if s.VRRPPassword, err = randomLower(8); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// randomLower returns n characters of [a-z0-9], kubeadm's token alphabet.
+func randomLower(n int) (string, error) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	out := make([]byte, 0, n)
+	buf := make([]byte, 1)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			return "", fmt.Errorf("random: %w", err)
+		}
+		// 252 is the largest multiple of 36 below 256: no bias.
+		if buf[0] < 252 {
+			out = append(out, alphabet[int(buf[0])%len(alphabet)])
+		}
+	}
+	return string(out), nil
+}
+
+// clusterRoles builds the role of every machine that stays in the
+// cluster: the same settings and peers for all, masters ranked by name,
+// the CAs with their keys for masters and the cluster CA's certificate
+// alone for workers.
+func clusterRoles(c *clusterRecord, sec *clusterSecrets, machines []machineRecord) ([]v1.Role, error) {
+	var live []machineRecord
+	for _, m := range machines {
+		if !m.Remove {
+			live = append(live, m)
+		}
+	}
+	slices.SortFunc(live, func(a, b machineRecord) int {
+		if a.Role != b.Role {
+			return strings.Compare(string(a.Role), string(b.Role))
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	s := c.Spec
+	settings := v1.ClusterSettings{
+		Name: s.Name, KubernetesVersion: s.KubernetesVersion, VIP: s.VIP, VRID: c.VRID,
+		PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain,
+		CNI:          v1.CNISettings{Type: "contiv", Contiv: s.Contiv},
+		LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: sec.VRRPPassword},
+	}
+	var peers []v1.Peer
+	rank := 0
+	for _, m := range live {
+		p := v1.Peer{Name: m.Name, Role: m.Role, Address: m.IP}
+		if m.Role == v1.RoleMaster {
+			p.Rank = rank
+			rank++
+		}
+		peers = append(peers, p)
+	}
+	workerPKI := &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: sec.PKI.ClusterCA.Certificate}}
+	out := make([]v1.Role, 0, len(live))
+	for _, m := range live {
+		r := v1.Role{
+			APIVersion: v1.APIVersion, Kind: "Role", NodeName: m.Name, Role: m.Role,
+			Cluster:   settings,
+			Addresses: v1.NodeAddresses{IPs: []string{m.IP}, DNSNames: []string{m.Name}},
+			Peers:     peers,
+			Versions:  v1.ComponentVersions{Kubernetes: s.KubernetesVersion},
+			Kubeadm:   &v1.KubeadmSettings{BootstrapToken: sec.BootstrapToken},
+			PKI:       workerPKI,
+		}
+		if m.Role == v1.RoleMaster {
+			pki := sec.PKI
+			r.PKI = &pki
+			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd"}
+		}
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("role of %s: %w", m.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}

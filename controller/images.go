@@ -1,0 +1,300 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+	"github.com/harmonykaas/harmony/ova/archive"
+	"github.com/harmonykaas/harmony/ova/ovf"
+)
+
+// MaxOVABytes bounds an uploaded OVA.
+const MaxOVABytes = 64 << 30
+
+// uploadReadTimeout replaces the server's read timeout for an OVA upload.
+const uploadReadTimeout = 6 * time.Hour
+
+const versionPropertyPrefix = "harmony.version."
+
+var imageNameClean = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// imagesDir holds uploaded OVAs until their import is done.
+func (c *Controller) imagesDir() string { return filepath.Join(c.cfg.DataDir, "images") }
+
+func imageKey(provider, name string) string { return provider + "/" + name }
+
+func (c *Controller) handleListImages(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	provider := r.URL.Query().Get("provider")
+	list := v1.ImageList{Items: []v1.Image{}}
+	err := c.store.View(func(tx *store.Tx) error {
+		prefix := ""
+		if provider != "" {
+			prefix = provider + "/"
+		}
+		items, err := store.ListJSON[v1.Image](tx, store.Images, prefix)
+		list.Items = append(list.Items, items...)
+		return err
+	})
+	if err != nil {
+		return storeError(err, "images")
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// handleImportImage receives an OVA, validates it, and imports it into
+// the provider as a template in the background. The same file imported
+// again is a no-op.
+func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	providerName := r.URL.Query().Get("provider")
+	var provider v1.Provider
+	if err := c.store.View(func(tx *store.Tx) error { return tx.Get(store.Providers, providerName, &provider) }); err != nil {
+		e := storeError(err, fmt.Sprintf("provider %q", providerName))
+		e.field = "provider"
+		return e
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadReadTimeout))
+	if err := os.MkdirAll(c.imagesDir(), 0o700); err != nil {
+		return refuse(http.StatusInternalServerError, v1.CodeInternal, "images directory: %v", err)
+	}
+	f, err := os.CreateTemp(c.imagesDir(), "upload-*.ova")
+	if err != nil {
+		return refuse(http.StatusInternalServerError, v1.CodeInternal, "spool: %v", err)
+	}
+	spool := f.Name()
+	keep := false
+	defer func() {
+		if !keep {
+			os.Remove(spool)
+		}
+	}()
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), r.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return badInput(fmt.Errorf("upload: %w", err))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+
+	img, desc, aerr := c.describeOVA(r.Context(), spool)
+	if aerr != nil {
+		return aerr
+	}
+	img.Provider, img.SHA256 = providerName, sum
+	key := imageKey(providerName, img.Name)
+
+	var existing v1.Image
+	var op v1.Operation
+	now := c.now().UTC()
+	err = c.store.Update(func(tx *store.Tx) error {
+		if err := tx.Get(store.Images, key, &existing); err == nil {
+			return nil
+		}
+		final := filepath.Join(c.imagesDir(), sum+".ova")
+		if err := os.Rename(spool, final); err != nil {
+			return err
+		}
+		spool = final
+		img.State = v1.ImageImporting
+		var err error
+		if op, err = newOperation(tx, "import", "", now); err != nil {
+			return err
+		}
+		op.Image = key
+		if err := tx.Put(store.Operations, op.ID, op); err != nil {
+			return err
+		}
+		return tx.Put(store.Images, key, importRecord{Image: *img, OVA: spool, OVFNetwork: desc.Network, Operation: op.ID})
+	})
+	if err != nil {
+		return storeError(err, "image")
+	}
+	if existing.Name != "" {
+		if existing.SHA256 != sum {
+			return refuse(http.StatusConflict, v1.CodeConflict,
+				"provider %q already has an image %q from a different file (sha256 %s); rebuild with a new version", providerName, img.Name, existing.SHA256)
+		}
+		writeJSON(w, http.StatusOK, existing)
+		return nil
+	}
+	keep = true
+	c.log.Info("image import started", "image", img.Name, "provider", providerName, "sha256", sum, "by", who.name, "operation", op.ID)
+	c.engine.startImport(key)
+	writeJSON(w, http.StatusAccepted, op)
+	return nil
+}
+
+// importRecord is an image with what its import needs to resume after a
+// restart.
+type importRecord struct {
+	v1.Image
+	OVA        string `json:"ova,omitempty"`
+	OVFNetwork string `json:"ovfNetwork,omitempty"`
+	Operation  string `json:"operation,omitempty"`
+}
+
+// describeOVA validates the archive and reads the image's role, version
+// and component versions from its ProductSection properties.
+func (c *Controller) describeOVA(ctx context.Context, path string) (*v1.Image, *ovf.Descriptor, *apiError) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, refuse(http.StatusInternalServerError, v1.CodeInternal, "%v", err)
+	}
+	defer f.Close()
+	contents, err := archive.Validate(ctx, f)
+	if err != nil {
+		return nil, nil, fieldRefusal("ova", "not a valid OVA: %v", err)
+	}
+	d := contents.Descriptor
+	img := &v1.Image{Versions: map[string]string{}}
+	for _, p := range d.Properties {
+		switch {
+		case p.Key == "harmony.image.role":
+			img.Role = p.Default
+		case p.Key == "harmony.image.version":
+			img.Version = p.Default
+		case strings.HasPrefix(p.Key, versionPropertyPrefix):
+			img.Versions[strings.TrimPrefix(p.Key, versionPropertyPrefix)] = p.Default
+		}
+	}
+	if img.Role == "" || img.Version == "" {
+		return nil, nil, fieldRefusal("ova", "the OVF has no harmony.image.role or harmony.image.version property: not a Harmony image")
+	}
+	for _, k := range []string{"kubernetes", "kubernetes-previous"} {
+		if v := img.Versions[k]; v != "" && v != "absent" {
+			img.KubernetesVersions = append(img.KubernetesVersions, v)
+		}
+	}
+	img.Name = strings.Trim(imageNameClean.ReplaceAllString(strings.ToLower("harmony-"+img.Role+"-"+img.Version), "-"), "-")
+	if len(img.Name) > 63 {
+		img.Name = strings.TrimRight(img.Name[:63], "-")
+	}
+	return img, d, nil
+}
+
+// runImport imports one image whose record says Importing, and records
+// the outcome. It is what a restart resumes too: ImportTemplate adopts a
+// finished template and redoes a half-made one.
+func (c *Controller) runImport(ctx context.Context, key string) {
+	var rec importRecord
+	if err := c.store.View(func(tx *store.Tx) error { return tx.Get(store.Images, key, &rec) }); err != nil {
+		c.log.Error("image import: record", "image", key, "err", err)
+		return
+	}
+	if rec.State != v1.ImageImporting {
+		return
+	}
+	log := c.log.With("image", rec.Name, "provider", rec.Provider)
+	finish := func(tmpl *vsphere.Template, importErr error) {
+		now := c.now().UTC()
+		if importErr != nil && ctx.Err() != nil {
+			return // shutting down: the next start resumes
+		}
+		uerr := c.store.Update(func(tx *store.Tx) error {
+			var op v1.Operation
+			if err := tx.Get(store.Operations, rec.Operation, &op); err == nil {
+				op.State, op.FinishedAt = v1.OperationSucceeded, now
+				if importErr != nil {
+					op.State, op.Message = v1.OperationFailed, importErr.Error()
+				}
+				if err := tx.Put(store.Operations, op.ID, op); err != nil {
+					return err
+				}
+			}
+			if importErr != nil {
+				// Failed imports leave no record, so the admin can try again.
+				return tx.Delete(store.Images, key)
+			}
+			img := rec.Image
+			img.State, img.Template, img.Snapshot, img.ImportedAt = v1.ImageReady, tmpl.Path, tmpl.Snapshot, now
+			return tx.Put(store.Images, key, img)
+		})
+		if uerr != nil {
+			log.Error("image import: record the outcome", "err", uerr)
+		}
+		os.Remove(rec.OVA)
+		c.hub.notify("op:" + rec.Operation)
+		if importErr != nil {
+			log.Error("image import failed", "err", importErr)
+		} else {
+			log.Info("image imported", "template", tmpl.Path, "snapshot", tmpl.Snapshot)
+		}
+	}
+	provider, err := c.provider(rec.Provider)
+	if err != nil {
+		finish(nil, fmt.Errorf("provider %s: %w", rec.Provider, err))
+		return
+	}
+	s, err := c.sessions.get(ctx, provider)
+	if err != nil {
+		finish(nil, err)
+		return
+	}
+	var lastReport time.Time
+	tmpl, err := s.ImportTemplate(ctx, vsphere.TemplateImport{
+		OVA: rec.OVA, Name: rec.Name, OVFNetwork: rec.OVFNetwork, Log: log,
+		Progress: func(n int64) {
+			if time.Since(lastReport) < 2*time.Second {
+				return
+			}
+			lastReport = time.Now()
+			_ = c.store.Update(func(tx *store.Tx) error {
+				var op v1.Operation
+				if err := tx.Get(store.Operations, rec.Operation, &op); err != nil {
+					return err
+				}
+				op.Message = fmt.Sprintf("uploaded %d MiB to vCenter", n>>20)
+				return tx.Put(store.Operations, op.ID, op)
+			})
+			c.hub.notify("op:" + rec.Operation)
+		},
+	})
+	finish(tmpl, err)
+}
+
+// pendingImports lists images whose import has not finished.
+func (c *Controller) pendingImports() ([]string, error) {
+	var keys []string
+	err := c.store.View(func(tx *store.Tx) error {
+		recs, err := store.ListJSON[importRecord](tx, store.Images, "")
+		for _, r := range recs {
+			if r.State == v1.ImageImporting {
+				keys = append(keys, imageKey(r.Provider, r.Name))
+			}
+		}
+		return err
+	})
+	return keys, err
+}
+
+// readyImage finds a provider's image by name.
+func readyImage(tx *store.Tx, provider, name string) (*v1.Image, error) {
+	var img v1.Image
+	if err := tx.Get(store.Images, imageKey(provider, name), &img); err != nil {
+		return nil, err
+	}
+	if img.State != v1.ImageReady {
+		return nil, fmt.Errorf("image %q is %s: %w", name, img.State, errNotReady)
+	}
+	return &img, nil
+}
+
+var errNotReady = errors.New("not ready")
+
+func knowsVersion(img *v1.Image, version string) bool { return slices.Contains(img.KubernetesVersions, version) }

@@ -1,0 +1,244 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+// providerConnectTimeout bounds the check that a provider's vCenter
+// answers and knows its inventory.
+const providerConnectTimeout = 30 * time.Second
+
+func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	p, err := v1.DecodeProvider(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	if name := r.PathValue("name"); p.Name != name {
+		return fieldRefusal("name", "%q does not match the provider in the URL %q", p.Name, name)
+	}
+	var old v1.Provider
+	existed := false
+	var password string
+	err = c.store.View(func(tx *store.Tx) error {
+		if err := tx.Get(store.Providers, p.Name, &old); err == nil {
+			existed = true
+		}
+		var sec struct{ Password string }
+		if err := tx.Get(store.Secrets, secretKeyProvider(p.Name), &sec); err == nil {
+			password = sec.Password
+		}
+		return nil
+	})
+	if err != nil {
+		return storeError(err, "provider")
+	}
+	if p.VCenter.Password != "" {
+		password = p.VCenter.Password
+	} else if !existed {
+		return fieldRefusal("vcenter.password", "is required when a provider is first applied")
+	}
+	p.VCenter.Password = password
+	// Check the inventory now, so that a typo fails here and not in the
+	// middle of a cluster's creation.
+	ctx, cancel := context.WithTimeout(r.Context(), providerConnectTimeout)
+	defer cancel()
+	s, err := vsphere.Connect(ctx, *p)
+	if err != nil {
+		var fe *vsphere.FieldError
+		if errors.As(err, &fe) {
+			return fieldRefusal(fe.Field, "%v", fe.Err)
+		}
+		e := refuse(http.StatusBadGateway, v1.CodeVCenterUnreachable, "%v", err)
+		e.field = "vcenter"
+		return e
+	}
+	c.sessions.put(*p, s)
+
+	now := c.now().UTC()
+	p.CreatedAt, p.UpdatedAt = now, now
+	if existed {
+		p.CreatedAt = old.CreatedAt
+	}
+	err = c.store.Update(func(tx *store.Tx) error {
+		if err := tx.Put(store.Providers, p.Name, p.Redacted()); err != nil {
+			return err
+		}
+		return tx.Put(store.Secrets, secretKeyProvider(p.Name), struct{ Password string }{password})
+	})
+	if err != nil {
+		return storeError(err, "provider")
+	}
+	c.log.Info("provider applied", "provider", p.Name, "vcenter", p.VCenter.URL, "by", who.name, "created", !existed)
+	status := http.StatusOK
+	if !existed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, p.Redacted())
+	return nil
+}
+
+// provider returns a provider with its password, for connecting.
+func (c *Controller) provider(name string) (v1.Provider, error) {
+	var p v1.Provider
+	err := c.store.View(func(tx *store.Tx) error {
+		if err := tx.Get(store.Providers, name, &p); err != nil {
+			return err
+		}
+		var sec struct{ Password string }
+		if err := tx.Get(store.Secrets, secretKeyProvider(name), &sec); err != nil {
+			return err
+		}
+		p.VCenter.Password = sec.Password
+		return nil
+	})
+	return p, err
+}
+
+func (c *Controller) handleListProviders(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	var list v1.ProviderList
+	err := c.store.View(func(tx *store.Tx) error {
+		var err error
+		list.Items, err = store.ListJSON[v1.Provider](tx, store.Providers, "")
+		return err
+	})
+	if err != nil {
+		return storeError(err, "providers")
+	}
+	if list.Items == nil {
+		list.Items = []v1.Provider{}
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+func (c *Controller) handleGetProvider(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	var p v1.Provider
+	name := r.PathValue("name")
+	if err := c.store.View(func(tx *store.Tx) error { return tx.Get(store.Providers, name, &p) }); err != nil {
+		return storeError(err, fmt.Sprintf("provider %q", name))
+	}
+	writeJSON(w, http.StatusOK, p.Redacted())
+	return nil
+}
+
+func (c *Controller) handleDeleteProvider(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	name := r.PathValue("name")
+	var users []string
+	err := c.store.Update(func(tx *store.Tx) error {
+		if !tx.Has(store.Providers, name) {
+			return fmt.Errorf("provider %q: %w", name, store.ErrNotFound)
+		}
+		clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
+		if err != nil {
+			return err
+		}
+		for _, cl := range clusters {
+			if cl.Spec.Provider == name {
+				users = append(users, "cluster "+cl.Spec.Name)
+			}
+		}
+		if len(users) > 0 {
+			return nil
+		}
+		if err := tx.DeletePrefix(store.Images, name+"/"); err != nil {
+			return err
+		}
+		if err := tx.Delete(store.Secrets, secretKeyProvider(name)); err != nil {
+			return err
+		}
+		return tx.Delete(store.Providers, name)
+	})
+	if err != nil {
+		return storeError(err, fmt.Sprintf("provider %q", name))
+	}
+	if len(users) > 0 {
+		return refuse(http.StatusConflict, v1.CodeConflict, "provider %q is in use by %s", name, strings.Join(users, ", "))
+	}
+	c.sessions.drop(name)
+	c.log.Info("provider deleted", "provider", name, "by", who.name)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func fieldRefusal(field, format string, args ...any) *apiError {
+	e := refuse(http.StatusBadRequest, v1.CodeBadRequest, format, args...)
+	e.field = field
+	return e
+}
+
+// sessions keeps one logged-in vCenter session per provider and makes a
+// new one when the provider changes or the session has expired.
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]cachedSession
+}
+
+type cachedSession struct {
+	s    *vsphere.Session
+	hash string
+}
+
+func newSessions() *sessions { return &sessions{m: map[string]cachedSession{}} }
+
+func providerHash(p v1.Provider) string {
+	p.CreatedAt, p.UpdatedAt = time.Time{}, time.Time{}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%#v", p))
+	return hex.EncodeToString(sum[:])
+}
+
+func (ss *sessions) put(p v1.Provider, s *vsphere.Session) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if old, ok := ss.m[p.Name]; ok && old.s != s {
+		go old.s.Logout(context.Background())
+	}
+	ss.m[p.Name] = cachedSession{s: s, hash: providerHash(p)}
+}
+
+func (ss *sessions) drop(name string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if old, ok := ss.m[name]; ok {
+		go old.s.Logout(context.Background())
+		delete(ss.m, name)
+	}
+}
+
+// get returns a live session for the provider (with its password).
+func (ss *sessions) get(ctx context.Context, p v1.Provider) (*vsphere.Session, error) {
+	ss.mu.Lock()
+	cached, ok := ss.m[p.Name]
+	ss.mu.Unlock()
+	if ok && cached.hash == providerHash(p) && cached.s.Active(ctx) {
+		return cached.s, nil
+	}
+	s, err := vsphere.Connect(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	ss.put(p, s)
+	return s, nil
+}
+
+func (ss *sessions) closeAll() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for name, cs := range ss.m {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = cs.s.Logout(ctx)
+		cancel()
+		delete(ss.m, name)
+	}
+}

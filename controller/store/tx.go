@@ -1,0 +1,152 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// Bucket names a bucket of records that the controller's workflows keep:
+// providers, images, clusters and their machines, operations, events,
+// address allocations, and secrets.
+type Bucket string
+
+// Record buckets.
+const (
+	Providers  Bucket = "providers"
+	Images     Bucket = "images"
+	Clusters   Bucket = "clusters"
+	Machines   Bucket = "machines"
+	Operations Bucket = "operations"
+	Events     Bucket = "events"
+	Addresses  Bucket = "addresses"
+	// Secrets holds vCenter passwords and cluster CAs: never returned by
+	// the API, never logged.
+	Secrets Bucket = "secrets"
+)
+
+var recordBuckets = [][]byte{
+	[]byte(Providers), []byte(Images), []byte(Clusters), []byte(Machines),
+	[]byte(Operations), []byte(Events), []byte(Addresses), []byte(Secrets),
+}
+
+// Tx is one transaction over the record buckets and the node records: a
+// workflow step and everything it changes commit together or not at all.
+type Tx struct{ tx *bolt.Tx }
+
+// Update runs fn in a read-write transaction.
+func (s *Store) Update(fn func(*Tx) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+}
+
+// View runs fn in a read-only transaction.
+func (s *Store) View(fn func(*Tx) error) error {
+	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+}
+
+func (t *Tx) bucket(b Bucket) *bolt.Bucket { return t.tx.Bucket([]byte(b)) }
+
+// Get decodes one record; ErrNotFound if there is none.
+func (t *Tx) Get(b Bucket, key string, v any) error { return getJSON(t.bucket(b), key, v) }
+
+// Has reports whether a record exists.
+func (t *Tx) Has(b Bucket, key string) bool { return t.bucket(b).Get([]byte(key)) != nil }
+
+// Put stores one record.
+func (t *Tx) Put(b Bucket, key string, v any) error { return putJSON(t.bucket(b), key, v) }
+
+// Delete removes one record; a missing one is not an error.
+func (t *Tx) Delete(b Bucket, key string) error { return t.bucket(b).Delete([]byte(key)) }
+
+// List calls fn for each record whose key starts with prefix, in key
+// order.
+func (t *Tx) List(b Bucket, prefix string, fn func(key string, data []byte) error) error {
+	c := t.bucket(b).Cursor()
+	p := []byte(prefix)
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		if err := fn(string(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeletePrefix removes every record whose key starts with prefix.
+func (t *Tx) DeletePrefix(b Bucket, prefix string) error {
+	var keys []string
+	if err := t.List(b, prefix, func(k string, _ []byte) error { keys = append(keys, k); return nil }); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := t.Delete(b, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NextSequence returns the bucket's next sequence number.
+func (t *Tx) NextSequence(b Bucket) (uint64, error) { return t.bucket(b).NextSequence() }
+
+// ListJSON decodes every record under prefix into a slice.
+func ListJSON[T any](t *Tx, b Bucket, prefix string) ([]T, error) {
+	var out []T
+	err := t.List(b, prefix, func(k string, data []byte) error {
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return fmt.Errorf("decode %s %q: %w", b, k, err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// CreateNode stores a node record with no token yet: a workflow issues
+// the token when it writes the bootstrap, so that a retried step simply
+// issues a new one.
+func (t *Tx) CreateNode(n Node) error {
+	nodes := t.tx.Bucket(bucketNodes)
+	if nodes.Get([]byte(n.Name)) != nil {
+		return fmt.Errorf("node %q: %w", n.Name, ErrExists)
+	}
+	return putJSON(nodes, n.Name, n)
+}
+
+// Node reads a node record.
+func (t *Tx) Node(name string) (Node, error) {
+	var n Node
+	return n, getJSON(t.tx.Bucket(bucketNodes), name, &n)
+}
+
+// DeleteNode removes a node record with its tokens, role and status; a
+// missing one is not an error.
+func (t *Tx) DeleteNode(name string) error {
+	if err := deleteTokensOf(t.tx, name, false); err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketNodes, bucketRoles, bucketStatus} {
+		if err := t.tx.Bucket(b).Delete([]byte(name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutRoles stores roles of existing nodes under one new revision.
+func (t *Tx) PutRoles(roles []v1.Role) (int64, error) { return putRoles(t.tx, roles) }
+
+// Status reads a node's latest status report.
+func (t *Tx) Status(name string) (v1.Status, bool) {
+	var st v1.Status
+	err := getJSON(t.tx.Bucket(bucketStatus), name, &st)
+	return st, err == nil
+}
+
+// Now is the time the store stamps records with.
+func Now() time.Time { return time.Now().UTC() }

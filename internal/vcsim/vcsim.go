@@ -1,0 +1,160 @@
+// Package vcsim runs govmomi's vCenter simulator (github.com/vmware/govmomi
+// v0.56.0, simulator package) for tests, benchmarks and the standalone
+// `vcsim` dev command: a VPX model with one datacenter (DC0), one cluster
+// (DC0_C0) of hosts sized for Harmony clusters, the datastore LocalDS_0
+// and the port group "VM Network".
+//
+// It is the stand-in for a real vCenter, which cannot run here. Its traps
+// are listed in DESIGN.md.
+package vcsim
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// Options size the simulated inventory.
+type Options struct {
+	// Listen is host:port; empty means a random loopback port.
+	Listen string
+	// Username and Password are the only credentials accepted; defaults
+	// administrator@vsphere.local and a random password.
+	Username, Password string
+	// Hosts in the cluster, each with HostThreads CPU threads and
+	// HostMemoryGiB of memory. Defaults 3, 32 and 256.
+	Hosts         int
+	HostThreads   int
+	HostMemoryGiB int
+}
+
+// Sim is a running simulator.
+type Sim struct {
+	Model  *simulator.Model
+	Server *simulator.Server
+	// URL has no credentials; Username and Password log in.
+	URL        string
+	Username   string
+	Password   string
+	Thumbprint string
+}
+
+// Start creates the model and serves it over TLS.
+func Start(o Options) (*Sim, error) {
+	if o.Hosts == 0 {
+		o.Hosts = 3
+	}
+	if o.HostThreads == 0 {
+		o.HostThreads = 32
+	}
+	if o.HostMemoryGiB == 0 {
+		o.HostMemoryGiB = 256
+	}
+	m := simulator.VPX()
+	m.ClusterHost = o.Hosts
+	m.Machine = 0 // no sample VMs
+	if err := m.Create(); err != nil {
+		return nil, fmt.Errorf("vcsim model: %w", err)
+	}
+	if o.Username == "" {
+		o.Username = "administrator@vsphere.local"
+	}
+	if o.Password == "" {
+		b := make([]byte, 12)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		o.Password = hex.EncodeToString(b)
+	}
+	m.Service.Listen = &url.URL{Host: o.Listen, User: url.UserPassword(o.Username, o.Password)}
+	m.Service.TLS = new(tls.Config)
+	m.Service.RegisterEndpoints = true
+	sim := &Sim{Model: m, Username: o.Username, Password: o.Password}
+	sim.resizeHosts(o)
+	sim.Server = m.Service.NewServer()
+	u := *sim.Server.URL
+	u.User = nil
+	sim.URL = u.String()
+	sim.Thumbprint = soap.ThumbprintSHA1(sim.Server.Certificate())
+	return sim, nil
+}
+
+// Close stops the server and removes the model's files.
+func (s *Sim) Close() {
+	s.Server.Close()
+	s.Model.Remove()
+}
+
+// Provider is a provider document for this simulator: the cluster's root
+// pool, LocalDS_0 for all disks, "VM Network", and the given pool.
+func (s *Sim) Provider(name string, pool *v1.IPPool) v1.Provider {
+	return v1.Provider{
+		APIVersion: v1.APIVersion, Kind: "Provider", Name: name,
+		VCenter:    v1.VCenter{URL: s.URL, Username: s.Username, Password: s.Password, Thumbprint: s.Thumbprint},
+		Datacenter: "DC0", ComputeCluster: "DC0_C0", Folder: "harmony",
+		Datastores: v1.Datastores{OS: []string{"LocalDS_0"}}, Network: "VM Network", IPPool: pool,
+	}
+}
+
+// resizeHosts gives every host the threads and memory asked for; the
+// model's defaults (2 threads, 4 GiB) fit no Harmony cluster.
+func (s *Sim) resizeHosts(o Options) {
+	reg := s.Model.Map()
+	for _, e := range reg.All("HostSystem") {
+		h := e.(*simulator.HostSystem)
+		hw := *h.Summary.Hardware
+		hw.NumCpuThreads, hw.NumCpuCores = int16(o.HostThreads), int16(o.HostThreads)
+		hw.MemorySize = int64(o.HostMemoryGiB) << 30
+		h.Summary.Hardware = &hw
+		if h.Hardware != nil {
+			h.Hardware.MemorySize = hw.MemorySize
+			h.Hardware.CpuInfo.NumCpuThreads, h.Hardware.CpuInfo.NumCpuCores = hw.NumCpuThreads, hw.NumCpuCores
+		}
+	}
+}
+
+// SetDatastoreFree makes a datastore report this much free space.
+func (s *Sim) SetDatastoreFree(name string, free int64) error {
+	for _, e := range s.Model.Map().All("Datastore") {
+		ds := e.(*simulator.Datastore)
+		if ds.Name != name {
+			continue
+		}
+		s.Model.Map().WithLock(s.Model.Service.Context, ds.Self, func() {
+			ds.Summary.FreeSpace = free
+			ds.Info.GetDatastoreInfo().FreeSpace = free
+		})
+		return nil
+	}
+	return fmt.Errorf("no datastore %q", name)
+}
+
+// AddFault makes the next count calls of method fail with a vCenter
+// fault (e.g. "CloneVM_Task", "PowerOnVM_Task").
+func (s *Sim) AddFault(method string, count int) {
+	s.Model.Service.AddFaultRule(&simulator.FaultInjectionRule{
+		MethodName: method, ObjectType: "*", ObjectName: "*", Probability: 1, MaxCount: count,
+		FaultType: simulator.FaultTypeCustom, Enabled: true,
+		Fault:   &types.TaskInProgress{VimFault: types.VimFault{MethodFault: types.MethodFault{FaultCause: &types.LocalizedMethodFault{LocalizedMessage: "injected: " + method + " busy"}}}},
+		Message: "injected fault: " + method + " is busy",
+	})
+}
+
+// Datastore returns the simulator's datastore object of that name.
+func (s *Sim) Datastore(name string) *mo.Datastore {
+	for _, e := range s.Model.Map().All("Datastore") {
+		if ds := e.(*simulator.Datastore); ds.Name == name {
+			return &ds.Datastore
+		}
+	}
+	return nil
+}
