@@ -79,11 +79,11 @@ type Config struct {
 
 // Controller is one running harmony-controller.
 type Controller struct {
-	cfg     Config
-	log     *slog.Logger
-	now     func() time.Time
-	ca      *ca.CA
-	store   *store.Store
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	ca       *ca.CA
+	store    *store.Store
 	hub      *hub
 	metrics  *metrics
 	sessions *sessions

@@ -297,4 +297,6 @@ func readyImage(tx *store.Tx, provider, name string) (*v1.Image, error) {
 
 var errNotReady = errors.New("not ready")
 
-func knowsVersion(img *v1.Image, version string) bool { return slices.Contains(img.KubernetesVersions, version) }
+func knowsVersion(img *v1.Image, version string) bool {
+	return slices.Contains(img.KubernetesVersions, version)
+}
