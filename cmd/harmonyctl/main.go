@@ -49,7 +49,16 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 	labCmd.AddCommand(labUpCommand(), labDownCommand())
 	ovaCmd := &cobra.Command{Use: "ova", Short: "Inspect and validate OVA files"}
 	ovaCmd.AddCommand(ovaInspectCommand(), ovaValidateCommand())
-	root.AddCommand(node, cert, labCmd, ovaCmd)
+	provider := &cobra.Command{Use: "provider", Short: "Manage providers: the vCenter slices clusters are built in"}
+	provider.AddCommand(providerApplyCommand(g), providerListCommand(g), providerGetCommand(g), providerDeleteCommand(g))
+	image := &cobra.Command{Use: "image", Short: "Import golden OVAs into providers as templates"}
+	image.AddCommand(imageImportCommand(g), imageListCommand(g))
+	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, inspect and delete Kubernetes clusters"}
+	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
+		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g))
+	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
+	operation.AddCommand(operationGetCommand(g))
+	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)
@@ -59,6 +68,10 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 		var apiErr *client.APIError
 		if errors.As(err, &apiErr) && apiErr.Status < 500 {
 			os.Exit(2)
+		}
+		var opErr *operationFailedError
+		if errors.As(err, &opErr) {
+			os.Exit(exitOperationFailed)
 		}
 		os.Exit(1)
 	}

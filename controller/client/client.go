@@ -20,6 +20,8 @@ import (
 type Client struct {
 	server string
 	http   *http.Client
+	// upload has no overall timeout: an OVA takes as long as it takes.
+	upload *http.Client
 }
 
 // APIError is a JSON error answer.
@@ -48,9 +50,12 @@ func New(cfg *clientconfig.Config, server string) (*Client, error) {
 	if err := v1.ValidateControllerURL(server); err != nil {
 		return nil, fmt.Errorf("server %q: %w", server, err)
 	}
+	transport := &http.Transport{TLSClientConfig: tlsConf}
 	return &Client{
 		server: strings.TrimSuffix(server, "/"),
-		http:   &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: time.Minute},
+		// Above the controller's longest watch (2 minutes).
+		http:   &http.Client{Transport: transport, Timeout: 3 * time.Minute},
+		upload: &http.Client{Transport: transport},
 	}, nil
 }
 
@@ -71,11 +76,33 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	return c.send(c.http, req, out)
+}
+
+// Upload streams a file body, such as an OVA, and decodes a 2xx answer
+// into out; it returns the status.
+func (c *Client) Upload(ctx context.Context, path string, body io.Reader, size int64, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", c.server+path, body)
+	if err != nil {
+		return 0, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	var status int
+	err = c.send(c.upload, req, out, &status)
+	return status, err
+}
+
+func (c *Client) send(hc *http.Client, req *http.Request, out any, status ...*int) error {
+	method, path := req.Method, req.URL.Path
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	for _, s := range status {
+		*s = resp.StatusCode
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)

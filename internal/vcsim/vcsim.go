@@ -35,6 +35,9 @@ type Options struct {
 	Hosts         int
 	HostThreads   int
 	HostMemoryGiB int
+	// MethodDelay slows methods down, in milliseconds, e.g.
+	// {"CloneVM_Task": 200}: time for a test to kill a controller mid-way.
+	MethodDelay map[string]int
 }
 
 // Sim is a running simulator.
@@ -62,6 +65,7 @@ func Start(o Options) (*Sim, error) {
 	m := simulator.VPX()
 	m.ClusterHost = o.Hosts
 	m.Machine = 0 // no sample VMs
+	m.DelayConfig.MethodDelay = o.MethodDelay
 	if err := m.Create(); err != nil {
 		return nil, fmt.Errorf("vcsim model: %w", err)
 	}

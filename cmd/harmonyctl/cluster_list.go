@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+func clusterListCommand(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List clusters with their phase and node counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list v1.ClusterList
+			if err := c.Do(cmd.Context(), "GET", v1.PathClusters, nil, &list); err != nil {
+				return err
+			}
+			return printOutput(output, list, func(w io.Writer) { printClusters(w, list.Items) })
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
+	return cmd
+}
+
+func printClusters(w io.Writer, items []v1.Cluster) {
+	fmt.Fprintln(w, "NAME\tPROVIDER\tKUBERNETES\tMASTERS\tWORKERS\tVIP\tPHASE\tREADY\tAGE")
+	for _, cl := range items {
+		ready := "-"
+		for _, c := range cl.Status.Conditions {
+			if c.Type == v1.ConditionNodesReady {
+				ready = c.Message
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", cl.Spec.Name, cl.Spec.Provider, cl.Spec.KubernetesVersion,
+			*cl.Spec.Masters, cl.Spec.Workers, cl.Spec.VIP, cl.Status.Phase, ready, time.Since(cl.Status.CreatedAt).Round(time.Second))
+	}
+}
+
+func clusterGetCommand(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:               "get NAME",
+		Short:             "Show a cluster: phase, conditions, nodes (with vCenter power and IPs, agent reports) and events",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.complete(v1.PathClusters),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var cl v1.Cluster
+			if err := c.Do(cmd.Context(), "GET", v1.PathClusters+"/"+url.PathEscape(args[0]), nil, &cl); err != nil {
+				return err
+			}
+			return printOutput(output, cl, func(w io.Writer) {
+				printClusters(w, []v1.Cluster{cl})
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "CONDITION\tSTATUS\tREASON\tMESSAGE")
+				for _, c := range cl.Status.Conditions {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+				}
+				fmt.Fprintln(w)
+				printClusterNodes(w, cl.Status.Nodes)
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "TIME\tTYPE\tREASON\tMESSAGE")
+				for _, e := range cl.Status.Events {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.TimeOnly), e.Type, e.Reason, e.Message)
+				}
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
+	return cmd
+}

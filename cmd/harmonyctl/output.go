@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
+)
+
+// Exit codes beyond 0: 1 for errors, 2 for requests the controller
+// refused, 3 for an operation that ran and failed.
+const exitOperationFailed = 3
+
+// operationFailedError is an operation that ended Failed.
+type operationFailedError struct{ op v1.Operation }
+
+func (e *operationFailedError) Error() string {
+	return fmt.Sprintf("operation %s (%s %s) failed: %s", e.op.ID, e.op.Kind, e.op.Cluster+e.op.Image, e.op.Message)
+}
+
+// printOutput prints v as JSON or YAML, or calls table.
+func printOutput(format string, v any, table func(w io.Writer)) error {
+	switch format {
+	case "json":
+		return printJSON(os.Stdout, v)
+	case "yaml":
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = os.Stdout.Write(data)
+		return err
+	case "table", "":
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		table(w)
+		return w.Flush()
+	}
+	return fmt.Errorf("-o %q: want json, yaml or table", format)
+}
+
+// readDocument reads a YAML or JSON file ("-" for stdin) and returns it
+// as JSON, for the controller's strict decoders.
+func readDocument(file string) ([]byte, error) {
+	var in io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		in = f
+	}
+	data, err := io.ReadAll(io.LimitReader(in, v1.MaxAdminBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > v1.MaxAdminBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", file, v1.MaxAdminBytes)
+	}
+	out, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return out, nil
+}
+
+// waitFlags are --wait and --timeout of a long operation.
+type waitFlags struct {
+	wait    bool
+	timeout time.Duration
+	output  string
+}
+
+// finish prints a started operation, or with --wait follows it to the end
+// showing each event as it happens.
+func (f waitFlags) finish(ctx context.Context, c *client.Client, op v1.Operation) error {
+	if !f.wait {
+		if f.output == "json" || f.output == "yaml" {
+			return printOutput(f.output, op, nil)
+		}
+		fmt.Printf("operation %s started (%s %s); follow it with: harmonyctl operation get %s --watch\n", op.ID, op.Kind, op.Cluster+op.Image, op.ID)
+		return nil
+	}
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	final, err := watchOperation(ctx, c, op.ID, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if f.output == "json" || f.output == "yaml" {
+		if err := printOutput(f.output, final, nil); err != nil {
+			return err
+		}
+	} else if len(final.Nodes) > 0 {
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		printClusterNodes(w, final.Nodes)
+		w.Flush()
+	}
+	if final.State == v1.OperationFailed {
+		return &operationFailedError{op: final}
+	}
+	fmt.Fprintf(os.Stderr, "operation %s %s\n", final.ID, strings.ToLower(final.State))
+	return nil
+}
+
+// watchOperation long-polls an operation, printing its events and
+// progress until it ends.
+func watchOperation(ctx context.Context, c *client.Client, id string, progress io.Writer) (v1.Operation, error) {
+	var op v1.Operation
+	started := time.Now()
+	for {
+		path := fmt.Sprintf("%s/%s?watch=true&timeout=30s&revision=%d", v1.PathOperations, id, op.Revision)
+		var next v1.Operation
+		if err := c.Do(ctx, "GET", path, nil, &next); err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return op, fmt.Errorf("gave up waiting for operation %s after %s; it goes on: harmonyctl operation get %s --watch", id, time.Since(started).Round(time.Second), id)
+			}
+			return op, err
+		}
+		for _, e := range next.Events {
+			if e.Seq > op.Revision || op.Revision == 0 {
+				mark := " "
+				if e.Type == "Warning" {
+					mark = "!"
+				}
+				fmt.Fprintf(progress, "%s %6s  %-12s %s\n", mark, time.Since(started).Round(time.Second), e.Reason, e.Message)
+			}
+		}
+		if next.Message != "" && next.Message != op.Message && !next.Done() {
+			fmt.Fprintf(progress, "  %6s  %s\n", time.Since(started).Round(time.Second), next.Message)
+		}
+		if len(next.Nodes) > 0 {
+			done := 0
+			for _, n := range next.Nodes {
+				if n.Step == "PoweredOn" || n.Phase == "Kept" {
+					done++
+				}
+			}
+			if !next.Done() {
+				fmt.Fprintf(progress, "  %6s  %d/%d nodes provisioned\n", time.Since(started).Round(time.Second), done, len(next.Nodes))
+			}
+		}
+		op = next
+		if op.Done() {
+			return op, nil
+		}
+	}
+}
+
+func printClusterNodes(w io.Writer, nodes []v1.ClusterNode) {
+	fmt.Fprintln(w, "NODE\tROLE\tIP\tPHASE\tSTEP\tVM\tPOWER\tAGENT\tLAST ERROR")
+	for _, n := range nodes {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step), dash(n.VM),
+			dash(n.Power), dash(n.AgentPhase), dash(n.LastError))
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func addWaitFlags(cmd *cobra.Command, f *waitFlags, waitDefault bool) {
+	cmd.Flags().BoolVar(&f.wait, "wait", waitDefault, "follow the operation to its end, showing progress")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "with --wait, stop waiting after this long (the operation goes on)")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table, json or yaml")
+}
