@@ -138,7 +138,7 @@ func (e *clusterEnv) waitOp(id string) v1.Operation {
 
 func (e *clusterEnv) spec(name string, masters, workers int) v1.ClusterSpec {
 	return v1.ClusterSpec{APIVersion: v1.APIVersion, Kind: "Cluster", Name: name, Provider: "lab", Image: e.image,
-		Masters: &masters, Workers: workers, VIP: "198.18.10.20",
+		Masters: &masters, Workers: workers, VIP: "198.18.10.79",
 		PodCIDR: "198.19.0.0/17", ServiceCIDR: "198.19.128.0/20", MasterDataDiskGiB: 8,
 		WorkerSize: &v1.NodeSize{CPUs: 2, MemoryMiB: 2048}}
 }
@@ -277,7 +277,7 @@ func TestClusterLifecycle(t *testing.T) {
 	// The node records carry the allocated addresses and roles.
 	var role v1.Role
 	doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/prod-m1/role", nil).decode(t, &role)
-	if role.Cluster.VIP != "198.18.10.20" || len(role.Peers) != 5 || role.PKI == nil || role.PKI.EtcdCA == nil || role.PKI.EtcdCA.Key == "" {
+	if role.Cluster.VIP != "198.18.10.79" || len(role.Peers) != 5 || role.PKI == nil || role.PKI.EtcdCA == nil || role.PKI.EtcdCA.Key == "" {
 		t.Errorf("master role: %+v", role.Redacted())
 	}
 

@@ -208,8 +208,12 @@ func checkVIP(p *v1.Provider, vip string) *apiError {
 func allocateVIP(tx *store.Tx, p *v1.Provider, cluster, vip string) error {
 	var owner addressOwner
 	if err := tx.Get(store.Addresses, addressKey(p.Name, vip), &owner); err == nil {
+		holder := "the VIP of cluster " + owner.Cluster
+		if owner.Node != "" {
+			holder = "node " + owner.Node + " of cluster " + owner.Cluster
+		}
 		return &apiError{status: http.StatusConflict, code: v1.CodeConflict, field: "vip",
-			message: fmt.Sprintf("%s is already used by cluster %s", vip, owner.Cluster)}
+			message: fmt.Sprintf("%s is already held by %s; pick a free address of the pool", vip, holder)}
 	}
 	return tx.Put(store.Addresses, addressKey(p.Name, vip), addressOwner{Cluster: cluster})
 }

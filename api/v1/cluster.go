@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -204,7 +205,7 @@ func (s *ClusterSpec) Validate() error {
 		CNI: CNISettings{Type: "contiv", Contiv: s.Contiv}}
 	if err := settings.validate(""); err != nil {
 		fe := err.(*FieldError)
-		return fieldErr(trimDot(fe.Field), "%s", fe.Problem)
+		return fieldErr(strings.Replace(trimDot(fe.Field), "cni.contiv.", "contiv.", 1), "%s", fe.Problem)
 	}
 	if s.Contiv.VNI < 1 {
 		return fieldErr("contiv.vni", "must be between 1 and 16777215")
