@@ -19,12 +19,14 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeEnrollRequest \
 	./api/v1:FuzzDecodeRole \
 	./api/v1:FuzzDecodeStatus \
+	./api/v1:FuzzDecodeClusterSpec \
+	./api/v1:FuzzDecodeProvider \
 	./agent/bootstrap:FuzzParseOVFEnvProperty \
 	./agent/components/etcd:FuzzDecodeMembers \
 	./ova/vmdk:FuzzReadVMDK \
 	./ova/ovf:FuzzParseOVF
 
-.PHONY: all build test unit fuzz vet bench bench-images lab lab-down clean images bundle packer packer-plugin reproducible
+.PHONY: all build test unit fuzz vet bench bench-images bench-clusters lab lab-down clean images bundle packer packer-plugin reproducible vcsim
 
 all: build
 
@@ -97,7 +99,13 @@ bench: build kubernetes
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
+	$(MAKE) bench-clusters
 	$(MAKE) bench-images
+
+# Cluster create and delete, 3+2 and 3+100, against an in-process vcsim,
+# next to the same clones made straight through govmomi.
+bench-clusters: build
+	HARMONY_BIN=$(CURDIR)/bin $(GO) run ./integration/bench/clusters $(CLUSTER_BENCH_FLAGS)
 
 # Both images built with warm caches (time and size per image, against the
 # targets: both under 10 minutes, the node OVA under 500 MB), then the node
@@ -117,6 +125,14 @@ lab: build kubernetes
 
 lab-down: build
 	bin/harmonyctl lab down --state $(LAB_STATE)
+
+# A standalone vCenter simulator (govmomi's vcsim) to drive the controller
+# by hand; it writes a provider document, the password and a small node OVA
+# into $(VCSIM_DIR). See "Clusters on a simulated vCenter" in the README.
+VCSIM_DIR ?= $(CURDIR)/.cache/vcsim
+vcsim: build
+	$(GO) build -o bin/vcsim ./integration/cmd/vcsim
+	bin/vcsim -l 127.0.0.1:8989 -dir $(VCSIM_DIR)
 
 clean:
 	rm -rf bin

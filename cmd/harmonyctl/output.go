@@ -121,6 +121,7 @@ func (f waitFlags) finish(ctx context.Context, c *client.Client, op v1.Operation
 func watchOperation(ctx context.Context, c *client.Client, id string, progress io.Writer) (v1.Operation, error) {
 	var op v1.Operation
 	started := time.Now()
+	lastDone := -1
 	for {
 		path := fmt.Sprintf("%s/%s?watch=true&timeout=30s&revision=%d", v1.PathOperations, id, op.Revision)
 		var next v1.Operation
@@ -149,8 +150,9 @@ func watchOperation(ctx context.Context, c *client.Client, id string, progress i
 					done++
 				}
 			}
-			if !next.Done() {
+			if !next.Done() && done != lastDone {
 				fmt.Fprintf(progress, "  %6s  %d/%d nodes provisioned\n", time.Since(started).Round(time.Second), done, len(next.Nodes))
+				lastDone = done
 			}
 		}
 		op = next

@@ -1,0 +1,105 @@
+// Command vcsim runs govmomi's vCenter simulator (v0.56.0) as a standalone
+// process for trying Harmony without a vCenter: one datacenter DC0, the
+// cluster DC0_C0 with three large hosts, datastore LocalDS_0 and port group
+// "VM Network". It writes, into --dir, a provider document for it, the
+// password as an environment file, and a small node OVA to import.
+//
+// It is a stand-in: vcsim keeps no disk contents and runs no guests.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/vcsim"
+	"github.com/harmonykaas/harmony/ova"
+	"github.com/harmonykaas/harmony/ova/ovf"
+)
+
+func main() {
+	listen := flag.String("l", "127.0.0.1:8989", "listen address")
+	dir := flag.String("dir", filepath.Join(os.TempDir(), "harmony-vcsim"), "where to write provider.yaml, vcsim.env and node.ova")
+	hosts := flag.Int("hosts", 3, "hosts in the cluster DC0_C0")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*listen, *dir, *hosts, log); err != nil {
+		fmt.Fprintln(os.Stderr, "vcsim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, dir string, hosts int, log *slog.Logger) error {
+	sim, err := vcsim.Start(vcsim.Options{Listen: listen, Hosts: hosts})
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	p := sim.Provider("vcsim", &v1.IPPool{Network: "198.18.10.0/24", Ranges: []string{"198.18.10.10-198.18.10.250"},
+		Gateway: "198.18.10.1", DNS: []string{"198.18.10.2"}})
+	p.VCenter.Password = "" // in vcsim.env, not in the file
+	data, err := yaml.Marshal(p)
+	if err != nil {
+		return err
+	}
+	providerFile := filepath.Join(dir, "provider.yaml")
+	if err := os.WriteFile(providerFile, data, 0o600); err != nil {
+		return err
+	}
+	envFile := filepath.Join(dir, "vcsim.env")
+	if err := os.WriteFile(envFile, []byte("HARMONY_VCENTER_PASSWORD="+sim.Password+"\n"), 0o600); err != nil {
+		return err
+	}
+	ovaFile := filepath.Join(dir, "harmony-node-demo.ova")
+	if err := demoOVA(dir, ovaFile); err != nil {
+		return err
+	}
+	log.Info("vcsim serving", "url", sim.URL, "username", sim.Username, "thumbprint", sim.Thumbprint)
+	fmt.Printf(`vcsim is serving %s
+
+  provider document:  %s
+  password:           %s (export it: set -a; . %s; set +a)
+  a small node OVA:   %s (image name harmony-node-demo)
+
+Stop with Ctrl-C.
+`, sim.URL, providerFile, envFile, envFile, ovaFile)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return nil
+}
+
+// demoOVA writes a small OVA shaped like the node image, with the
+// properties a real build records.
+func demoOVA(dir, out string) error {
+	raw := filepath.Join(dir, "demo-system.raw")
+	if err := os.WriteFile(raw, make([]byte, 8<<20), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(raw)
+	_, err := ova.Assemble(context.Background(), ova.Options{
+		Output: out,
+		Descriptor: ovf.Descriptor{Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
+			Properties: []ovf.Property{
+				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "node"},
+				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "Image version", Default: "demo"},
+				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes version", Default: "v1.34.2"},
+				{Key: "harmony.version.kubernetes-previous", Type: ovf.TypeString, Label: "kubernetes-previous version", Default: "v1.33.4"},
+			}},
+		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}},
+		ModTime: time.Unix(1700000000, 0),
+	})
+	return err
+}
