@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -212,5 +216,48 @@ func TestProviderSecrets(t *testing.T) {
 	// Without an admin certificate nothing is served.
 	if r := doJSON(t, e.tc.anonClient(), "GET", e.tc.url+v1.PathProviders, nil); r.status != http.StatusUnauthorized {
 		t.Fatalf("anonymous provider list: %d", r.status)
+	}
+}
+
+// TestClusterHealsVanishedVM destroys a master's VM behind the
+// controller's back: the next pass clones it again and attaches the data
+// disk that outlived it.
+func TestClusterHealsVanishedVM(t *testing.T) {
+	e := newClusterEnv(t)
+	e.do("POST", v1.PathClusters, e.spec("heal", 1, 0))
+	before := e.vms("heal")["heal-m1"]
+	vm := object.NewVirtualMachine(e.vc.Client, before.Self)
+	ctx := context.Background()
+	if task, err := vm.PowerOff(ctx); err == nil {
+		_ = task.Wait(ctx)
+	}
+	// Detach the data disk first, as vCenter users are told to; vcsim
+	// would otherwise keep nothing of the VM's devices anyway.
+	devices, _ := vm.Device(ctx)
+	for _, d := range devices.SelectByType((*types.VirtualDisk)(nil)) {
+		if strings.Contains(diskFileName(d), "harmony-data/") {
+			if err := vm.RemoveDevice(ctx, true, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	task, err := vm.Destroy(ctx)
+	if err == nil {
+		err = task.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", v1.PathClusters+"/heal/retry", nil)
+	after, ok := e.vms("heal")["heal-m1"]
+	if !ok || after.Self == before.Self || after.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+		t.Fatalf("heal-m1 not re-made: %+v", after.Self)
+	}
+	found := false
+	for _, d := range object.VirtualDeviceList(after.Config.Hardware.Device).SelectByType((*types.VirtualDisk)(nil)) {
+		found = found || diskFileName(d) == "[LocalDS_0] harmony-data/heal/heal-m1.vmdk"
+	}
+	if !found {
+		t.Fatal("the re-made VM lacks the surviving data disk")
 	}
 }

@@ -268,7 +268,7 @@ func (e *engine) advance(ctx context.Context, p *pass, m machineRecord) {
 			if !m.Remove && m.Step != stepPending && vsphere.IsNotFound(err) {
 				// The VM vanished under us: start it again from the clone.
 				msg = fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name)
-				m.VM, next, err = "", stepPending, nil
+				m.VM, m.Step, next, err = "", stepPending, "", nil
 			} else {
 				e.recordFailure(p, &m, err)
 				return
@@ -461,8 +461,8 @@ func (e *engine) recordStep(p *pass, m *machineRecord, next, msg string) error {
 	}
 	m.Attempts, m.NextTry, m.LastError = 0, time.Time{}, ""
 	err := e.c.store.Update(func(tx *store.Tx) error {
-		if !tx.Has(store.Machines, machineKey(m.Cluster, m.Name)) {
-			return fmt.Errorf("machine %s: %w", m.Name, store.ErrNotFound)
+		if err := mergeProgress(tx, m); err != nil {
+			return err
 		}
 		switch next {
 		case stepGone:
@@ -496,9 +496,25 @@ func (e *engine) recordStep(p *pass, m *machineRecord, next, msg string) error {
 		return err
 	})
 	if err == nil {
-		e.c.hub.notify("cluster:"+m.Cluster, m.Name)
+		e.c.hub.notify("cluster:" + m.Cluster)
 	}
 	return err
+}
+
+// mergeProgress takes what an admin changed on the stored machine while
+// the workflow worked on it (removal, keep-VM) into m, so that writing m
+// back keeps both.
+func mergeProgress(tx *store.Tx, m *machineRecord) error {
+	var cur machineRecord
+	if err := tx.Get(store.Machines, machineKey(m.Cluster, m.Name), &cur); err != nil {
+		return fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	if cur.Remove && !m.Remove {
+		// Removal was asked for meanwhile: it starts from a clean slate.
+		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	}
+	m.Remove, m.KeepVM = cur.Remove, cur.KeepVM
+	return nil
 }
 
 func reasonOfStep(step string) string {
@@ -554,8 +570,10 @@ func (e *engine) recordFailure(p *pass, m *machineRecord, stepErr error) {
 	}
 	e.log.Warn("cluster step failed", "cluster", m.Cluster, "node", m.Name, "step_done", m.Step, "attempt", m.Attempts, "failed", m.Failed, "err", stepErr)
 	err := e.c.store.Update(func(tx *store.Tx) error {
-		if !tx.Has(store.Machines, machineKey(m.Cluster, m.Name)) {
+		if err := mergeProgress(tx, m); errors.Is(err, store.ErrNotFound) {
 			return nil
+		} else if err != nil {
+			return err
 		}
 		if err := putMachine(tx, m); err != nil {
 			return err
@@ -592,8 +610,10 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 	if err != nil {
 		return time.Minute, false, err
 	}
-	if err := e.sweepOrphans(ctx, p, machines); err != nil {
+	if reset, err := e.sweepVMs(ctx, p, machines); err != nil {
 		return 10 * time.Second, false, err
+	} else if reset {
+		return 0, false, nil
 	}
 	var masters []types.ManagedObjectReference
 	settled, failed := true, []string{}
@@ -650,28 +670,47 @@ func anyRunnable(machines []machineRecord) bool {
 	return false
 }
 
-// sweepOrphans destroys VMs in the cluster's folder that carry this
-// cluster's tag but belong to no machine: clones whose record was lost.
-func (e *engine) sweepOrphans(ctx context.Context, p *pass, machines []machineRecord) error {
+// sweepVMs compares the cluster folder with the machines: a VM tagged
+// with this cluster that belongs to no machine (a clone whose record was
+// lost) is destroyed; a machine whose VM has vanished (destroyed behind
+// the controller's back) starts again from the clone, and its data disk,
+// which outlived the VM, is attached to the new one. It reports whether
+// it sent a machine back.
+func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machineRecord) (bool, error) {
 	vms, err := p.s.VMs(ctx, p.folder)
 	if err != nil {
-		return err
+		return false, err
 	}
 	known := map[string]bool{}
 	for _, m := range machines {
 		known[m.Name] = true
 	}
+	present := map[string]bool{}
 	for _, vm := range vms {
+		present[vm.Ref.Value] = true
 		if vm.Tags[vsphere.TagCluster] != p.rec.UID || known[vm.Name] {
 			continue
 		}
 		if err := p.s.Destroy(ctx, vm.Ref); err != nil {
-			return fmt.Errorf("orphan %s: %w", vm.Name, err)
+			return false, fmt.Errorf("orphan %s: %w", vm.Name, err)
 		}
 		e.event(p.rec.Spec.Name, v1.Event{Type: "Warning", Node: vm.Name, Reason: "OrphanRemoved",
 			Message: fmt.Sprintf("VM %s (%s) belonged to no node of the cluster; destroyed", vm.Name, vm.Ref.Value)})
 	}
-	return nil
+	reset := false
+	for _, m := range machines {
+		if m.Remove || m.VM == "" || m.Step == stepPending || present[m.VM] {
+			continue
+		}
+		gone := m.VM
+		m.VM, m.Step = "", stepPending
+		err := e.recordStep(p, &m, "", fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, gone))
+		if err != nil {
+			return reset, err
+		}
+		reset = true
+	}
+	return reset, nil
 }
 
 // finishDelete removes what is left of a deleted cluster: with purge its
