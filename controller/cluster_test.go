@@ -20,38 +20,13 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/vcsim"
-	"github.com/harmonykaas/harmony/ova"
-	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
-// nodeOVA is a small OVA shaped like the node image: one system disk and
-// the fixed properties a real build writes.
+// nodeOVA is a small OVA shaped like the node image.
 func nodeOVA(t testing.TB, version string) string {
 	t.Helper()
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "system.raw")
-	data := make([]byte, 8<<20)
-	copy(data[1<<20:], strings.Repeat("harmony node ", 10000))
-	if err := os.WriteFile(raw, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "harmony-node.ova")
-	_, err := ova.Assemble(context.Background(), ova.Options{
-		Output: out,
-		Descriptor: ovf.Descriptor{
-			Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
-			Properties: []ovf.Property{
-				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "node"},
-				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "Image version", Default: version},
-				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes", Default: "v1.34.2"},
-				{Key: "harmony.version.kubernetes-previous", Type: ovf.TypeString, Label: "kubernetes n-1", Default: "v1.33.4"},
-				{Key: "harmony.version.etcd-server", Type: ovf.TypeString, Label: "etcd", Default: "3.4.23-4+b4"},
-			},
-		},
-		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}},
-		ModTime: time.Unix(1700000000, 0),
-	})
-	if err != nil {
+	out := filepath.Join(t.TempDir(), "harmony-node.ova")
+	if err := vcsim.NodeOVA(context.Background(), out, version); err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
@@ -20,8 +19,6 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/vcsim"
-	"github.com/harmonykaas/harmony/ova"
-	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
 // TestClusterSurvivesControllerKill drives harmony-controller and harmonyctl
@@ -167,23 +164,8 @@ func writeYAML(t *testing.T, path string, v any) {
 
 func smallNodeOVA(t *testing.T, dir string) string {
 	t.Helper()
-	raw := filepath.Join(dir, "system.raw")
-	if err := os.WriteFile(raw, make([]byte, 4<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	out := filepath.Join(dir, "node.ova")
-	_, err := ova.Assemble(context.Background(), ova.Options{
-		Output: out,
-		Descriptor: ovf.Descriptor{Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
-			Properties: []ovf.Property{
-				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "role", Default: "node"},
-				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "version", Default: "2.0.0"},
-				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes", Default: "v1.34.2"},
-			}},
-		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}},
-		ModTime: time.Unix(1700000000, 0),
-	})
-	if err != nil {
+	if err := vcsim.NodeOVA(context.Background(), out, "2.0.0"); err != nil {
 		t.Fatal(err)
 	}
 	return out

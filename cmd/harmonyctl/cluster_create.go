@@ -33,15 +33,7 @@ and keeps the masters apart with a DRS anti-affinity rule.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var op v1.Operation
-			if err := c.Do(cmd.Context(), "POST", v1.PathClusters, spec, &op); err != nil {
-				return err
-			}
-			return wf.finish(cmd.Context(), c, op)
+			return g.startOperation(cmd, wf, "POST", v1.PathClusters, spec)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster spec (YAML or JSON); - for stdin")

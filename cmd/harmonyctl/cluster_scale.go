@@ -31,15 +31,7 @@ are destroyed; masters' data disks stay on the datastore.`,
 			if req.Masters == nil && req.Workers == nil {
 				return errors.New("give --workers, --masters or both")
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			var op v1.Operation
-			if err := c.Do(cmd.Context(), "POST", v1.PathClusters+"/"+url.PathEscape(args[0])+"/scale", req, &op); err != nil {
-				return err
-			}
-			return wf.finish(cmd.Context(), c, op)
+			return g.startOperation(cmd, wf, "POST", v1.PathClusters+"/"+url.PathEscape(args[0])+"/scale", req)
 		},
 	}
 	cmd.Flags().IntVar(&masters, "masters", 0, "number of masters (odd)")

@@ -182,3 +182,17 @@ func addWaitFlags(cmd *cobra.Command, f *waitFlags, waitDefault bool) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "with --wait, stop waiting after this long (the operation goes on)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table, json or yaml")
 }
+
+// startOperation sends a request that starts a long operation, then
+// prints it or follows it as the wait flags say.
+func (g *globals) startOperation(cmd *cobra.Command, wf waitFlags, method, path string, body any) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	var op v1.Operation
+	if err := c.Do(cmd.Context(), method, path, body, &op); err != nil {
+		return err
+	}
+	return wf.finish(cmd.Context(), c, op)
+}

@@ -9,11 +9,15 @@
 package vcsim
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
@@ -21,6 +25,8 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/ova"
+	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
 // Options size the simulated inventory.
@@ -161,4 +167,32 @@ func (s *Sim) Datastore(name string) *mo.Datastore {
 		}
 	}
 	return nil
+}
+
+// NodeOVA writes a small OVA shaped like the node image (an 8 MiB system
+// disk, the harmony.image.* and harmony.version.* properties a real build
+// records, Kubernetes v1.34.2 and v1.33.4), imported as image
+// "harmony-node-<version>".
+func NodeOVA(ctx context.Context, out, version string) error {
+	raw := out + ".system.raw"
+	data := make([]byte, 8<<20)
+	copy(data[1<<20:], strings.Repeat("harmony node ", 10000))
+	if err := os.WriteFile(raw, data, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(raw)
+	_, err := ova.Assemble(ctx, ova.Options{
+		Output: out,
+		Descriptor: ovf.Descriptor{Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
+			Properties: []ovf.Property{
+				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "node"},
+				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "Image version", Default: version},
+				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes version", Default: "v1.34.2"},
+				{Key: "harmony.version.kubernetes-previous", Type: ovf.TypeString, Label: "kubernetes-previous version", Default: "v1.33.4"},
+				{Key: "harmony.version.etcd-server", Type: ovf.TypeString, Label: "etcd-server version", Default: "3.4.23-4+b4"},
+			}},
+		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}},
+		ModTime: time.Unix(1700000000, 0),
+	})
+	return err
 }

@@ -40,8 +40,6 @@ import (
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/integration/bench/procstat"
 	"github.com/harmonykaas/harmony/internal/vcsim"
-	"github.com/harmonykaas/harmony/ova"
-	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
 func main() {
@@ -176,20 +174,8 @@ func (b *bench) timed(ctx context.Context, method, path string, body any) (time.
 }
 
 func (b *bench) importImage(ctx context.Context, dir string) (string, error) {
-	raw := filepath.Join(dir, "system.raw")
-	if err := os.WriteFile(raw, make([]byte, 8<<20), 0o644); err != nil {
-		return "", err
-	}
 	path := filepath.Join(dir, "node.ova")
-	_, err := ova.Assemble(ctx, ova.Options{Output: path,
-		Descriptor: ovf.Descriptor{Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
-			Properties: []ovf.Property{
-				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "role", Default: "node"},
-				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "version", Default: "bench"},
-				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes", Default: "v1.34.2"},
-			}},
-		Disks: []ova.SourceDisk{{ID: "system", RawPath: raw}}, ModTime: time.Unix(1700000000, 0)})
-	if err != nil {
+	if err := vcsim.NodeOVA(ctx, path, "bench"); err != nil {
 		return "", err
 	}
 	f, err := os.Open(path)

@@ -16,14 +16,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/vcsim"
-	"github.com/harmonykaas/harmony/ova"
-	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
 func main() {
@@ -63,7 +60,7 @@ func run(listen, dir string, hosts int, log *slog.Logger) error {
 		return err
 	}
 	ovaFile := filepath.Join(dir, "harmony-node-demo.ova")
-	if err := demoOVA(dir, ovaFile); err != nil {
+	if err := vcsim.NodeOVA(context.Background(), ovaFile, "demo"); err != nil {
 		return err
 	}
 	log.Info("vcsim serving", "url", sim.URL, "username", sim.Username, "thumbprint", sim.Thumbprint)
@@ -81,25 +78,3 @@ Stop with Ctrl-C.
 	return nil
 }
 
-// demoOVA writes a small OVA shaped like the node image, with the
-// properties a real build records.
-func demoOVA(dir, out string) error {
-	raw := filepath.Join(dir, "demo-system.raw")
-	if err := os.WriteFile(raw, make([]byte, 8<<20), 0o644); err != nil {
-		return err
-	}
-	defer os.Remove(raw)
-	_, err := ova.Assemble(context.Background(), ova.Options{
-		Output: out,
-		Descriptor: ovf.Descriptor{Name: "harmony-node", CPUs: 2, MemoryMiB: 4096, OSType: "debian12_64Guest", Network: "nic0",
-			Properties: []ovf.Property{
-				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "node"},
-				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "Image version", Default: "demo"},
-				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes version", Default: "v1.34.2"},
-				{Key: "harmony.version.kubernetes-previous", Type: ovf.TypeString, Label: "kubernetes-previous version", Default: "v1.33.4"},
-			}},
-		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}},
-		ModTime: time.Unix(1700000000, 0),
-	})
-	return err
-}
