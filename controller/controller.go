@@ -88,6 +88,8 @@ type Controller struct {
 	metrics  *metrics
 	sessions *sessions
 	engine   *engine
+	// patterns are the routes registered, for the API document's test.
+	patterns []string
 
 	listener      net.Listener
 	metricsLn     net.Listener

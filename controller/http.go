@@ -82,6 +82,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, who principal) *ap
 // recovery, and the principals allowed; none means no client certificate
 // is needed.
 func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, h handlerFunc, allowed ...string) {
+	c.patterns = append(c.patterns, pattern)
 	label := pattern
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
