@@ -213,6 +213,11 @@ func TestProviderSecrets(t *testing.T) {
 	if r := doJSON(t, e.tc.admin, "DELETE", e.tc.url+v1.PathProviders+"/lab", nil); r.status != http.StatusConflict {
 		t.Fatalf("delete a provider in use: %d %+v", r.status, r.err)
 	}
+	moved := e.sim.Provider("lab", testPool())
+	moved.Folder = "elsewhere"
+	if r := doJSON(t, e.tc.admin, "PUT", e.tc.url+v1.PathProviders+"/lab", moved); r.status != http.StatusConflict || r.err.Field != "folder" {
+		t.Fatalf("moving the folder of a provider in use: %d %+v", r.status, r.err)
+	}
 	// Without an admin certificate nothing is served.
 	if r := doJSON(t, e.tc.anonClient(), "GET", e.tc.url+v1.PathProviders, nil); r.status != http.StatusUnauthorized {
 		t.Fatalf("anonymous provider list: %d", r.status)

@@ -44,6 +44,11 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return storeError(err, "provider")
 	}
+	if existed {
+		if e := c.checkProviderInUse(&old, p); e != nil {
+			return e
+		}
+	}
 	if p.VCenter.Password != "" {
 		password = p.VCenter.Password
 	} else if !existed {
@@ -87,6 +92,46 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 	}
 	writeJSON(w, status, p.Redacted())
 	return nil
+}
+
+// checkProviderInUse refuses to move a provider's VMs' location (vCenter,
+// datacenter, compute, folder, network) while clusters use it: their VMs
+// would be looked for where they are not. Credentials, datastores and the
+// pool may change.
+func (c *Controller) checkProviderInUse(old, p *v1.Provider) *apiError {
+	moved := ""
+	switch {
+	case old.VCenter.URL != p.VCenter.URL:
+		moved = "vcenter.url"
+	case old.Datacenter != p.Datacenter:
+		moved = "datacenter"
+	case old.ComputeCluster != p.ComputeCluster:
+		moved = "computeCluster"
+	case old.ResourcePool != p.ResourcePool:
+		moved = "resourcePool"
+	case old.Folder != p.Folder:
+		moved = "folder"
+	case old.Network != p.Network:
+		moved = "network"
+	}
+	if moved == "" {
+		return nil
+	}
+	var users []string
+	_ = c.store.View(func(tx *store.Tx) error {
+		clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
+		for _, cl := range clusters {
+			if cl.Spec.Provider == p.Name {
+				users = append(users, cl.Spec.Name)
+			}
+		}
+		return err
+	})
+	if len(users) == 0 {
+		return nil
+	}
+	return &apiError{status: http.StatusConflict, code: v1.CodeConflict, field: moved,
+		message: fmt.Sprintf("cannot change %s while clusters %s use provider %q; make a new provider", moved, strings.Join(users, ", "), p.Name)}
 }
 
 // provider returns a provider with its password, for connecting.
