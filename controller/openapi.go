@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +108,7 @@ func openAPIDocument() map[string]any {
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": s.of(reflect.TypeOf(a))}}
 		}
 		op["responses"] = map[string]any{
-			itoa(int64(d.status)): ok,
+			strconv.Itoa(d.status): ok,
 			"default": map[string]any{"description": "an error: a stable code, a message and the field at fault",
 				"content": map[string]any{"application/json": map[string]any{"schema": errorRef}}},
 		}

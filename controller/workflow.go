@@ -404,7 +404,7 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (s
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
 	switch {
 	case m.Step != stepLeft && m.Step != stepPoweredOff && m.Step != stepKept:
-		return stepLeft, e.leave(p, m), nil
+		return stepLeft, e.leave(m), nil
 	case m.VM == "":
 		return stepGone, fmt.Sprintf("%s: removed (it had no VM)", m.Name), nil
 	case m.Step == stepLeft:
@@ -439,7 +439,7 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (s
 // a master, reset and, for a master, removed from etcd. The agent has no
 // drain or reset command yet, so an enrolled node is powered off without
 // them, and the event says so.
-func (e *engine) leave(p *pass, m *machineRecord) string {
+func (e *engine) leave(m *machineRecord) string {
 	node, err := e.c.store.Node(m.Name)
 	if err != nil || node.EnrolledAt.IsZero() {
 		return fmt.Sprintf("%s: never enrolled; nothing to drain", m.Name)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -147,6 +146,3 @@ func (t *Tx) Status(name string) (v1.Status, bool) {
 	err := getJSON(t.tx.Bucket(bucketStatus), name, &st)
 	return st, err == nil
 }
-
-// Now is the time the store stamps records with.
-func Now() time.Time { return time.Now().UTC() }
