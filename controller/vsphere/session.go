@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/vmware/govmomi"
 	"github.com/vmware/govmomi/find"
@@ -34,6 +35,15 @@ type Session struct {
 	cluster *object.ClusterComputeResource
 	folder  *object.Folder
 	network object.NetworkReference
+
+	// files is held exclusively by datastore file operations (make a
+	// folder, create, stat or delete a disk) and shared by VM changes
+	// that move datastore space (clone, reconfigure, destroy). govmomi's
+	// simulator (v0.56.0) reads a datastore's summary unlocked in its file
+	// manager while VM changes write it, a data race the race detector
+	// catches; on a real vCenter this costs nothing that matters, as file
+	// operations are short.
+	files sync.RWMutex
 }
 
 // Connect logs in to the provider's vCenter and resolves its datacenter,

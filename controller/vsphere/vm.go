@@ -66,11 +66,13 @@ func (s *Session) Clone(ctx context.Context, c CloneSpec) (types.ManagedObjectRe
 		spec.Snapshot = snap
 		spec.Location.DiskMoveType = string(types.VirtualMachineRelocateDiskMoveOptionsCreateNewChildDiskBacking)
 	}
+	s.files.RLock()
 	task, err := tmpl.Clone(ctx, c.Folder, c.Name, spec)
 	var info *types.TaskInfo
 	if err == nil {
 		info, err = task.WaitForResult(ctx)
 	}
+	s.files.RUnlock()
 	if isFault[*types.DuplicateName](err) {
 		// A clone from before a crash finished meanwhile.
 		if vm, ferr := s.FindVM(ctx, c.Folder, c.Name); ferr == nil && vm != nil {
@@ -146,6 +148,8 @@ func (s *Session) Configure(ctx context.Context, ref types.ManagedObjectReferenc
 }
 
 func (s *Session) reconfigure(ctx context.Context, vm *object.VirtualMachine, spec types.VirtualMachineConfigSpec) error {
+	s.files.RLock()
+	defer s.files.RUnlock()
 	task, err := vm.Reconfigure(ctx, spec)
 	if err == nil {
 		err = task.Wait(ctx)
@@ -174,27 +178,8 @@ func (d DataDisk) Path() string {
 // EnsureDataDisk creates the disk if it does not exist yet (a disk that
 // survived its VM is reused as it is) and attaches it if the VM lacks it.
 func (s *Session) EnsureDataDisk(ctx context.Context, ref types.ManagedObjectReference, d DataDisk) error {
-	exists, err := s.DiskExists(ctx, d)
-	if err != nil {
+	if err := s.createDataDisk(ctx, d); err != nil {
 		return err
-	}
-	if !exists {
-		fm := object.NewFileManager(s.Client.Client)
-		dir := fmt.Sprintf("[%s] %s", d.Datastore, d.Dir)
-		if err := fm.MakeDirectory(ctx, dir, s.datacenter, true); err != nil && !isFault[*types.FileAlreadyExists](err) {
-			return fmt.Errorf("make %s: %w", dir, err)
-		}
-		vdm := object.NewVirtualDiskManager(s.Client.Client)
-		task, err := vdm.CreateVirtualDisk(ctx, d.Path(), s.datacenter, &types.FileBackedVirtualDiskSpec{
-			VirtualDiskSpec: types.VirtualDiskSpec{AdapterType: string(types.VirtualDiskAdapterTypeLsiLogic), DiskType: string(types.VirtualDiskTypeThin)},
-			CapacityKb:      int64(d.SizeGiB) << 20,
-		})
-		if err == nil {
-			err = task.Wait(ctx)
-		}
-		if err != nil && !isFault[*types.FileAlreadyExists](err) {
-			return fmt.Errorf("create %s: %w", d.Path(), err)
-		}
 	}
 	vm := s.VM(ref)
 	devices, err := vm.Device(ctx)
@@ -221,8 +206,43 @@ func (s *Session) EnsureDataDisk(ctx context.Context, ref types.ManagedObjectRef
 	}})
 }
 
+// createDataDisk makes the disk's folder and VMDK unless it exists.
+func (s *Session) createDataDisk(ctx context.Context, d DataDisk) error {
+	s.files.Lock()
+	defer s.files.Unlock()
+	exists, err := s.diskExists(ctx, d)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		fm := object.NewFileManager(s.Client.Client)
+		dir := fmt.Sprintf("[%s] %s", d.Datastore, d.Dir)
+		if err := fm.MakeDirectory(ctx, dir, s.datacenter, true); err != nil && !isFault[*types.FileAlreadyExists](err) {
+			return fmt.Errorf("make %s: %w", dir, err)
+		}
+		vdm := object.NewVirtualDiskManager(s.Client.Client)
+		task, err := vdm.CreateVirtualDisk(ctx, d.Path(), s.datacenter, &types.FileBackedVirtualDiskSpec{
+			VirtualDiskSpec: types.VirtualDiskSpec{AdapterType: string(types.VirtualDiskAdapterTypeLsiLogic), DiskType: string(types.VirtualDiskTypeThin)},
+			CapacityKb:      int64(d.SizeGiB) << 20,
+		})
+		if err == nil {
+			err = task.Wait(ctx)
+		}
+		if err != nil && !isFault[*types.FileAlreadyExists](err) {
+			return fmt.Errorf("create %s: %w", d.Path(), err)
+		}
+	}
+	return nil
+}
+
 // DiskExists reports whether the data disk's file is on its datastore.
 func (s *Session) DiskExists(ctx context.Context, d DataDisk) (bool, error) {
+	s.files.Lock()
+	defer s.files.Unlock()
+	return s.diskExists(ctx, d)
+}
+
+func (s *Session) diskExists(ctx context.Context, d DataDisk) (bool, error) {
 	ds, err := s.finder.Datastore(ctx, d.Datastore)
 	if err != nil {
 		return false, fmt.Errorf("datastore %s: %w", d.Datastore, err)
@@ -241,7 +261,9 @@ func (s *Session) DiskExists(ctx context.Context, d DataDisk) (bool, error) {
 
 // DeleteDataDisk removes a data disk's file (cluster delete --purge).
 func (s *Session) DeleteDataDisk(ctx context.Context, d DataDisk) error {
-	exists, err := s.DiskExists(ctx, d)
+	s.files.Lock()
+	defer s.files.Unlock()
+	exists, err := s.diskExists(ctx, d)
 	if err != nil || !exists {
 		return err
 	}
@@ -345,10 +367,12 @@ func (s *Session) Destroy(ctx context.Context, ref types.ManagedObjectReference)
 	if _, err := s.DetachPersistentDisks(ctx, ref); err != nil {
 		return err
 	}
+	s.files.RLock()
 	task, err := s.VM(ref).Destroy(ctx)
 	if err == nil {
 		err = task.Wait(ctx)
 	}
+	s.files.RUnlock()
 	if err != nil && !isFault[*types.ManagedObjectNotFound](err) {
 		return fmt.Errorf("destroy %s: %w", ref.Value, err)
 	}
@@ -474,6 +498,8 @@ func optionValues(m map[string]string) []types.BaseOptionValue {
 // not an error.
 func (s *Session) DeleteDatastoreDir(ctx context.Context, datastore, dir string) error {
 	p := fmt.Sprintf("[%s] %s", datastore, dir)
+	s.files.Lock()
+	defer s.files.Unlock()
 	task, err := object.NewFileManager(s.Client.Client).DeleteDatastoreFile(ctx, p, s.datacenter)
 	if err == nil {
 		err = task.Wait(ctx)
