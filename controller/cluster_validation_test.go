@@ -117,11 +117,8 @@ func TestClusterPrecheckMemory(t *testing.T) {
 // TestClusterRetriesInjectedFaults makes vcsim fail the first clones and
 // power-ons; the workflow retries with backoff and the cluster completes,
 // with the failures in its events.
-//
-// One VM at a time: vcsim's fault injector (v0.56.0) counts its rules
-// without a lock, a race the detector reports when calls overlap.
 func TestClusterRetriesInjectedFaults(t *testing.T) {
-	e := newClusterEnv(t, func(c *Config) { c.CloneParallelism = 1 })
+	e := newClusterEnv(t)
 	e.sim.AddFault("CloneVM_Task", 2)
 	e.sim.AddFault("PowerOnVM_Task", 2)
 	e.do("POST", v1.PathClusters, e.spec("flaky", 1, 1))
@@ -148,7 +145,7 @@ func TestClusterRetriesInjectedFaults(t *testing.T) {
 // operation fails, the cluster says why, and a retry after the cause is
 // gone completes it.
 func TestClusterPermanentFailureIsReported(t *testing.T) {
-	e := newClusterEnv(t, func(c *Config) { c.MaxAttempts = 2; c.CloneParallelism = 1 })
+	e := newClusterEnv(t, func(c *Config) { c.MaxAttempts = 2 })
 	e.sim.AddFault("PowerOnVM_Task", 2)
 	r := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters, e.spec("stuck", 1, 0))
 	var op v1.Operation
