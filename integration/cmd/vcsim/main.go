@@ -77,4 +77,3 @@ Stop with Ctrl-C.
 	<-ctx.Done()
 	return nil
 }
-
