@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -254,12 +253,12 @@ func (e *engine) advance(ctx context.Context, p *pass, m machineRecord) {
 	}
 	defer func() { <-e.clones }()
 	for !m.settled() && ctx.Err() == nil {
-		var next, msg string
+		var r stepResult
 		var err error
 		if m.Remove {
-			next, msg, err = e.teardownStep(ctx, p, &m)
+			r, err = e.teardownStep(ctx, p, &m)
 		} else {
-			next, msg, err = e.createStep(ctx, p, &m)
+			r, err = e.createStep(ctx, p, &m)
 		}
 		if ctx.Err() != nil {
 			return // shutting down: the step is redone on the next start
@@ -267,21 +266,21 @@ func (e *engine) advance(ctx context.Context, p *pass, m machineRecord) {
 		if err != nil {
 			if !m.Remove && m.Step != stepPending && vsphere.IsNotFound(err) {
 				// The VM vanished under us: start it again from the clone.
-				msg = fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name)
-				m.VM, m.Step, next, err = "", stepPending, "", nil
+				r = done("", fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name))
+				m.VM, m.Step = "", stepPending
 			} else {
 				e.recordFailure(p, &m, err)
 				return
 			}
 		}
-		if next == "" && msg == "" {
+		if r.next == "" && r.msg == "" {
 			return
 		}
-		if err := e.recordStep(p, &m, next, msg); err != nil {
+		if err := e.recordStep(p, &m, r); err != nil {
 			e.log.Error("record step", "cluster", m.Cluster, "node", m.Name, "err", err)
 			return
 		}
-		if next == stepGone {
+		if r.next == stepGone {
 			return
 		}
 	}
@@ -291,7 +290,7 @@ const stepGone = "Gone"
 
 // createStep does the machine's next create step and names the step it
 // reached.
-func (e *engine) createStep(ctx context.Context, p *pass, m *machineRecord) (string, string, error) {
+func (e *engine) createStep(ctx context.Context, p *pass, m *machineRecord) (stepResult, error) {
 	rec, s := p.rec, p.s
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
 	size := *rec.Spec.WorkerSize
@@ -305,36 +304,36 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machineRecord) (str
 			Tags: map[string]string{vsphere.TagCluster: rec.UID, vsphere.TagNode: m.Name},
 		})
 		if err != nil {
-			return "", "", err
+			return stepResult{}, err
 		}
 		m.VM = got.Value
 		kind := "full clone"
 		if rec.Snapshot != "" {
 			kind = "linked clone"
 		}
-		return stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, rec.Template, m.OSDatastore), nil
+		return done(stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, rec.Template, m.OSDatastore)), nil
 	case stepCloned:
 		err := s.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB})
-		return stepConfigured, fmt.Sprintf("%s: %d vCPUs, %d MiB, NIC on %s", m.Name, size.CPUs, size.MemoryMiB, s.Provider.Network), err
+		return done(stepConfigured, fmt.Sprintf("%s: %d vCPUs, %d MiB, NIC on %s", m.Name, size.CPUs, size.MemoryMiB, s.Provider.Network)), err
 	case stepConfigured:
 		if m.Role != v1.RoleMaster {
-			return stepDataDisk, "", nil
+			return done(stepDataDisk, ""), nil
 		}
 		d := dataDisk(rec, m)
 		err := s.EnsureDataDisk(ctx, ref, d)
-		return stepDataDisk, fmt.Sprintf("%s: data disk %s (%d GiB) attached", m.Name, d.Path(), d.SizeGiB), err
+		return done(stepDataDisk, fmt.Sprintf("%s: data disk %s (%d GiB) attached", m.Name, d.Path(), d.SizeGiB)), err
 	case stepDataDisk:
 		extra, err := e.guestinfo(p, m)
 		if err != nil {
-			return "", "", err
+			return stepResult{}, err
 		}
 		err = s.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB, ExtraConfig: extra})
-		return stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP), err
+		return done(stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP)), err
 	case stepBootstrapped:
 		err := s.PowerOn(ctx, ref)
-		return stepPoweredOn, fmt.Sprintf("%s: powered on", m.Name), err
+		return done(stepPoweredOn, fmt.Sprintf("%s: powered on", m.Name)), err
 	}
-	return "", "", nil
+	return stepResult{}, nil
 }
 
 // guestinfo issues the node a new one-time token (revoking any unused
@@ -390,12 +389,12 @@ func (e *engine) guestinfo(p *pass, m *machineRecord) (map[string]string, error)
 }
 
 // teardownStep does the next step of a machine's removal.
-func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (string, string, error) {
+func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (stepResult, error) {
 	s := p.s
 	if m.VM == "" {
 		vm, err := s.FindVM(ctx, p.folder, m.Name)
 		if err != nil {
-			return "", "", err
+			return stepResult{}, err
 		}
 		if vm != nil {
 			m.VM = vm.Reference().Value
@@ -404,34 +403,34 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (s
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
 	switch {
 	case m.Step != stepLeft && m.Step != stepPoweredOff && m.Step != stepKept:
-		return stepLeft, e.leave(m), nil
+		return e.leave(m), nil
 	case m.VM == "":
-		return stepGone, fmt.Sprintf("%s: removed (it had no VM)", m.Name), nil
+		return done(stepGone, fmt.Sprintf("%s: removed (it had no VM)", m.Name)), nil
 	case m.Step == stepLeft:
 		err := s.PowerOff(ctx, ref)
 		if vsphere.IsNotFound(err) {
 			m.VM, err = "", nil
 		}
-		return stepPoweredOff, fmt.Sprintf("%s: powered off", m.Name), err
+		return done(stepPoweredOff, fmt.Sprintf("%s: powered off", m.Name)), err
 	case m.KeepVM:
-		return stepKept, fmt.Sprintf("%s: VM %s kept, powered off, for troubleshooting", m.Name, m.VM), nil
+		return done(stepKept, fmt.Sprintf("%s: VM %s kept, powered off, for troubleshooting", m.Name, m.VM)), nil
 	default:
 		if err := s.Destroy(ctx, ref); err != nil {
-			return "", "", err
+			return stepResult{}, err
 		}
 		msg := fmt.Sprintf("%s: VM destroyed", m.Name)
 		if m.Role == v1.RoleMaster {
 			d := dataDisk(p.rec, m)
 			if p.rec.Purge {
 				if err := s.DeleteDataDisk(ctx, d); err != nil {
-					return "", "", err
+					return stepResult{}, err
 				}
 				msg += "; data disk " + d.Path() + " deleted (purge)"
 			} else {
 				msg += "; data disk " + d.Path() + " kept"
 			}
 		}
-		return stepGone, msg, nil
+		return done(stepGone, msg), nil
 	}
 }
 
@@ -439,13 +438,20 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machineRecord) (s
 // a master, reset and, for a master, removed from etcd. The agent has no
 // drain or reset command yet, so an enrolled node is powered off without
 // them, and the event says so.
-func (e *engine) leave(m *machineRecord) string {
+func (e *engine) leave(m *machineRecord) stepResult {
 	node, err := e.c.store.Node(m.Name)
 	if err != nil || node.EnrolledAt.IsZero() {
-		return fmt.Sprintf("%s: never enrolled; nothing to drain", m.Name)
+		return done(stepLeft, fmt.Sprintf("%s: never enrolled; nothing to drain", m.Name))
 	}
-	return fmt.Sprintf("%s: WARNING: the agent cannot drain or reset yet; it leaves without draining", m.Name)
+	return stepResult{next: stepLeft, typ: "Warning",
+		msg: fmt.Sprintf("%s: WARNING: the agent cannot drain or reset yet; it leaves without draining", m.Name)}
 }
+
+// stepResult is a step done: the step reached (empty: the step stays as
+// set) and the event that tells of it (none without a message).
+type stepResult struct{ next, typ, msg string }
+
+func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
 
 func dataDisk(rec *clusterRecord, m *machineRecord) vsphere.DataDisk {
 	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: dataDiskRoot + "/" + rec.Spec.Name, Name: m.Name, SizeGiB: rec.Spec.MasterDataDiskGiB}
@@ -454,17 +460,17 @@ func dataDisk(rec *clusterRecord, m *machineRecord) vsphere.DataDisk {
 // recordStep stores a finished step and its event in one transaction; the
 // last step of a removal deletes the machine, its node record and its
 // address.
-func (e *engine) recordStep(p *pass, m *machineRecord, next, msg string) error {
+func (e *engine) recordStep(p *pass, m *machineRecord, r stepResult) error {
 	now := e.c.now().UTC()
-	if next != "" {
-		m.Step = next
+	if r.next != "" {
+		m.Step = r.next
 	}
 	m.Attempts, m.NextTry, m.LastError = 0, time.Time{}, ""
 	err := e.c.store.Update(func(tx *store.Tx) error {
 		if err := mergeProgress(tx, m); err != nil {
 			return err
 		}
-		switch next {
+		switch r.next {
 		case stepGone:
 			if err := tx.Delete(store.Machines, machineKey(m.Cluster, m.Name)); err != nil {
 				return err
@@ -485,14 +491,10 @@ func (e *engine) recordStep(p *pass, m *machineRecord, next, msg string) error {
 				return err
 			}
 		}
-		if msg == "" {
+		if r.msg == "" {
 			return nil
 		}
-		typ := "Normal"
-		if strings.Contains(msg, "WARNING:") {
-			typ = "Warning"
-		}
-		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: typ, Node: m.Name, Reason: reasonOfStep(next), Message: msg})
+		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: r.typ, Node: m.Name, Reason: reasonOfStep(r.next), Message: r.msg})
 		return err
 	})
 	if err == nil {
@@ -704,7 +706,8 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machineRecord
 		}
 		gone := m.VM
 		m.VM, m.Step = "", stepPending
-		err := e.recordStep(p, &m, "", fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, gone))
+		err := e.recordStep(p, &m, stepResult{typ: "Warning",
+			msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, gone)})
 		if err != nil {
 			return reset, err
 		}
