@@ -235,13 +235,7 @@ func (s *Session) createDataDisk(ctx context.Context, d DataDisk) error {
 	return nil
 }
 
-// DiskExists reports whether the data disk's file is on its datastore.
-func (s *Session) DiskExists(ctx context.Context, d DataDisk) (bool, error) {
-	s.files.Lock()
-	defer s.files.Unlock()
-	return s.diskExists(ctx, d)
-}
-
+// diskExists reports whether the data disk's file is on its datastore.
 func (s *Session) diskExists(ctx context.Context, d DataDisk) (bool, error) {
 	ds, err := s.finder.Datastore(ctx, d.Datastore)
 	if err != nil {

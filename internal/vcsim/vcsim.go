@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/vmware/govmomi/simulator"
-	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 
@@ -157,16 +156,6 @@ func (s *Sim) AddFault(method string, count int) {
 		Fault:   &types.TaskInProgress{VimFault: types.VimFault{MethodFault: types.MethodFault{FaultCause: &types.LocalizedMethodFault{LocalizedMessage: "injected: " + method + " busy"}}}},
 		Message: "injected fault: " + method + " is busy",
 	})
-}
-
-// Datastore returns the simulator's datastore object of that name.
-func (s *Sim) Datastore(name string) *mo.Datastore {
-	for _, e := range s.Model.Map().All("Datastore") {
-		if ds := e.(*simulator.Datastore); ds.Name == name {
-			return &ds.Datastore
-		}
-	}
-	return nil
 }
 
 // NodeOVA writes a small OVA shaped like the node image (an 8 MiB system
