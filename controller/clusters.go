@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -440,20 +442,10 @@ func (c *Controller) handleScaleCluster(w http.ResponseWriter, r *http.Request, 
 	return nil
 }
 
+// cmpCreated orders machines by creation, then by name with its index
+// ("-w10" after "-w9").
 func cmpCreated(a, b machineRecord) int {
-	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-		return c
-	}
-	if len(a.Name) != len(b.Name) {
-		return len(a.Name) - len(b.Name)
-	}
-	if a.Name < b.Name {
-		return -1
-	}
-	if a.Name > b.Name {
-		return 1
-	}
-	return 0
+	return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(len(a.Name), len(b.Name)), strings.Compare(a.Name, b.Name))
 }
 
 func markRemoved(tx *store.Tx, cluster, node string, keepVM bool) error {

@@ -28,22 +28,13 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 	if name := r.PathValue("name"); p.Name != name {
 		return fieldRefusal("name", "%q does not match the provider in the URL %q", p.Name, name)
 	}
-	var old v1.Provider
-	existed := false
-	var password string
-	err = c.store.View(func(tx *store.Tx) error {
-		if err := tx.Get(store.Providers, p.Name, &old); err == nil {
-			existed = true
-		}
-		var sec struct{ Password string }
-		if err := tx.Get(store.Secrets, secretKeyProvider(p.Name), &sec); err == nil {
-			password = sec.Password
-		}
-		return nil
-	})
-	if err != nil {
+	// The stored provider, with its password.
+	old, err := c.provider(p.Name)
+	existed := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return storeError(err, "provider")
 	}
+	password := old.VCenter.Password
 	if existed {
 		if e := c.checkProviderInUse(&old, p); e != nil {
 			return e
