@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -26,15 +28,17 @@ DIR/NAME.key (0600), DIR/NAME.crt and DIR/ca.crt. Point Prometheus at them:
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			// Before the certificate is issued, so that a bad --out-dir
+			// does not waste one.
+			if err := makeOutDir(outDir); err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			cred, err := c.IssueScraperCert(cmd.Context(), name)
 			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(outDir, 0o700); err != nil {
 				return err
 			}
 			files := []struct {
@@ -46,16 +50,37 @@ DIR/NAME.key (0600), DIR/NAME.crt and DIR/ca.crt. Point Prometheus at them:
 				{name + ".crt", cred.Certificate, 0o644},
 				{"ca.crt", cred.CABundle, 0o644},
 			}
+			// The names inside the directory are ours, so Write replaces
+			// whatever is at them rather than following a link planted
+			// there (the directory may be shared, like /tmp).
 			for _, f := range files {
 				if err := atomicfile.Write(filepath.Join(outDir, f.name), f.data, f.mode); err != nil {
 					return err
 				}
 			}
-			fmt.Fprintf(os.Stderr, "wrote %s, %s and %s\n", filepath.Join(outDir, name+".key"),
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s, %s and %s\n", filepath.Join(outDir, name+".key"),
 				filepath.Join(outDir, name+".crt"), filepath.Join(outDir, "ca.crt"))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&outDir, "out-dir", ".", "directory for the key, certificate and CA")
 	return cmd
+}
+
+// makeOutDir makes --out-dir, or checks that it is a directory (a symlink to
+// one is followed), so that an existing file is refused by name.
+func makeOutDir(dir string) error {
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("--out-dir: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("--out-dir: %w", err)
+	case !info.IsDir():
+		return fmt.Errorf("--out-dir %s: not a directory", dir)
+	}
+	return nil
 }

@@ -19,6 +19,9 @@ whose token expired, or whose certificate expired, or to re-key a node: a
 running agent picks a replaced bootstrap file up without a restart.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkBootstrapOutput(out); err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -27,13 +30,13 @@ running agent picks a replaced bootstrap file up without a restart.`,
 			if err := c.Do(cmd.Context(), "POST", client.NodePath(args[0], "/token"), req, &res); err != nil {
 				return err
 			}
-			return writeBootstrap(&res.Bootstrap, out, encoding)
+			return writeBootstrap(cmd.OutOrStdout(), cmd.ErrOrStderr(), &res.Bootstrap, out, encoding)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.TokenTTL, "token-ttl", "", "token lifetime (default 1h)")
 	f.BoolVar(&req.CAPinOnly, "ca-pin-only", false, "put only the CA's SHA-256 pin into the document")
-	f.StringVarP(&out, "output-file", "o", "", "write the document to this file (mode 0600) instead of stdout")
+	f.StringVarP(&out, "output-file", "o", "", outputFileUsage)
 	f.StringVar(&encoding, "encoding", "json", "json, or base64 (the guestinfo form)")
 	return cmd
 }

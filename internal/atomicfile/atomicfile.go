@@ -1,9 +1,16 @@
 // Package atomicfile writes files so that a reader, or a restart after a
 // crash, sees either the old content or the new, never a torn file.
+//
+// Write and WriteChecked are for files the program names itself (state
+// files): they replace whatever is at the path, a symlink included. For a
+// path a user named on the command line use WriteOutput, which never
+// replaces a device, fifo or symlink.
 package atomicfile
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -18,6 +25,20 @@ func Write(path string, data []byte, perm os.FileMode) error {
 // file, and path is replaced only if it returns nil. Its error is returned
 // as it is.
 func WriteChecked(path string, data []byte, perm os.FileMode, check func(tmpPath string) error) error {
+	return replace(path, perm, writeBytes(data), check)
+}
+
+// writeBytes is the body of a write of a byte slice.
+func writeBytes(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
+}
+
+// replace writes a temporary file beside path with body, runs check on it,
+// and renames it over path. Errors other than check's name path.
+func replace(path string, perm os.FileMode, body func(io.Writer) error, check func(tmpPath string) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -29,7 +50,7 @@ func WriteChecked(path string, data []byte, perm os.FileMode, check func(tmpPath
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := tmp.Write(data); err != nil {
+	if err := body(tmp); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -53,4 +74,16 @@ func WriteChecked(path string, data []byte, perm os.FileMode, check func(tmpPath
 		d.Close()
 	}
 	return nil
+}
+
+// bufferedBody runs body through a buffer, so that a body making many small
+// writes (an encoder, an archive) does not make as many system calls.
+func bufferedBody(body func(io.Writer) error) func(io.Writer) error {
+	return func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 64<<10)
+		if err := body(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
 }
