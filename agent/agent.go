@@ -63,11 +63,15 @@ type Config struct {
 	// MetricsLocalListen serves /metrics in plain HTTP on loopback.
 	MetricsLocalListen string
 
-	WatchWait      time.Duration // one long poll; default 55s
-	RetryBase      time.Duration // default 1s
-	RetryMax       time.Duration // default 60s
-	BootstrapPoll  time.Duration // re-check for a bootstrap; default 30s
-	StatusInterval time.Duration // status heartbeat; default 5m
+	WatchWait time.Duration // one long poll; default 55s
+	RetryBase time.Duration // default 1s
+	RetryMax  time.Duration // default 60s
+	// RefusedRetryMax caps the backoff between tries of a certificate the
+	// controller refused (node_gone): a controller restored from a backup
+	// takes its fleet back without anyone touching a VM. Default 5m.
+	RefusedRetryMax time.Duration
+	BootstrapPoll   time.Duration // re-check for a bootstrap; default 30s
+	StatusInterval  time.Duration // status heartbeat; default 5m
 
 	// NodeStack makes the agent act on its role: the network, keepalived,
 	// HAProxy, etcd, kubeadm and the CNI. Root prefixes every path it
@@ -111,9 +115,13 @@ type Agent struct {
 	seenMu          sync.Mutex
 	seenBootstrap   []byte // file content last read or written by the agent
 	refusedToken    string // token id refused for good; not retried
-	// revokedSerial is the serial of a certificate the controller refused
-	// (node deleted or re-created): valid on paper, useless in fact.
-	revokedSerial atomic.Value
+	// refused is the certificate the controller last refused (node
+	// deleted or re-created, or a controller restored from an older
+	// backup), and when to try it again.
+	refusedMu      sync.Mutex
+	refusedSerial  string
+	refusedUntil   time.Time
+	refusedBackoff controlclient.Backoff
 
 	metricsServers []*metrics.Server
 	observedRev    atomic.Int64
@@ -135,6 +143,7 @@ func New(cfg Config) (*Agent, error) {
 	setDefault(&cfg.RetryMax, time.Minute)
 	setDefault(&cfg.BootstrapPoll, 30*time.Second)
 	setDefault(&cfg.StatusInterval, 5*time.Minute)
+	setDefault(&cfg.RefusedRetryMax, 5*time.Minute)
 	if cfg.StateDir == "" {
 		return nil, errors.New("a state directory is required")
 	}
@@ -151,6 +160,7 @@ func New(cfg Config) (*Agent, error) {
 		store:           identity.Store{Dir: cfg.StateDir},
 		bootstrapEvents: make(chan struct{}, 1),
 		statusNow:       make(chan struct{}, 1),
+		refusedBackoff:  controlclient.Backoff{Base: cfg.RetryBase, Max: cfg.RefusedRetryMax},
 	}
 	if cfg.BootstrapFile != "" {
 		a.sources = append(a.sources, bootstrap.File{Path: cfg.BootstrapFile})
@@ -316,25 +326,54 @@ func (a *Agent) alive() error {
 	return a.stack.alive(time.Now())
 }
 
-// usable reports whether id can be used now.
+// usable reports whether id can be used now: it is valid, and the
+// controller has not refused it, or its next try is due.
 func (a *Agent) usable(id *identity.Identity) bool {
 	if id == nil || !id.ValidAt(a.now()) {
 		return false
 	}
-	revoked, _ := a.revokedSerial.Load().(string)
-	return revoked != id.Leaf().SerialNumber.Text(16)
+	_, wait := a.refusal(id)
+	return wait <= 0
 }
 
-// noteRefusal marks the current certificate revoked when the controller's
-// refusal says it no longer grants access.
+// refusal says whether the controller refused id, and how long until it
+// is tried again.
+func (a *Agent) refusal(id *identity.Identity) (refused bool, wait time.Duration) {
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	if a.refusedSerial == "" || a.refusedSerial != id.Leaf().SerialNumber.Text(16) {
+		return false, 0
+	}
+	return true, a.refusedUntil.Sub(a.now())
+}
+
+// noteRefusal holds the current certificate back when the controller says
+// it no longer grants access. It is tried again after a backoff, capped at
+// RefusedRetryMax, and not given up: the controller may have been
+// restored from a backup that still has this node.
 func (a *Agent) noteRefusal(refused *controlclient.RefusedError) {
 	switch refused.Code {
 	case v1.CodeNodeGone, v1.CodeBadClientCert, v1.CodeForbidden:
 		if id := a.current.Load(); id != nil {
-			a.revokedSerial.Store(id.Leaf().SerialNumber.Text(16))
+			a.refusedMu.Lock()
+			a.refusedSerial = id.Leaf().SerialNumber.Text(16)
+			a.refusedUntil = a.now().Add(max(a.refusedBackoff.Next(), a.cfg.RetryBase))
+			a.refusedMu.Unlock()
 			a.metrics.SetState(metrics.StateRefused)
 		}
 	}
+}
+
+// accepted records that the controller took the current certificate.
+func (a *Agent) accepted() {
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	if a.refusedSerial != "" {
+		a.log.Info("the controller accepts this node's certificate again")
+		a.metrics.SetState(metrics.StateEnrolled)
+	}
+	a.refusedSerial, a.refusedUntil = "", time.Time{}
+	a.refusedBackoff.Reset()
 }
 
 func (a *Agent) setIdentity(id *identity.Identity) {
@@ -389,8 +428,13 @@ func (a *Agent) ensureIdentity(ctx context.Context) (*identity.Identity, error) 
 			a.log.Error("waiting for a new bootstrap document; the current token was refused",
 				"hint", "on the controller: harmonyctl node token NODE -o FILE")
 		case cur != nil && cur.ValidAt(a.now()):
-			a.log.Error("the controller no longer accepts this node's certificate (node deleted or re-created); waiting for a new bootstrap document",
-				"hint", "on the controller: harmonyctl node token "+cur.NodeName+" -o FILE")
+			_, wait := a.refusal(cur)
+			a.log.Error("the controller no longer accepts this node's certificate (node deleted or re-created, or the controller restored from an older backup); trying it again later, and watching for a new bootstrap document",
+				"retry_in", wait.Round(time.Second), "hint", "on the controller: harmonyctl node token "+cur.NodeName+" -o FILE")
+			if err := a.waitBootstrapChange(ctx, min(a.cfg.BootstrapPoll, max(wait, 0))); err != nil {
+				return nil, err
+			}
+			continue
 		case cur != nil:
 			a.metrics.SetState(metrics.StateExpired)
 			a.log.Error("certificate expired and no bootstrap token is available",
@@ -657,13 +701,18 @@ func (a *Agent) watchLoop(ctx context.Context, client *controlclient.Client) str
 				return "role watch refused: " + refused.Code
 			}
 			d := backoff.Next()
-			a.log.Warn("role watch failed", "reason", controlclient.Reason(err), "err", err, "retry_in", d.Round(time.Millisecond))
+			if controlclient.Unavailable(err) {
+				a.log.Info("the controller is restarting; watching again soon", "retry_in", d.Round(time.Millisecond))
+			} else {
+				a.log.Warn("role watch failed", "reason", controlclient.Reason(err), "err", err, "retry_in", d.Round(time.Millisecond))
+			}
 			if err := controlclient.Sleep(ctx, d); err != nil {
 				return ""
 			}
 			continue
 		}
 		backoff.Reset()
+		a.accepted()
 		if status != http.StatusOK || role.Revision <= after {
 			continue
 		}

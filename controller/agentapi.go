@@ -37,12 +37,15 @@ func (c *Controller) handleWatchRole(w http.ResponseWriter, r *http.Request, who
 		wait = d
 	}
 
+	// A long poll outlives the server's write timeout by design.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
 	c.metrics.activeWatches.Inc()
 	defer c.metrics.activeWatches.Dec()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		changed := c.hub.subscribe(who.name)
+		changed, cancel := c.hub.subscribe(who.name)
+		defer cancel()
 		role, err := c.store.Role(who.name)
 		if errors.Is(err, store.ErrNotFound) {
 			return refuse(http.StatusForbidden, v1.CodeNodeGone, "node %q has been deleted", who.name)
@@ -61,7 +64,7 @@ func (c *Controller) handleWatchRole(w http.ResponseWriter, r *http.Request, who
 			w.WriteHeader(http.StatusNotModified)
 			return nil
 		case <-r.Context().Done():
-			return nil
+			return shuttingDown()
 		}
 	}
 }

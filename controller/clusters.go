@@ -181,15 +181,9 @@ func (c *Controller) putClusterRoles(tx *store.Tx, rec *clusterRecord, sec *clus
 	if len(roles) == 0 {
 		return nil
 	}
-	if _, err := tx.PutRoles(roles); err != nil {
-		return err
-	}
-	names := make([]string, len(roles))
-	for i, r := range roles {
-		names[i] = r.NodeName
-	}
-	c.hub.notify(names...)
-	return nil
+	// The store wakes the nodes' watches once this transaction commits.
+	_, err = tx.PutRoles(roles)
+	return err
 }
 
 func checkVIP(p *v1.Provider, vip string) *apiError {

@@ -9,8 +9,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,7 +26,6 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
-	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/netaddr"
 )
@@ -40,11 +37,12 @@ const AdminConfigFile = "admin.conf"
 const (
 	DefaultListen       = "127.0.0.1:9443"
 	DefaultCertLifetime = 24 * time.Hour
-	adminCertLifetime   = 365 * 24 * time.Hour
 	serverCertLifetime  = 30 * 24 * time.Hour
 	minCertLifetime     = 5 * time.Second
 	// MaxWatchWait bounds one long poll of the role watch.
 	MaxWatchWait = 5 * time.Minute
+	// DefaultWriteTimeout bounds answering an ordinary request.
+	DefaultWriteTimeout = 2 * time.Minute
 )
 
 // Config is how harmony-controller is started.
@@ -58,6 +56,8 @@ type Config struct {
 	ExtraSANs []string
 	// CertLifetime of node certificates; default 24h.
 	CertLifetime time.Duration
+	// AdminCertLifetime of admin certificates; default 30 days.
+	AdminCertLifetime time.Duration
 	// MetricsListen optionally serves /metrics in plain HTTP. It must be a
 	// loopback address.
 	MetricsListen string
@@ -68,6 +68,9 @@ type Config struct {
 	// CloneParallelism bounds the VMs the cluster workflows build or
 	// remove at once; default 8.
 	CloneParallelism int
+	// WriteTimeout bounds the answer to one request, counted from its
+	// start; default 2m. Long polls and uploads set their own deadlines.
+	WriteTimeout time.Duration
 	// RetryBase is the first retry delay of a failed vCenter step, doubled
 	// per attempt; MaxAttempts marks the node failed. Defaults 2s and 6.
 	RetryBase   time.Duration
@@ -93,6 +96,7 @@ type Controller struct {
 
 	listener      net.Listener
 	metricsLn     net.Listener
+	localLn       net.Listener
 	advertiseURLs []string
 	serverSANs    sans
 
@@ -121,6 +125,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.CertLifetime == 0 {
 		cfg.CertLifetime = DefaultCertLifetime
 	}
+	if cfg.AdminCertLifetime == 0 {
+		cfg.AdminCertLifetime = DefaultAdminCertLifetime
+	}
+	if cfg.AdminCertLifetime < minCertLifetime {
+		return nil, fmt.Errorf("admin certificate lifetime %s is shorter than %s", cfg.AdminCertLifetime, minCertLifetime)
+	}
 	if cfg.CertLifetime < minCertLifetime {
 		return nil, fmt.Errorf("certificate lifetime %s is shorter than %s", cfg.CertLifetime, minCertLifetime)
 	}
@@ -139,20 +149,20 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions()}
 	c.engine = newEngine(c)
 
-	var err error
-	if c.ca, err = c.loadCA(); err != nil {
-		return nil, err
-	}
-	if c.store, err = store.Open(filepath.Join(cfg.DataDir, store.FileName)); err != nil {
+	if err := c.openState(); err != nil {
 		return nil, err
 	}
 	c.metrics = newMetrics()
+	c.removeStaleSpool()
 
 	if err := c.bind(); err != nil {
 		c.store.Close()
@@ -163,6 +173,47 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// openState opens the store and the CA, which must belong together. The
+// store is made before the CA on a first start, so a CA without a store
+// means the store was lost: the controller then refuses to start, because
+// an empty store would tell every agent its node is gone.
+func (c *Controller) openState() error {
+	storePath := filepath.Join(c.cfg.DataDir, store.FileName)
+	restoreHint := fmt.Sprintf("restore the data directory from a backup (harmony-controller restore --data-dir %s -f BACKUP); the README's \"Backup and restore\" says how", c.cfg.DataDir)
+	_, caErr := ca.Load(c.cfg.DataDir)
+	caExists := !errors.Is(caErr, ca.ErrNoCA)
+	storeErr := store.CheckFile(storePath)
+	switch {
+	case storeErr != nil && !errors.Is(storeErr, os.ErrNotExist):
+		return fmt.Errorf("%w; the controller will not start on it: %s", storeErr, restoreHint)
+	case storeErr != nil && caExists:
+		return fmt.Errorf("store %s is missing, but the data directory has a CA: the controller will not start an empty store beside it: %s", storePath, restoreHint)
+	}
+	st, err := store.Open(storePath, store.Options{Create: !caExists, NodesChanged: c.hub.notify})
+	if err != nil {
+		var damaged *store.DamagedError
+		if errors.As(err, &damaged) {
+			return fmt.Errorf("%w; the controller will not start on it: %s", err, restoreHint)
+		}
+		return err
+	}
+	if pin, err := st.CAPin(); err == nil && pin != "" && !caExists {
+		st.Close()
+		return fmt.Errorf("the CA (%s) is missing from %s, but store %s belongs to it (pin %s): the controller will not make a new CA for it: %s",
+			ca.CertFile, c.cfg.DataDir, storePath, pin, restoreHint)
+	}
+	if c.ca, err = c.loadCA(); err != nil {
+		st.Close()
+		return err
+	}
+	if err := st.BindCA(c.ca.Pin()); err != nil {
+		st.Close()
+		return fmt.Errorf("%w: the store and the CA come from different controllers; %s", err, restoreHint)
+	}
+	c.store = st
+	return nil
 }
 
 func (c *Controller) loadCA() (*ca.CA, error) {
@@ -229,14 +280,20 @@ func (c *Controller) bind() error {
 		parsed, _ := url.Parse(u)
 		c.serverSANs.add(parsed.Hostname())
 	}
+	if c.localLn, err = c.listenLocal(); err != nil {
+		ln.Close()
+		return err
+	}
 	if c.cfg.MetricsListen != "" {
 		mhost, _, err := net.SplitHostPort(c.cfg.MetricsListen)
 		if ip, perr := netip.ParseAddr(mhost); err != nil || perr != nil || !ip.IsLoopback() {
 			ln.Close()
+			c.localLn.Close()
 			return fmt.Errorf("--metrics-listen %q: the plain metrics listener must be on a loopback address", c.cfg.MetricsListen)
 		}
 		if c.metricsLn, err = net.Listen("tcp", c.cfg.MetricsListen); err != nil {
 			ln.Close()
+			c.localLn.Close()
 			return fmt.Errorf("listen on %s: %w", c.cfg.MetricsListen, err)
 		}
 	}
@@ -280,14 +337,14 @@ func (c *Controller) Serve(ctx context.Context) error {
 		TLSConfig:         c.tlsConfig(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      MaxWatchWait + time.Minute,
+		WriteTimeout:      c.cfg.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	servers := []*http.Server{srv}
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer func() {
 		stopWork()
@@ -303,6 +360,9 @@ func (c *Controller) Serve(ctx context.Context) error {
 		servers = append(servers, msrv)
 		go func() { errs <- msrv.Serve(c.metricsLn) }()
 	}
+	lsrv := &http.Server{Handler: c.localRoutes(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	servers = append(servers, lsrv)
+	go func() { errs <- lsrv.Serve(c.localLn) }()
 	c.log.Info("controller serving", "listen", c.listener.Addr().String(), "advertise", c.advertiseURLs,
 		"ca_pin", c.ca.Pin(), "admin_config", filepath.Join(c.cfg.DataDir, AdminConfigFile))
 
@@ -328,6 +388,7 @@ func (c *Controller) Close() error {
 		c.metricsLn.Close()
 	}
 	c.listener.Close()
+	c.localLn.Close() // removes the socket file
 	return c.store.Close()
 }
 
@@ -360,7 +421,7 @@ func (c *Controller) getServerCert(*tls.ClientHelloInfo) (*tls.Certificate, erro
 	}
 	leaf, err := c.ca.Issue(ca.Leaf{
 		CommonName:   "harmony-controller",
-		Organization: "harmony:controllers",
+		Organization: v1.OrgControllers,
 		DNSNames:     c.serverSANs.dns,
 		IPs:          c.serverSANs.ips,
 		PublicKey:    &key.PublicKey,
@@ -382,7 +443,7 @@ func (c *Controller) writeAdminConfigOnce() error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	cfg, err := c.NewAdminConfig("admin")
+	cfg, err := c.NewAdminConfig("admin", "controller start")
 	if err != nil {
 		return err
 	}
@@ -391,30 +452,6 @@ func (c *Controller) writeAdminConfigOnce() error {
 	}
 	c.log.Info("wrote admin client config", "path", path)
 	return nil
-}
-
-// NewAdminConfig issues an admin client certificate and returns a client
-// config that uses it.
-func (c *Controller) NewAdminConfig(name string) (*clientconfig.Config, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("admin key: %w", err)
-	}
-	cert, err := c.ca.Issue(ca.Leaf{
-		CommonName:   name,
-		Organization: v1.OrgAdmins,
-		PublicKey:    &key.PublicKey,
-		Lifetime:     adminCertLifetime,
-	}, c.now())
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode admin key: %w", err)
-	}
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	return clientconfig.New(c.URL(), c.ca.BundlePEM(), c.ca.ChainPEM(cert), keyPEM), nil
 }
 
 func serverSANs(listenHost string, extra []string) sans {

@@ -8,15 +8,11 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/store"
 )
-
-// scraperCertLifetime is long: a Prometheus server is configured by hand.
-const scraperCertLifetime = 365 * 24 * time.Hour
 
 // handleEnroll exchanges a one-time token and a CSR for a node certificate.
 // It runs over server-authenticated TLS; the token is the credential.
@@ -186,7 +182,9 @@ func (c *Controller) renew(r *http.Request, who principal) (*v1.CertificateRespo
 		return nil, badInput(err)
 	}
 	n, err := c.store.Node(who.name)
-	if err != nil {
+	if err != nil || n.UID != who.uid {
+		// Deleted, or deleted and made again, since the request was
+		// authenticated: issue nothing.
 		return nil, refuse(http.StatusForbidden, v1.CodeNodeGone, "node %q has been deleted", who.name)
 	}
 	if e := checkCSR(csr, n); e != nil {
@@ -204,28 +202,4 @@ func (c *Controller) renew(r *http.Request, who principal) (*v1.CertificateRespo
 		return nil, storeError(err, "node")
 	}
 	return c.certificateResponse(cert), nil
-}
-
-// handleScraperCert signs an admin's CSR for a metrics scraper such as
-// Prometheus. The key stays with the requester.
-func (c *Controller) handleScraperCert(w http.ResponseWriter, r *http.Request, who principal) *apiError {
-	req, csr, err := v1.DecodeScraperCertRequest(r.Body)
-	if err != nil {
-		return badInput(err)
-	}
-	if e := checkCSRKey(csr); e != nil {
-		return e
-	}
-	cert, err := c.ca.Issue(ca.Leaf{
-		CommonName:   req.Name,
-		Organization: v1.OrgScrapers,
-		PublicKey:    csr.PublicKey,
-		Lifetime:     scraperCertLifetime,
-	}, c.now())
-	if err != nil {
-		return refuse(http.StatusInternalServerError, v1.CodeInternal, "%v", err)
-	}
-	c.log.Info("scraper certificate issued", "name", req.Name, "by", who.name, "not_after", cert.NotAfter)
-	writeJSON(w, http.StatusOK, c.certificateResponse(cert))
-	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -52,7 +54,23 @@ func storeError(err error, what string) *apiError {
 	if errors.Is(err, store.ErrExists) {
 		return refuse(http.StatusConflict, v1.CodeConflict, "%s already exists", what)
 	}
-	return refuse(http.StatusInternalServerError, v1.CodeInternal, "store: %v", err)
+	return internalError("store", err)
+}
+
+// internalError is a failure on the controller's side: 507 when its disk is
+// full (the admin must make room; the client's request was fine), else 500.
+func internalError(what string, err error) *apiError {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return refuse(http.StatusInsufficientStorage, v1.CodeInsufficientStorage, "%s: the controller's disk is full: %v", what, err)
+	}
+	return refuse(http.StatusInternalServerError, v1.CodeInternal, "%s: %v", what, err)
+}
+
+// shuttingDown answers a long poll that the controller's shutdown (or the
+// client's going away) ended: a 503 the agent retries quietly, never an
+// empty 200.
+func shuttingDown() *apiError {
+	return refuse(http.StatusServiceUnavailable, v1.CodeUnavailable, "the controller is shutting down; try again")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -64,15 +82,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// maxErrorMessage bounds an error body: a message built from outside input
+// (an OVA's entry names, say) must not cost its size again in the answer.
+const maxErrorMessage = 16 << 10
+
 func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSON(w, e.status, v1.ErrorBody{Error: v1.Error{Code: e.code, Message: e.message, Field: e.field}})
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	writeJSON(w, e.status, v1.ErrorBody{Error: v1.Error{Code: e.code, Message: clip(e.message), Field: e.field}})
+}
+
+func clip(msg string) string {
+	if len(msg) <= maxErrorMessage {
+		return msg
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", strings.ToValidUTF8(msg[:maxErrorMessage], ""), len(msg)-maxErrorMessage)
 }
 
 // principal is who a verified client certificate says the caller is.
 type principal struct {
-	kind string // one of v1.OrgNodes, v1.OrgAdmins, v1.OrgScrapers
-	name string
-	uid  string
+	kind   string // one of v1.OrgNodes, v1.OrgAdmins, v1.OrgScrapers
+	name   string
+	uid    string
+	serial string // of the certificate, lower-case hex
 }
 
 // handlerFunc is a handler that returns its refusal instead of writing it.
@@ -106,8 +139,22 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 				return
 			}
 		}
-		if err := h(rec, r, who); err != nil {
+		err := h(rec, r, who)
+		if err != nil {
 			writeError(rec, err)
+		}
+		if rec.status >= 500 && (err == nil || err.code != v1.CodeUnavailable) {
+			// Every server-side failure is an ERROR line with its cause:
+			// the answer alone reaches only the client. (A long poll that
+			// the shutdown ends is no failure.)
+			attrs := []any{"route", label, "status", rec.status, "remote", r.RemoteAddr}
+			if who.name != "" {
+				attrs = append(attrs, "by", who.name)
+			}
+			if err != nil {
+				attrs = append(attrs, "code", err.code, "err", clip(err.message))
+			}
+			c.log.Error("request failed", attrs...)
 		}
 	})
 }
@@ -146,11 +193,16 @@ func (c *Controller) authenticate(r *http.Request, allowed []string) (principal,
 	if len(leaf.Subject.Organization) != 1 {
 		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "client certificate has no single organization")
 	}
-	who := principal{kind: leaf.Subject.Organization[0], name: leaf.Subject.CommonName, uid: leaf.Subject.SerialNumber}
+	who := principal{kind: leaf.Subject.Organization[0], name: leaf.Subject.CommonName, uid: leaf.Subject.SerialNumber, serial: serialOf(leaf)}
 	if !slices.Contains(allowed, who.kind) {
 		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "%s %q may not use this endpoint", who.kind, who.name)
 	}
-	if who.kind == v1.OrgNodes {
+	switch who.kind {
+	case v1.OrgAdmins, v1.OrgScrapers:
+		if e := c.checkRecorded(leaf, who); e != nil {
+			return principal{}, e
+		}
+	case v1.OrgNodes:
 		n, err := c.store.Node(who.name)
 		if errors.Is(err, store.ErrNotFound) || err == nil && n.UID != who.uid {
 			return principal{}, refuse(http.StatusForbidden, v1.CodeNodeGone, "node %q has been deleted; its certificate no longer grants access", who.name)
@@ -185,6 +237,9 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "PUT "+v1.PathNodes+"/{name}/role", v1.MaxRoleBytes, c.handleSetRole, admin...)
 	c.route(mux, "PUT "+v1.PathRoles, 64*v1.MaxRoleBytes, c.handleSetRoles, admin...)
 	c.route(mux, "POST "+v1.PathScraperCert, v1.MaxEnrollBytes, c.handleScraperCert, admin...)
+	c.route(mux, "POST "+v1.PathAdminCert, v1.MaxEnrollBytes, c.handleRenewAdmin, admin...)
+	c.route(mux, "GET "+v1.PathCertificates, 0, c.handleListCerts, admin...)
+	c.route(mux, "POST "+v1.PathCertificates+"/{serial}/revoke", 0, c.handleRevokeCert, admin...)
 	c.route(mux, "GET "+v1.PathProviders, 0, c.handleListProviders, admin...)
 	c.route(mux, "GET "+v1.PathProviders+"/{name}", 0, c.handleGetProvider, admin...)
 	c.route(mux, "PUT "+v1.PathProviders+"/{name}", v1.MaxAdminBytes, c.handleApplyProvider, admin...)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,8 +26,28 @@ import (
 // MaxOVABytes bounds an uploaded OVA.
 const MaxOVABytes = 64 << 30
 
-// uploadReadTimeout replaces the server's read timeout for an OVA upload.
-const uploadReadTimeout = 6 * time.Hour
+// uploadTimeout replaces the server's read and write deadlines while an
+// OVA is uploaded; uploadAnswerTimeout is the write deadline from the end
+// of the upload, for the validation and the answer.
+const (
+	uploadTimeout       = 6 * time.Hour
+	uploadAnswerTimeout = 10 * time.Minute
+)
+
+// failedWrites remembers a write error, so that a full disk is told apart
+// from a client that went away.
+type failedWrites struct {
+	w   io.Writer
+	err error
+}
+
+func (f *failedWrites) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil {
+		f.err = err
+	}
+	return n, err
+}
 
 const versionPropertyPrefix = "harmony.version."
 
@@ -67,13 +88,17 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 		e.field = "provider"
 		return e
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadReadTimeout))
+	// The server's deadlines fit API calls, not an OVA of gigabytes: this
+	// request gets its own, and a fresh write deadline once the body is in.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout))
 	if err := os.MkdirAll(c.imagesDir(), 0o700); err != nil {
-		return refuse(http.StatusInternalServerError, v1.CodeInternal, "images directory: %v", err)
+		return internalError("images directory", err)
 	}
-	f, err := os.CreateTemp(c.imagesDir(), "upload-*.ova")
+	f, err := os.CreateTemp(c.imagesDir(), spoolPattern)
 	if err != nil {
-		return refuse(http.StatusInternalServerError, v1.CodeInternal, "spool: %v", err)
+		return internalError("spool", err)
 	}
 	spool := f.Name()
 	keep := false
@@ -83,13 +108,18 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 		}
 	}()
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), r.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	disk := &failedWrites{w: f}
+	_, err = io.Copy(io.MultiWriter(disk, h), r.Body)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err, disk.err = cerr, cerr
 	}
-	if err != nil {
+	switch {
+	case disk.err != nil:
+		return internalError("spool the upload", disk.err)
+	case err != nil:
 		return badInput(fmt.Errorf("upload: %w", err))
 	}
+	_ = rc.SetWriteDeadline(time.Now().Add(uploadAnswerTimeout))
 	sum := hex.EncodeToString(h.Sum(nil))
 
 	img, desc, aerr := c.describeOVA(r.Context(), spool)
@@ -98,6 +128,9 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 	}
 	img.Provider, img.SHA256 = providerName, sum
 	key := imageKey(providerName, img.Name)
+	if e := c.checkImageFits(r.Context(), providerName, desc); e != nil {
+		return e
+	}
 
 	var existing v1.Image
 	var op v1.Operation
@@ -137,6 +170,87 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 	c.log.Info("image import started", "image", img.Name, "provider", providerName, "sha256", sum, "by", who.name, "operation", op.ID)
 	c.engine.startImport(key)
 	writeJSON(w, http.StatusAccepted, op)
+	return nil
+}
+
+// spoolPattern names an upload in progress; a crash leaves it behind.
+const spoolPattern = "upload-*.ova"
+
+// removeStaleSpool removes, at start, uploads a crash cut short and OVAs
+// that no unfinished import needs any more: nothing else would.
+func (c *Controller) removeStaleSpool() {
+	files, _ := filepath.Glob(filepath.Join(c.imagesDir(), "*.ova"))
+	if len(files) == 0 {
+		return
+	}
+	needed := map[string]bool{}
+	err := c.store.View(func(tx *store.Tx) error {
+		recs, err := store.ListJSON[importRecord](tx, store.Images, "")
+		for _, r := range recs {
+			if r.State == v1.ImageImporting {
+				needed[r.OVA] = true
+			}
+		}
+		return err
+	})
+	if err != nil {
+		c.log.Error("stale uploads: read the image records; keeping every file", "err", err)
+		return
+	}
+	for _, f := range files {
+		if needed[f] {
+			continue
+		}
+		if err := os.Remove(f); err != nil {
+			c.log.Warn("remove a stale upload", "path", f, "err", err)
+			continue
+		}
+		c.log.Info("removed a stale upload", "path", f)
+	}
+}
+
+// checkImageFits refuses, before anything goes to vCenter, an OVA whose
+// disks the provider's template datastore cannot hold: a declared
+// capacity above the datastore's size, or more data than it has free
+// (disks are imported thin, so their data is what they take).
+func (c *Controller) checkImageFits(ctx context.Context, providerName string, desc *ovf.Descriptor) *apiError {
+	provider, err := c.provider(providerName)
+	if err != nil {
+		e := storeError(err, fmt.Sprintf("provider %q", providerName))
+		e.field = "provider"
+		return e
+	}
+	ctx, cancel := context.WithTimeout(ctx, providerConnectTimeout)
+	defer cancel()
+	s, err := c.sessions.get(ctx, provider)
+	if err != nil {
+		e := refuse(http.StatusBadGateway, v1.CodeVCenterUnreachable, "%v", err)
+		e.field = "provider"
+		return e
+	}
+	dsName := provider.Datastores.OS[0]
+	capacity, free, err := s.DatastoreSpace(ctx, dsName)
+	if err != nil {
+		e := refuse(http.StatusBadGateway, v1.CodeVCenterUnreachable, "%v", err)
+		e.field = "datastores.os"
+		return e
+	}
+	var data int64
+	for _, d := range desc.Disks {
+		if d.Capacity > capacity {
+			e := refuse(http.StatusUnprocessableEntity, v1.CodePrecheckFailed,
+				"disk %s declares a capacity of %d bytes; datastore %s holds %d bytes in all", d.ID, d.Capacity, dsName, capacity)
+			e.field = "ova"
+			return e
+		}
+		data += cmp.Or(d.PopulatedSize, d.FileSize)
+	}
+	if data > free {
+		e := refuse(http.StatusUnprocessableEntity, v1.CodePrecheckFailed,
+			"the OVA's disks hold %d bytes of data; datastore %s has %d bytes free", data, dsName, free)
+		e.field = "ova"
+		return e
+	}
 	return nil
 }
 

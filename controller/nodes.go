@@ -53,7 +53,6 @@ func (c *Controller) AddNode(spec v1.NodeSpec, ttl time.Duration) (*v1.NodeWithB
 	if err != nil {
 		return nil, storeError(err, fmt.Sprintf("node %q", n.Name))
 	}
-	c.hub.notify(n.Name)
 	view := nodeView(n)
 	view.RoleRevision = rev
 	return &v1.NodeWithBootstrap{Node: view, Bootstrap: c.bootstrapFor(n.Name, token, spec.CAPinOnly)}, nil
@@ -148,8 +147,6 @@ func (c *Controller) handleDeleteNode(w http.ResponseWriter, r *http.Request, wh
 	if err := c.store.DeleteNode(name); err != nil {
 		return storeError(err, fmt.Sprintf("node %q", name))
 	}
-	// Wake its watches: they end with node_gone on their next request.
-	c.hub.notify(name)
 	c.log.Info("node deleted", "node", name, "by", who.name)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -202,12 +199,7 @@ func (c *Controller) setRoles(w http.ResponseWriter, who principal, roles []v1.R
 	case err != nil:
 		return storeError(err, "roles")
 	}
-	names := make([]string, len(roles))
-	for i, role := range roles {
-		names[i] = role.NodeName
-	}
-	c.hub.notify(names...)
-	c.log.Info("roles changed", "nodes", len(names), "revision", rev, "by", who.name)
+	c.log.Info("roles changed", "nodes", len(roles), "revision", rev, "by", who.name)
 	if len(roles) == 1 {
 		updated, err := c.store.Role(roles[0].NodeName)
 		if err != nil {

@@ -175,21 +175,23 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 	// The v1 path constants by name. A route on a new constant fails
 	// below until it is added here.
 	paths := map[string]string{
-		"PathCA":          v1.PathCA,
-		"PathEnroll":      v1.PathEnroll,
-		"PathRenew":       v1.PathRenew,
-		"PathNodeRole":    v1.PathNodeRole,
-		"PathNodeStatus":  v1.PathNodeStatus,
-		"PathNodes":       v1.PathNodes,
-		"PathRoles":       v1.PathRoles,
-		"PathScraperCert": v1.PathScraperCert,
-		"PathHealthz":     v1.PathHealthz,
-		"PathMetrics":     v1.PathMetrics,
-		"PathProviders":   v1.PathProviders,
-		"PathImages":      v1.PathImages,
-		"PathClusters":    v1.PathClusters,
-		"PathOperations":  v1.PathOperations,
-		"PathOpenAPI":     v1.PathOpenAPI,
+		"PathCA":           v1.PathCA,
+		"PathEnroll":       v1.PathEnroll,
+		"PathRenew":        v1.PathRenew,
+		"PathNodeRole":     v1.PathNodeRole,
+		"PathNodeStatus":   v1.PathNodeStatus,
+		"PathNodes":        v1.PathNodes,
+		"PathRoles":        v1.PathRoles,
+		"PathScraperCert":  v1.PathScraperCert,
+		"PathAdminCert":    v1.PathAdminCert,
+		"PathCertificates": v1.PathCertificates,
+		"PathHealthz":      v1.PathHealthz,
+		"PathMetrics":      v1.PathMetrics,
+		"PathProviders":    v1.PathProviders,
+		"PathImages":       v1.PathImages,
+		"PathClusters":     v1.PathClusters,
+		"PathOperations":   v1.PathOperations,
+		"PathOpenAPI":      v1.PathOpenAPI,
 	}
 	matches := routePattern.FindAllStringSubmatch(body, -1)
 	// Every registration must be in the form the pattern reads; one in

@@ -51,6 +51,9 @@ func (c *Controller) handleGetOperation(w http.ResponseWriter, r *http.Request, 
 		}
 		deadline = time.Now().Add(d)
 	}
+	if watch {
+		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(time.Minute))
+	}
 	for {
 		op, err := c.operationView(id, since)
 		if err != nil {
@@ -59,7 +62,9 @@ func (c *Controller) handleGetOperation(w http.ResponseWriter, r *http.Request, 
 		// Subscribe before reading again, so no change is missed.
 		var woke <-chan struct{}
 		if watch {
-			woke = c.hub.subscribe(watchKey(op))
+			var cancel func()
+			woke, cancel = c.hub.subscribe(watchKey(op))
+			defer cancel()
 		}
 		if !watch || op.Done() || op.Revision > since {
 			writeJSON(w, http.StatusOK, op)
@@ -75,7 +80,7 @@ func (c *Controller) handleGetOperation(w http.ResponseWriter, r *http.Request, 
 			writeJSON(w, http.StatusOK, op)
 			return nil
 		case <-r.Context().Done():
-			return nil
+			return shuttingDown()
 		}
 	}
 }

@@ -34,18 +34,16 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return storeError(err, "provider")
 	}
-	password := old.VCenter.Password
-	if existed {
-		if e := c.checkProviderInUse(&old, p); e != nil {
+	keptPassword := p.VCenter.Password == ""
+	switch {
+	case keptPassword && !existed:
+		return fieldRefusal("vcenter.password", "is required when a provider is first applied")
+	case keptPassword:
+		if e := refuseSecretMove(&old, p); e != nil {
 			return e
 		}
+		p.VCenter.Password = old.VCenter.Password
 	}
-	if p.VCenter.Password != "" {
-		password = p.VCenter.Password
-	} else if !existed {
-		return fieldRefusal("vcenter.password", "is required when a provider is first applied")
-	}
-	p.VCenter.Password = password
 	// Check the inventory now, so that a typo fails here and not in the
 	// middle of a cluster's creation.
 	ctx, cancel := context.WithTimeout(r.Context(), providerConnectTimeout)
@@ -60,22 +58,46 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 		e.field = "vcenter"
 		return e
 	}
-	c.sessions.put(*p, s)
 
 	now := c.now().UTC()
 	p.CreatedAt, p.UpdatedAt = now, now
-	if existed {
-		p.CreatedAt = old.CreatedAt
-	}
+	var refusal *apiError
 	err = c.store.Update(func(tx *store.Tx) error {
+		// Decided again on what is stored now: another apply, or a cluster
+		// created, may have come in during the vCenter check.
+		var cur v1.Provider
+		switch err := tx.Get(store.Providers, p.Name, &cur); {
+		case err == nil:
+			p.CreatedAt = cur.CreatedAt
+			if refusal = checkProviderInUse(tx, &cur, p); refusal != nil {
+				return nil
+			}
+			if keptPassword && (!existed || refuseSecretMove(&cur, p) != nil) {
+				refusal = refuse(http.StatusConflict, v1.CodeConflict, "provider %q changed while it was being applied; apply it again", p.Name)
+				return nil
+			}
+		case errors.Is(err, store.ErrNotFound):
+			if existed {
+				refusal = refuse(http.StatusConflict, v1.CodeConflict, "provider %q was deleted while it was being applied; apply it again", p.Name)
+				return nil
+			}
+		default:
+			return err
+		}
 		if err := tx.Put(store.Providers, p.Name, p.Redacted()); err != nil {
 			return err
 		}
-		return tx.Put(store.Secrets, secretKeyProvider(p.Name), struct{ Password string }{password})
+		return tx.Put(store.Secrets, secretKeyProvider(p.Name), struct{ Password string }{p.VCenter.Password})
 	})
+	if err == nil && refusal != nil {
+		go s.Logout(context.Background())
+		return refusal
+	}
 	if err != nil {
+		go s.Logout(context.Background())
 		return storeError(err, "provider")
 	}
+	c.sessions.put(*p, s)
 	c.log.Info("provider applied", "provider", p.Name, "vcenter", p.VCenter.URL, "by", who.name, "created", !existed)
 	status := http.StatusOK
 	if !existed {
@@ -85,11 +107,33 @@ func (c *Controller) handleApplyProvider(w http.ResponseWriter, r *http.Request,
 	return nil
 }
 
+// refuseSecretMove refuses to reuse the stored password for a different
+// destination: a changed URL, username, thumbprint or insecure flag could
+// send it to another server, so the admin must give it again.
+func refuseSecretMove(old, p *v1.Provider) *apiError {
+	changed := ""
+	switch {
+	case old.VCenter.URL != p.VCenter.URL:
+		changed = "vcenter.url"
+	case old.VCenter.Username != p.VCenter.Username:
+		changed = "vcenter.username"
+	case old.VCenter.Insecure != p.VCenter.Insecure:
+		changed = "vcenter.insecure"
+	case old.VCenter.Thumbprint != p.VCenter.Thumbprint:
+		changed = "vcenter.thumbprint"
+	}
+	if changed == "" {
+		return nil
+	}
+	return &apiError{status: http.StatusUnprocessableEntity, code: v1.CodePasswordRequired, field: "vcenter.password",
+		message: fmt.Sprintf("%s changed: give vcenter.password again (the stored password is never sent to a server it was not given for)", changed)}
+}
+
 // checkProviderInUse refuses to move a provider's VMs' location (vCenter,
 // datacenter, compute, folder, network) while clusters use it: their VMs
 // would be looked for where they are not. Credentials, datastores and the
-// pool may change.
-func (c *Controller) checkProviderInUse(old, p *v1.Provider) *apiError {
+// pool may change. It runs in the transaction that stores the change.
+func checkProviderInUse(tx *store.Tx, old, p *v1.Provider) *apiError {
 	moved := ""
 	switch {
 	case old.VCenter.URL != p.VCenter.URL:
@@ -108,16 +152,16 @@ func (c *Controller) checkProviderInUse(old, p *v1.Provider) *apiError {
 	if moved == "" {
 		return nil
 	}
+	clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
+	if err != nil {
+		return storeError(err, "clusters")
+	}
 	var users []string
-	_ = c.store.View(func(tx *store.Tx) error {
-		clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
-		for _, cl := range clusters {
-			if cl.Spec.Provider == p.Name {
-				users = append(users, cl.Spec.Name)
-			}
+	for _, cl := range clusters {
+		if cl.Spec.Provider == p.Name {
+			users = append(users, cl.Spec.Name)
 		}
-		return err
-	})
+	}
 	if len(users) == 0 {
 		return nil
 	}

@@ -37,6 +37,9 @@ type ctl struct {
 	admin *client.Client
 	cfg   *clientconfig.Config
 	logs  *logBuffer
+	// stop shuts the controller down and closes it; the test's cleanup
+	// does it too.
+	stop func()
 }
 
 func startController(t *testing.T, mutate ...func(*controller.Config)) *ctl {
@@ -60,11 +63,15 @@ func startController(t *testing.T, mutate ...func(*controller.Config)) *ctl {
 		defer close(done)
 		c.Serve(ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			c.Close()
+		})
+	}
+	t.Cleanup(stop)
 	adminCfg, err := clientconfig.Load(filepath.Join(cfg.DataDir, controller.AdminConfigFile))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +80,7 @@ func startController(t *testing.T, mutate ...func(*controller.Config)) *ctl {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &ctl{c: c, dir: cfg.DataDir, admin: admin, cfg: adminCfg, logs: logs}
+	return &ctl{c: c, dir: cfg.DataDir, admin: admin, cfg: adminCfg, logs: logs, stop: stop}
 }
 
 func (c *ctl) addNode(t *testing.T, spec v1.NodeSpec) v1.Bootstrap {

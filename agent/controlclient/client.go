@@ -96,6 +96,13 @@ func init() {
 	}
 }
 
+// Unavailable reports whether err is the controller saying it is
+// shutting down or restarting (503): nothing to worry about, try again.
+func Unavailable(err error) bool {
+	var se *serverError
+	return errors.As(err, &se) && se.status == http.StatusServiceUnavailable
+}
+
 type serverError struct {
 	url    string
 	status int
@@ -126,7 +133,9 @@ type Client struct {
 // New returns a client that trusts roots and presents the certificate
 // that getCert returns, if any.
 func New(urls []string, roots *x509.CertPool, getCert func() *tls.Certificate) *Client {
-	tlsConf := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	// Only the controller's serving certificate will do: a node's
+	// certificate chains to the same CA.
+	tlsConf := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, VerifyConnection: v1.VerifyController}
 	if getCert != nil {
 		tlsConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			if c := getCert(); c != nil {
@@ -319,8 +328,10 @@ func verifyPinnedChain(cs tls.ConnectionState, pin string) error {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(anchor)
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: cs.ServerName})
-	return err
+	if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: cs.ServerName}); err != nil {
+		return err
+	}
+	return v1.VerifyController(cs)
 }
 
 // Backoff yields exponential delays with full jitter.

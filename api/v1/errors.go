@@ -66,6 +66,20 @@ const (
 	// CodePrecheckFailed: vCenter lacks what a request needs (template,
 	// space, memory, network, addresses); nothing was created.
 	CodePrecheckFailed = "precheck_failed"
+	// CodeUnavailable: the controller is shutting down; try again soon
+	// (503, with Retry-After).
+	CodeUnavailable = "unavailable"
+	// CodeInsufficientStorage: the controller's disk is full (507).
+	CodeInsufficientStorage = "insufficient_storage"
+	// CodeCertRevoked: an admin or scraper certificate that an admin
+	// revoked, or that the controller has no record of.
+	CodeCertRevoked = "certificate_revoked"
+	// CodePasswordRequired: a change that would send a stored secret to a
+	// different place needs the secret again.
+	CodePasswordRequired = "password_required"
+	// CodeLastAdmin: revoking the last valid admin certificate would lock
+	// every admin out.
+	CodeLastAdmin = "last_admin"
 )
 
 // decodeStrict decodes exactly one JSON value from at most limit bytes of r

@@ -77,6 +77,7 @@ its life; and watches its role over mutual TLS.`,
 	f.BoolVar(&cfg.StandInForKubelet, "stand-in-for-kubelet", false, "no kubelet on this host (the lab): run the kube-apiserver static pod as a process")
 	f.DurationVar(&cfg.WatchWait, "watch-wait", 0, "how long one role long poll waits (default 55s)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
+	f.DurationVar(&cfg.RefusedRetryMax, "refused-retry-max", 0, "longest wait between tries of a certificate the controller refused, e.g. after a restore from backup (default 5m)")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(checkCommand())

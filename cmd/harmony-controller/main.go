@@ -23,12 +23,14 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand())
+	root.AddCommand(serveCommand(), backupCommand(), restoreCommand(), adminConfigCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "harmony-controller:", err)
 		os.Exit(1)
 	}
 }
+
+const defaultDataDir = "/var/lib/harmony-controller"
 
 func serveCommand() *cobra.Command {
 	var cfg controller.Config
@@ -38,9 +40,14 @@ func serveCommand() *cobra.Command {
 		Short: "Serve the controller API over TLS",
 		Long: `Serve the controller API over TLS.
 
-On first start it creates the data directory, a self-signed ECDSA P-256 CA
-(or imports --ca-cert/--ca-key), the state store, and DIR/admin.conf, the
-admin client configuration that harmonyctl reads (mode 0600).
+On first start it creates the data directory, the state store, a
+self-signed ECDSA P-256 CA (or imports --ca-cert/--ca-key), and
+DIR/admin.conf, the admin client configuration that harmonyctl reads (mode
+0600).
+
+It refuses to start on a store that is empty, truncated or damaged, or
+missing beside an existing CA, naming the file: restore it with
+harmony-controller restore. It never starts an empty store beside a CA.
 
 Every API but enrollment requires a client certificate from the CA.`,
 		Args: cobra.NoArgs,
@@ -61,11 +68,12 @@ Every API but enrollment requires a client certificate from the CA.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/harmony-controller", "directory for the CA, the store and admin.conf")
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir, "directory for the CA, the store and admin.conf")
 	f.StringVar(&cfg.Listen, "listen", controller.DefaultListen, "TLS listen address")
 	f.StringSliceVar(&cfg.AdvertiseURLs, "advertise-url", nil, "controller URL written into bootstrap documents (repeatable; default from --listen)")
 	f.StringSliceVar(&cfg.ExtraSANs, "san", nil, "extra DNS name or IP for the serving certificate (repeatable)")
 	f.DurationVar(&cfg.CertLifetime, "cert-lifetime", controller.DefaultCertLifetime, "lifetime of node certificates")
+	f.DurationVar(&cfg.AdminCertLifetime, "admin-cert-lifetime", controller.DefaultAdminCertLifetime, "lifetime of admin certificates (harmonyctl cert renew-admin renews one)")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "optional plain-HTTP /metrics listener; loopback only")
 	f.StringVar(&cfg.ImportCACert, "ca-cert", "", "on first start, import this CA certificate (PEM, may include its parents) instead of creating one")
 	f.StringVar(&cfg.ImportCAKey, "ca-key", "", "the private key of --ca-cert")

@@ -44,7 +44,7 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 	node.AddCommand(nodeAddCommand(g), nodeListCommand(g), nodeGetCommand(g), nodeDeleteCommand(g),
 		nodeTokenCommand(g), nodeRoleCommand(g), nodeSetRoleCommand(g))
 	cert := &cobra.Command{Use: "cert", Short: "Issue client certificates"}
-	cert.AddCommand(certScraperCommand(g))
+	cert.AddCommand(certScraperCommand(g), certListCommand(g), certRevokeCommand(g), certRenewAdminCommand(g))
 	labCmd := &cobra.Command{Use: "lab", Short: "Build and remove the network-namespace lab on this machine"}
 	labCmd.AddCommand(labUpCommand(), labDownCommand())
 	ovaCmd := &cobra.Command{Use: "ova", Short: "Inspect and validate OVA files"}

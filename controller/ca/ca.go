@@ -156,6 +156,10 @@ func save(dir string, certPEM, keyPEM []byte, now time.Time) (*CA, error) {
 	return c, nil
 }
 
+// Parse checks a CA certificate and key as Load does, without a data
+// directory (a restore checks the CA in a backup this way).
+func Parse(certPEM, keyPEM []byte, now time.Time) (*CA, error) { return parse(certPEM, keyPEM, now) }
+
 func parse(certPEM, keyPEM []byte, now time.Time) (*CA, error) {
 	certs, err := v1.ParseCertificatesPEM(certPEM)
 	if err != nil {

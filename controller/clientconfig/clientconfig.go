@@ -46,11 +46,20 @@ func New(server string, caPEM, certPEM, keyPEM []byte) *Config {
 	}
 }
 
-// Write saves the config with mode 0600.
-func (c *Config) Write(path string) error {
+// Marshal encodes the config as the file holds it.
+func (c *Config) Marshal() ([]byte, error) {
 	data, err := yaml.Marshal(c)
 	if err != nil {
-		return fmt.Errorf("encode client config: %w", err)
+		return nil, fmt.Errorf("encode client config: %w", err)
+	}
+	return data, nil
+}
+
+// Write saves the config with mode 0600.
+func (c *Config) Write(path string) error {
+	data, err := c.Marshal()
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("write client config: %w", err)
@@ -101,7 +110,11 @@ func (c *Config) TLSConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+	// The server must be the controller, not any holder of a certificate
+	// from its CA (a node's, say), or the admin's requests, passwords
+	// included, would go to it.
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+		VerifyConnection: v1.VerifyController}, nil
 }
 
 // Find returns the config path: the flag if set, else $HARMONY_CONFIG,

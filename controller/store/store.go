@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,6 +28,7 @@ var (
 	bucketTokens = []byte("tokens")
 	bucketRoles  = []byte("roles")
 	bucketStatus = []byte("status")
+	bucketCerts  = []byte("certs")
 
 	keySchema   = []byte("schema")
 	keyRevision = []byte("revision")
@@ -69,39 +71,131 @@ type Token struct {
 
 // Store is the controller's state.
 type Store struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
+	opts Options
 }
 
-// Open opens or creates the store file. A second controller on the same
-// file fails here rather than corrupting it.
-func Open(path string) (*Store, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("open store %s: locked by another process (is another controller using this data directory?)", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range append([][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus}, recordBuckets...) {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+// Options say how to open the store.
+type Options struct {
+	// Create makes a new store when the file does not exist; without it a
+	// missing file is an error (a controller that has a CA must never start
+	// an empty store beside it).
+	Create bool
+	// ReadOnly opens the file for reading (a backup of a stopped
+	// controller).
+	ReadOnly bool
+	// LockTimeout bounds the wait for another process's lock; default 2s.
+	LockTimeout time.Duration
+	// NodesChanged is called after a commit that changed the role of, or
+	// removed, the named nodes: their role watches wake then, and read the
+	// committed state.
+	NodesChanged func(nodes ...string)
+}
+
+// ErrLocked means another process (a running controller) holds the file.
+var ErrLocked = errors.New("locked by another process")
+
+// Open checks and opens the store file. A damaged file is a *DamagedError
+// naming it, never a crash; a second controller on the same file fails
+// with ErrLocked rather than corrupting it.
+func Open(path string, opts Options) (*Store, error) {
+	if err := CheckFile(path); errors.Is(err, os.ErrNotExist) {
+		if !opts.Create || opts.ReadOnly {
+			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil {
-			if got := binary.BigEndian.Uint64(v); got != schemaVersion {
-				return fmt.Errorf("schema version %d, this controller knows %d", got, schemaVersion)
-			}
-			return nil
+	} else if err != nil {
+		return nil, err
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = 2 * time.Second
+	}
+	s := &Store{path: path, opts: opts}
+	err := guard(path, func() error {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly})
+		if errors.Is(err, bolt.ErrTimeout) {
+			return fmt.Errorf("open store %s: %w (is a controller using this data directory?)", path, ErrLocked)
 		}
-		return meta.Put(keySchema, u64(schemaVersion))
+		if err != nil {
+			return fmt.Errorf("open store %s: %w", path, err)
+		}
+		s.db = db
+		if err := db.View(verify); err != nil {
+			return &DamagedError{Path: path, Reason: err.Error()}
+		}
+		// A store that needs nothing is not written to: a start that is
+		// then refused (a CA that does not match) leaves the file as it was.
+		var ready bool
+		if err := db.View(func(tx *bolt.Tx) error { ready = hasBuckets(tx); return nil }); err != nil {
+			return err
+		}
+		if ready || opts.ReadOnly {
+			return db.View(func(tx *bolt.Tx) error { return checkSchema(tx.Bucket(bucketMeta)) })
+		}
+		return db.Update(initBuckets)
 	})
 	if err != nil {
-		db.Close()
+		if s.db != nil {
+			s.db.Close()
+		}
+		var damaged *DamagedError
+		if errors.As(err, &damaged) || errors.Is(err, ErrLocked) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return s, nil
+}
+
+func allBuckets() [][]byte {
+	return append([][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus, bucketCerts}, recordBuckets...)
+}
+
+func hasBuckets(tx *bolt.Tx) bool {
+	for _, b := range allBuckets() {
+		if tx.Bucket(b) == nil {
+			return false
+		}
+	}
+	return tx.Bucket(bucketMeta).Get(keySchema) != nil
+}
+
+func initBuckets(tx *bolt.Tx) error {
+	for _, b := range allBuckets() {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(keySchema) == nil {
+		return meta.Put(keySchema, u64(schemaVersion))
+	}
+	return checkSchema(meta)
+}
+
+func checkSchema(meta *bolt.Bucket) error {
+	if meta == nil {
+		return errors.New("no meta bucket: not a Harmony store")
+	}
+	v := meta.Get(keySchema)
+	if len(v) != 8 {
+		return errors.New("no schema version: not a Harmony store")
+	}
+	if got := binary.BigEndian.Uint64(v); got != schemaVersion {
+		return fmt.Errorf("schema version %d, this controller knows %d", got, schemaVersion)
+	}
+	return nil
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// changed wakes the named nodes' watchers once tx has committed.
+func (s *Store) changed(tx *bolt.Tx, nodes ...string) {
+	if s.opts.NodesChanged == nil || len(nodes) == 0 {
+		return
+	}
+	tx.OnCommit(func() { s.opts.NodesChanged(nodes...) })
 }
 
 // Close closes the file.
@@ -124,7 +218,7 @@ func (s *Store) CreateNode(n Node, role v1.Role, tok Token) (int64, error) {
 			return err
 		}
 		var err error
-		rev, err = putRoles(tx, []v1.Role{role})
+		rev, err = s.putRoles(tx, []v1.Role{role})
 		return err
 	})
 	return rev, err
@@ -162,16 +256,23 @@ func (s *Store) DeleteNode(name string) error {
 		if nodes.Get([]byte(name)) == nil {
 			return fmt.Errorf("node %q: %w", name, ErrNotFound)
 		}
-		if err := deleteTokensOf(tx, name, false); err != nil {
+		return s.deleteNode(tx, name)
+	})
+}
+
+// deleteNode removes a node record with its tokens, role and status, and
+// wakes its watches after the commit: they end with node_gone.
+func (s *Store) deleteNode(tx *bolt.Tx, name string) error {
+	if err := deleteTokensOf(tx, name, false); err != nil {
+		return err
+	}
+	for _, b := range [][]byte{bucketNodes, bucketRoles, bucketStatus} {
+		if err := tx.Bucket(b).Delete([]byte(name)); err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketNodes, bucketRoles, bucketStatus} {
-			if err := tx.Bucket(b).Delete([]byte(name)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	s.changed(tx, name)
+	return nil
 }
 
 // ReplaceToken stores a new token for an existing node and removes the
@@ -324,13 +425,15 @@ func (s *Store) SetRoles(roles []v1.Role) (int64, error) {
 			}
 		}
 		var err error
-		rev, err = putRoles(tx, roles)
+		rev, err = s.putRoles(tx, roles)
 		return err
 	})
 	return rev, err
 }
 
-func putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
+// putRoles stores roles under one new revision; their nodes' watches wake
+// after the commit, so they read the new roles.
+func (s *Store) putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
 	meta := tx.Bucket(bucketMeta)
 	var rev int64 = 1
 	if v := meta.Get(keyRevision); v != nil {
@@ -340,13 +443,16 @@ func putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
 		return 0, err
 	}
 	now := time.Now().UTC()
-	for _, r := range roles {
+	names := make([]string, len(roles))
+	for i, r := range roles {
 		r.Revision = rev
 		r.UpdatedAt = now
 		if err := putJSON(tx.Bucket(bucketRoles), r.NodeName, r); err != nil {
 			return 0, err
 		}
+		names[i] = r.NodeName
 	}
+	s.changed(tx, names...)
 	return rev, nil
 }
 

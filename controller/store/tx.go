@@ -36,17 +36,24 @@ var recordBuckets = [][]byte{
 
 // Tx is one transaction over the record buckets and the node records: a
 // workflow step and everything it changes commit together or not at all.
-type Tx struct{ tx *bolt.Tx }
+type Tx struct {
+	tx *bolt.Tx
+	s  *Store
+}
 
 // Update runs fn in a read-write transaction.
 func (s *Store) Update(fn func(*Tx) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, s: s}) })
 }
 
 // View runs fn in a read-only transaction.
 func (s *Store) View(fn func(*Tx) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	return s.db.View(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, s: s}) })
 }
+
+// OnCommit runs fn after the transaction has committed, and not at all if
+// it rolls back: wake watchers there, so that they read the new state.
+func (t *Tx) OnCommit(fn func()) { t.tx.OnCommit(fn) }
 
 func (t *Tx) bucket(b Bucket) *bolt.Bucket { return t.tx.Bucket([]byte(b)) }
 
@@ -125,20 +132,11 @@ func (t *Tx) Node(name string) (Node, error) {
 
 // DeleteNode removes a node record with its tokens, role and status; a
 // missing one is not an error.
-func (t *Tx) DeleteNode(name string) error {
-	if err := deleteTokensOf(t.tx, name, false); err != nil {
-		return err
-	}
-	for _, b := range [][]byte{bucketNodes, bucketRoles, bucketStatus} {
-		if err := t.tx.Bucket(b).Delete([]byte(name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (t *Tx) DeleteNode(name string) error { return t.s.deleteNode(t.tx, name) }
 
-// PutRoles stores roles of existing nodes under one new revision.
-func (t *Tx) PutRoles(roles []v1.Role) (int64, error) { return putRoles(t.tx, roles) }
+// PutRoles stores roles of existing nodes under one new revision; their
+// watches wake after the commit.
+func (t *Tx) PutRoles(roles []v1.Role) (int64, error) { return t.s.putRoles(t.tx, roles) }
 
 // Status reads a node's latest status report.
 func (t *Tx) Status(name string) (v1.Status, bool) {

@@ -165,3 +165,16 @@ func (c *Capacity) CheckCompute(vcpus []int, memoryMiB []int) error {
 }
 
 func gib(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+
+// DatastoreSpace reads a datastore's capacity and free space in bytes.
+func (s *Session) DatastoreSpace(ctx context.Context, name string) (capacity, free int64, err error) {
+	ds, err := s.finder.Datastore(ctx, name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("datastore %s: %w", name, err)
+	}
+	var m mo.Datastore
+	if err := ds.Properties(ctx, ds.Reference(), []string{"summary"}, &m); err != nil {
+		return 0, 0, fmt.Errorf("datastore %s: %w", name, err)
+	}
+	return m.Summary.Capacity, m.Summary.FreeSpace, nil
+}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
 )
 
@@ -59,7 +60,7 @@ func startReference(ctx context.Context, tmp string) (*referenceProc, error) {
 	}
 	leaf, err := refCA.Issue(ca.Leaf{
 		CommonName:   "harmony-controller",
-		Organization: "harmony:controllers",
+		Organization: v1.OrgControllers,
 		DNSNames:     dns,
 		IPs:          []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		PublicKey:    &key.PublicKey,

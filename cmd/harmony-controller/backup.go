@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/controller/backup"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
+)
+
+func backupCommand() *cobra.Command {
+	var dataDir, out string
+	cmd := &cobra.Command{
+		Use:   "backup --data-dir DIR -o FILE",
+		Short: "Write a consistent backup of the controller's store and CA, running or stopped",
+		Long: `Write a backup of the data directory: the store, copied through one
+bbolt read transaction while the controller goes on serving, and the CA
+certificate and key. A running controller is asked over its local socket
+(DIR/controller.sock, root only); a stopped one's store is read directly.
+
+The backup holds the CA key and every cluster's secrets: it is written with
+mode 0600; keep it like the CA key. Restore it with harmony-controller
+restore. -o - writes to standard output.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := atomicfile.CheckOutput(out); err != nil {
+				return err
+			}
+			var m *backup.Manifest
+			err := atomicfile.WriteOutputFunc(out, cmd.OutOrStdout(), 0o600, func(w io.Writer) error {
+				var err error
+				m, err = writeBackup(cmd.Context(), dataDir, w)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "backup of %s: %d nodes, %d clusters, %d providers, %d certificates, store %d bytes (transaction %d), CA %s\n",
+				dataDir, m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.Bytes, m.Store.TxID, m.Store.CAPin)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the backup file (mode 0600), or - for standard output")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
+}
+
+// writeBackup reads the store directly when no controller holds it, and
+// asks the running controller otherwise. Either way what reaches w has
+// been read back as a complete backup, or it is an error.
+func writeBackup(ctx context.Context, dataDir string, w io.Writer) (*backup.Manifest, error) {
+	st, err := store.Open(filepath.Join(dataDir, store.FileName), store.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
+	switch {
+	case err == nil:
+		defer st.Close()
+		return backup.Write(w, st, dataDir, time.Now())
+	case !errors.Is(err, store.ErrLocked):
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://local"+controller.LocalPathBackup, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := controller.LocalClient(dataDir).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("a controller holds %s, and its local socket does not answer: %w", dataDir, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return nil, fmt.Errorf("the controller refused the backup: %s: %s", resp.Status, msg)
+	}
+	// Everything written is read back as a backup on its way: a stream
+	// the controller cut short fails here, and the file is not kept.
+	m, err := backup.Verify(io.TeeReader(resp.Body, w))
+	if err != nil {
+		return nil, fmt.Errorf("backup from the running controller: %w", err)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func restoreCommand() *cobra.Command {
+	var dataDir, file string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "restore --data-dir DIR -f BACKUP",
+		Short: "Restore a data directory's store and CA from a backup (controller stopped)",
+		Long: `Check a backup made by harmony-controller backup and install it into the
+data directory. The controller must be stopped. The backup is checked in
+full first (the store as a controller checks it at start, the CA, and that
+they belong together); nothing changes unless it is good.
+
+Without --force, restore only fills a data directory whose store is
+missing or damaged, and whose CA, if any, is the backup's. Files it
+replaces are kept beside, renamed NAME.replaced-TIME.
+
+Agents whose node is in the backup reconnect by themselves: an agent that
+the controller told "node gone" keeps trying its certificate, with a
+backoff of at most a few minutes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := os.Open(file)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			m, err := backup.Restore(f, dataDir, backup.RestoreOptions{Force: force})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "restored %s from the backup of %s: %d nodes, %d clusters, %d providers, %d certificates, CA %s; start the controller\n",
+				dataDir, m.CreatedAt.Format(time.RFC3339), m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.CAPin)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the backup file")
+	cmd.Flags().BoolVar(&force, "force", false, "replace a healthy store or a different CA (the old files are kept beside)")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+func adminConfigCommand() *cobra.Command {
+	var dataDir, out, name string
+	cmd := &cobra.Command{
+		Use:   "admin-config --data-dir DIR -o FILE [--name NAME]",
+		Short: "Issue a new admin credential from the controller's machine (for an admin locked out)",
+		Long: `Ask the running controller, over its local socket (root only), for a new
+admin client configuration: a fresh key and an admin certificate, recorded
+and revocable like any other. This is the way back in when every admin
+certificate has expired or been revoked.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := atomicfile.CheckOutput(out); err != nil {
+				return err
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost,
+				"http://local"+controller.LocalPathAdminConfig+"?name="+url.QueryEscape(name), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := controller.LocalClient(dataDir).Do(req)
+			if err != nil {
+				return fmt.Errorf("the controller's local socket in %s does not answer (is the controller running?): %w", dataDir, err)
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("the controller refused: %s: %s", resp.Status, data)
+			}
+			return atomicfile.WriteOutput(out, cmd.OutOrStdout(), data, 0o600)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the client configuration file (mode 0600), or - for standard output")
+	cmd.Flags().StringVar(&name, "name", "admin", "the admin's name (the certificate's common name)")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
+}

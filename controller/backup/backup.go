@@ -1,0 +1,322 @@
+// Package backup writes and restores a controller's data directory: the
+// store, copied through one bbolt read transaction while the controller
+// runs, and the CA. A backup holds the CA key and every cluster's secrets:
+// it is written 0600 and is only ever made on the controller's machine.
+package backup
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/buildinfo"
+)
+
+// ManifestFile is the first entry of a backup.
+const ManifestFile = "backup.json"
+
+const (
+	format       = 1
+	maxSmallFile = 1 << 20
+	// maxStoreFile bounds the store in a backup being restored.
+	maxStoreFile = 64 << 30
+)
+
+// Manifest says what a backup holds.
+type Manifest struct {
+	Format            int           `json:"format"`
+	CreatedAt         time.Time     `json:"createdAt"`
+	ControllerVersion string        `json:"controllerVersion"`
+	Store             store.Summary `json:"store"`
+}
+
+// Write writes a backup of the data directory dir, whose open store is st,
+// to w as a tar: the manifest, the CA certificate and key, and the store.
+func Write(w io.Writer, st *store.Store, dir string, now time.Time) (*Manifest, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, ca.CertFile))
+	if err != nil {
+		return nil, fmt.Errorf("back up the CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, ca.KeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("back up the CA: %w", err)
+	}
+	tw := tar.NewWriter(w)
+	var m *Manifest
+	err = st.Snapshot(func(sum store.Summary, copyTo func(io.Writer) error) error {
+		m = &Manifest{Format: format, CreatedAt: now.UTC(), ControllerVersion: buildinfo.Version, Store: sum}
+		data, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return err
+		}
+		for _, f := range []struct {
+			name string
+			data []byte
+		}{{ManifestFile, data}, {ca.CertFile, certPEM}, {ca.KeyFile, keyPEM}} {
+			if err := writeEntry(tw, f.name, int64(len(f.data)), now, func(w io.Writer) error {
+				_, err := w.Write(f.data)
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		return writeEntry(tw, store.FileName, sum.Bytes, now, copyTo)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("write backup: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("write backup: %w", err)
+	}
+	return m, nil
+}
+
+func writeEntry(tw *tar.Writer, name string, size int64, now time.Time, body func(io.Writer) error) error {
+	hdr := &tar.Header{Name: name, Mode: 0o600, Size: size, ModTime: now.UTC(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := body(tw); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// RestoreOptions say how far a restore may go.
+type RestoreOptions struct {
+	// Force replaces a store that is healthy, or a CA that differs from
+	// the backup's; the replaced files are kept beside, renamed.
+	Force bool
+	Now   time.Time
+}
+
+// ErrRunning means a controller holds the data directory's store.
+var ErrRunning = errors.New("a controller is running on this data directory; stop it first")
+
+// Restore checks the backup read from r and installs it into the data
+// directory dir. Nothing in dir changes unless the whole backup is good:
+// the store passes the same checks a controller makes at start, the CA
+// parses, and the store belongs to that CA. Files it replaces are renamed
+// to NAME.replaced-TIME, never deleted.
+func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	storePath := filepath.Join(dir, store.FileName)
+	tmp := filepath.Join(dir, ".restore-"+store.FileName)
+	defer os.Remove(tmp)
+	m, certPEM, keyPEM, err := readBackup(r, func(r io.Reader) error { return copyToFile(tmp, r) })
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	restoredCA, err := ca.Parse(certPEM, keyPEM, opts.Now)
+	if err != nil {
+		return nil, fmt.Errorf("restore: the backup's CA: %w", err)
+	}
+	st, err := store.Open(tmp, store.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("restore: the backup's store: %w", err)
+	}
+	pin, err := st.CAPin()
+	st.Close()
+	if err != nil {
+		return nil, fmt.Errorf("restore: the backup's store: %w", err)
+	}
+	if pin != "" && pin != restoredCA.Pin() {
+		return nil, fmt.Errorf("restore: the backup's store belongs to CA %s, its CA file is %s", pin, restoredCA.Pin())
+	}
+
+	if !opts.Force {
+		if err := refuseOverwrite(dir, storePath, restoredCA); err != nil {
+			return nil, err
+		}
+	}
+	unlock, err := lockStore(storePath)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	suffix := ".replaced-" + opts.Now.UTC().Format("20060102T150405Z")
+	for _, name := range []string{store.FileName, ca.CertFile, ca.KeyFile} {
+		old := filepath.Join(dir, name)
+		if err := os.Rename(old, old+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("restore: keep the old %s: %w", name, err)
+		}
+	}
+	// The CA first and the store last: a restore cut short leaves a CA and
+	// no store, which a controller refuses, and running restore again
+	// finishes it.
+	if err := atomicfile.Write(filepath.Join(dir, ca.KeyFile), keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, ca.CertFile), certPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := os.Rename(tmp, storePath); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return m, nil
+}
+
+// refuseOverwrite refuses to replace a healthy store or another CA without
+// Force: a restore is for a lost or damaged data directory.
+func refuseOverwrite(dir, storePath string, restored *ca.CA) error {
+	if existing, err := ca.Load(dir); err == nil && existing.Pin() != restored.Pin() {
+		return fmt.Errorf("restore: %s already has another CA (%s, the backup's is %s); --force replaces it", dir, existing.Pin(), restored.Pin())
+	}
+	switch err := store.CheckFile(storePath); {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return nil // damaged: what a restore is for
+	}
+	st, err := store.Open(storePath, store.Options{ReadOnly: true, LockTimeout: 100 * time.Millisecond})
+	switch {
+	case errors.Is(err, store.ErrLocked):
+		return fmt.Errorf("restore %s: %w", storePath, ErrRunning)
+	case err != nil:
+		return nil // damaged in its pages
+	}
+	st.Close()
+	return fmt.Errorf("restore: %s holds a healthy store; --force replaces it (the current one is kept beside it)", storePath)
+}
+
+// lockStore takes bbolt's own lock on the store file, so that no
+// controller starts on it during the restore and none is running.
+func lockStore(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("restore %s: %w", path, ErrRunning)
+		}
+		return nil, fmt.Errorf("restore: lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// Verify reads a whole backup and checks that it is complete: every entry
+// there, once, in full, the store the size its manifest says.
+func Verify(r io.Reader) (*Manifest, error) {
+	m, _, _, err := readBackup(r, func(r io.Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	return m, err
+}
+
+// readBackup reads the archive: the store into saveStore, the rest into
+// memory. Every entry must be one it knows, once, within its bound.
+func readBackup(r io.Reader, saveStore func(io.Reader) error) (m *Manifest, certPEM, keyPEM []byte, err error) {
+	tr := tar.NewReader(r)
+	seen := map[string]bool{}
+	var storeBytes int64
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("not a Harmony backup: %w", err)
+		}
+		name := hdr.Name
+		if len(name) > 64 {
+			name = name[:64] + "…"
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil, nil, nil, fmt.Errorf("backup entry %q: not a regular file", name)
+		}
+		if seen[hdr.Name] {
+			return nil, nil, nil, fmt.Errorf("backup entry %q: appears twice", name)
+		}
+		seen[hdr.Name] = true
+		switch hdr.Name {
+		case ManifestFile, ca.CertFile, ca.KeyFile:
+			if hdr.Size > maxSmallFile {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %d bytes, limit %d", name, hdr.Size, maxSmallFile)
+			}
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
+			}
+			switch hdr.Name {
+			case ManifestFile:
+				m = &Manifest{}
+				dec := json.NewDecoder(bytes.NewReader(data))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(m); err != nil {
+					return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
+				}
+				if m.Format != format {
+					return nil, nil, nil, fmt.Errorf("backup entry %q: format %d, this controller reads %d", name, m.Format, format)
+				}
+			case ca.CertFile:
+				certPEM = data
+			case ca.KeyFile:
+				keyPEM = data
+			}
+		case store.FileName:
+			if hdr.Size > maxStoreFile {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %d bytes, limit %d", name, hdr.Size, int64(maxStoreFile))
+			}
+			if err := saveStore(tr); err != nil {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
+			}
+			storeBytes = hdr.Size
+		default:
+			return nil, nil, nil, fmt.Errorf("backup entry %q: not part of a Harmony backup", name)
+		}
+	}
+	for _, want := range []string{ManifestFile, ca.CertFile, ca.KeyFile, store.FileName} {
+		if !seen[want] {
+			return nil, nil, nil, fmt.Errorf("not a complete Harmony backup: %s is missing", want)
+		}
+	}
+	if storeBytes != m.Store.Bytes {
+		return nil, nil, nil, fmt.Errorf("not a complete Harmony backup: the store has %d bytes, its manifest says %d", storeBytes, m.Store.Bytes)
+	}
+	return m, certPEM, keyPEM, nil
+}
+
+func copyToFile(path string, r io.Reader) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,89 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+// The README's "Backup and restore", with the real binaries: a backup of
+// the running controller; the node deleted by mistake, so the agent is
+// told its node is gone; then the store emptied by an operator's slip.
+// The controller refuses to start on the empty store, naming the file;
+// harmony-controller restore brings the backup back; and the agent,
+// untouched, takes its place again on its own.
+func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
+	bin := binaries(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	dataDir := filepath.Join(dir, "controller")
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	env := []string{"HARMONY_CONFIG=" + filepath.Join(dataDir, "admin.conf")}
+	harmonyctl, controllerBin := filepath.Join(bin, "harmonyctl"), filepath.Join(bin, "harmony-controller")
+
+	ctl := startProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
+	ctl.waitLog(t, "controller serving")
+	bootFile := filepath.Join(dir, "w1.json")
+	if _, stderr, err := run(t, env, harmonyctl, "node", "add", "w1", "--cluster", "demo", "--role", "worker", "--ip", "127.0.0.1", "-o", bootFile); err != nil {
+		t.Fatalf("node add: %v\n%s", err, stderr)
+	}
+	agent := startProc(t, filepath.Join(bin, "harmony-agent"), nil, "--bootstrap-file", bootFile,
+		"--state-dir", filepath.Join(dir, "agent"), "--address", "127.0.0.1", "--metrics-listen", "", "--no-guestinfo",
+		"--retry-max", "1s", "--refused-retry-max", "2s", "--watch-wait", "5s")
+	agent.waitLog(t, "new role revision", "revision=1")
+
+	backupFile := filepath.Join(dir, "backup.tar")
+	_, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", backupFile)
+	if err != nil || !strings.Contains(stderr, "1 nodes") {
+		t.Fatalf("backup of the running controller: %v\n%s", err, stderr)
+	}
+	if fileMode(t, backupFile) != 0o600 {
+		t.Fatalf("backup file mode %04o", fileMode(t, backupFile))
+	}
+
+	if _, stderr, err := run(t, env, harmonyctl, "node", "delete", "w1"); err != nil {
+		t.Fatalf("node delete: %v\n%s", err, stderr)
+	}
+	agent.waitLog(t, "reason=node_gone")
+	agent.waitLog(t, "no longer accepts this node's certificate", "retry_in=")
+
+	ctl.stop(t)
+	storePath := filepath.Join(dataDir, store.FileName)
+	if err := os.Truncate(storePath, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err = run(t, nil, controllerBin, "serve", "--data-dir", dataDir, "--listen", listen)
+	if err == nil || !strings.Contains(stderr, storePath) || !strings.Contains(stderr, "harmony-controller restore") {
+		t.Fatalf("serve on an empty store: err %v\n%s", err, stderr)
+	}
+
+	if _, stderr, err := run(t, nil, controllerBin, "restore", "--data-dir", dataDir, "-f", backupFile); err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr)
+	}
+	replaced, _ := filepath.Glob(storePath + ".replaced-*")
+	if len(replaced) != 1 {
+		t.Fatalf("the damaged store was not kept beside: %v", replaced)
+	}
+	restoredAt := time.Now()
+	ctl = startProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
+	ctl.waitLog(t, "controller serving")
+
+	// Nobody touches the agent: it tries its certificate again and is
+	// accepted, and the controller has its status.
+	agent.waitLog(t, "the controller accepts this node's certificate again")
+	eventually(t, "a status report after the restore", func() bool {
+		out, _, err := run(t, env, harmonyctl, "node", "get", "w1")
+		var n v1.Node
+		return err == nil && json.Unmarshal([]byte(out), &n) == nil && n.Status != nil && n.Status.ReportedAt.After(restoredAt)
+	})
+	if strings.Count(agent.out.String(), "msg=enrolling") != 1 {
+		t.Fatalf("the agent enrolled again:\n%s", agent.out.String())
+	}
+}
