@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harmonykaas/harmony/agent"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
 )
@@ -85,5 +86,25 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	})
 	if strings.Count(agent.out.String(), "msg=enrolling") != 1 {
 		t.Fatalf("the agent enrolled again:\n%s", agent.out.String())
+	}
+}
+
+// A controller shutting down answers open role watches with 503: the
+// agent takes it as a restart and says so quietly, where an empty 200
+// used to be logged as a bad response.
+func TestAgentTakesShutdownQuietly(t *testing.T) {
+	c := startController(t)
+	b := c.addNode(t, v1.NodeSpec{Name: "w1"})
+	bootFile := filepath.Join(t.TempDir(), "bootstrap.json")
+	writeBootstrap(t, bootFile, b)
+	ra := startAgent(t, agent.Config{BootstrapFile: bootFile, StateDir: t.TempDir(), WatchWait: 30 * time.Second})
+	ra.waitRole(t, 1)
+	eventually(t, "watch held", func() bool { return c.metric(t, "harmony_controller_role_watches_active") == 1 })
+	c.stop()
+	eventually(t, "the agent saw the restart", func() bool {
+		return strings.Contains(ra.logs.String(), "the controller is restarting")
+	})
+	if strings.Contains(ra.logs.String(), "bad_response") || strings.Contains(ra.logs.String(), "controller sent an invalid role") {
+		t.Fatalf("the agent took the shutdown for a bad answer:\n%s", ra.logs.String())
 	}
 }

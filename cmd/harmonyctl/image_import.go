@@ -58,12 +58,22 @@ versions. The same file imported again is a no-op.`,
 			go func() {
 				t := time.NewTicker(2 * time.Second)
 				defer t.Stop()
+				start, told := time.Now(), false
 				for {
 					select {
 					case <-done:
 						return
 					case <-t.C:
-						fmt.Fprintf(os.Stderr, "  uploading: %d of %d MiB\n", sent.Load()>>20, size>>20)
+						n := sent.Load()
+						if n < size {
+							rate := float64(n) / time.Since(start).Seconds()
+							fmt.Fprintf(os.Stderr, "  uploading: %d of %d MiB (%d%%, %.1f MiB/s)\n", n>>20, size>>20, n*100/max(size, 1), rate/(1<<20))
+						} else if !told {
+							// The answer comes after the controller has read
+							// the whole OVA back: say why there is a pause.
+							fmt.Fprintf(os.Stderr, "  uploaded %d MiB in %s; the controller is validating the OVA\n", size>>20, time.Since(start).Round(time.Second))
+							told = true
+						}
 					}
 				}
 			}()
