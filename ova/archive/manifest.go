@@ -72,19 +72,26 @@ func FormatManifest(h Hash, entries []ManifestEntry) ([]byte, error) {
 var manifestLine = regexp.MustCompile(`^(SHA1|SHA256)\(([^()]+)\)= ([0-9a-f]+)$`)
 
 // ParseManifest reads a manifest. All lines must use one algorithm and name
-// distinct files. A trailing newline and CRLF line ends are accepted.
+// distinct files, at most MaxEntries of them. A trailing newline and CRLF
+// line ends are accepted.
 func ParseManifest(data []byte) (Hash, []ManifestEntry, error) {
 	var (
 		h       Hash
 		entries []ManifestEntry
 		seen    = map[string]bool{}
 	)
-	lines := bytes.Split(bytes.TrimRight(data, "\r\n"), []byte("\n"))
+	data = bytes.TrimRight(data, "\r\n")
+	// Counted before splitting, which costs 24 bytes a line: a 1 MiB
+	// manifest of newlines would cost 24 MiB.
+	if n := bytes.Count(data, []byte("\n")) + 1; n > MaxEntries {
+		return 0, nil, fmt.Errorf("manifest: %d lines, more than the %d entries an OVA may have", n, MaxEntries)
+	}
+	lines := bytes.Split(data, []byte("\n"))
 	for i, raw := range lines {
 		line := string(bytes.TrimSuffix(raw, []byte("\r")))
 		m := manifestLine.FindStringSubmatch(line)
 		if m == nil {
-			return 0, nil, fmt.Errorf("manifest line %d %q: want ALGO(name)= hex", i+1, line)
+			return 0, nil, fmt.Errorf("manifest line %d %s: want ALGO(name)= hex", i+1, quote(line))
 		}
 		lh := SHA256
 		if m[1] == "SHA1" {

@@ -40,6 +40,33 @@ const (
 // controller's own unit 7.
 const maxDisks = 15
 
+// MaxDiskCapacity is the largest virtual disk a descriptor may declare:
+// 64 TiB, just above vSphere's own 62 TB limit for a VMDK, so a crafted
+// ovf:capacity cannot ask an importer for exabytes.
+const MaxDiskCapacity int64 = 64 << 40
+
+// maxQuoted is how much of a value a message quotes: values come from
+// uploaded descriptors, which can hold megabyte-long ones.
+const maxQuoted = 64
+
+// quote renders a value for a message: quoted, and cut to its first
+// maxQuoted bytes with its length when longer.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:maxQuoted]), len(s))
+}
+
+// label renders an id or key for a location such as "disks[0] (vmdisk1)":
+// as is when short, through quote when not.
+func label(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return quote(s)
+}
+
 // Descriptor is one virtual system with its disks and properties.
 type Descriptor struct {
 	// Name is the VirtualSystem id and name.
@@ -112,7 +139,7 @@ func (d *Descriptor) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
 	if !idPattern.MatchString(d.Name) {
-		bad("name %q: want 1-64 letters, digits, '_', '.', '-', not starting with a digit or punctuation", d.Name)
+		bad("name %s: want 1-64 letters, digits, '_', '.', '-', not starting with a digit or punctuation", quote(d.Name))
 	}
 	if v := d.hardwareVersion(); v < 10 || v > 99 {
 		bad("hardwareVersion %d: want vmx-10 to vmx-99", v)
@@ -124,19 +151,19 @@ func (d *Descriptor) Validate() error {
 		bad("memoryMiB %d: want 4 MiB to 24 TiB", d.MemoryMiB)
 	}
 	if d.OSType == "" || !keyPattern.MatchString(d.OSType) {
-		bad("osType %q: want a VMware guest id such as debian12_64Guest", d.OSType)
+		bad("osType %s: want a VMware guest id such as debian12_64Guest", quote(d.OSType))
 	}
 	if !keyPattern.MatchString(d.Network) {
-		bad("network %q: want a name of letters, digits, '_', '.', '-'", d.Network)
+		bad("network %s: want a name of letters, digits, '_', '.', '-'", quote(d.Network))
 	}
 	if len(d.Disks) == 0 || len(d.Disks) > maxDisks {
 		bad("disks: %d given, want 1-%d", len(d.Disks), maxDisks)
 	}
 	ids, files := map[string]bool{}, map[string]bool{}
 	for i, k := range d.Disks {
-		where := fmt.Sprintf("disks[%d] (%s)", i, k.ID)
+		where := fmt.Sprintf("disks[%d] (%s)", i, label(k.ID))
 		if !idPattern.MatchString(k.ID) {
-			bad("%s: id %q is not a valid id", where, k.ID)
+			bad("%s: id %s is not a valid id", where, quote(k.ID))
 		}
 		if ids[k.ID] {
 			bad("%s: duplicate disk id", where)
@@ -146,7 +173,7 @@ func (d *Descriptor) Validate() error {
 			bad("%s: file: %w", where, err)
 		}
 		if files[k.File] {
-			bad("%s: file %q used by two disks", where, k.File)
+			bad("%s: file %s used by two disks", where, quote(k.File))
 		}
 		files[k.File] = true
 		if k.FileSize <= 0 {
@@ -156,6 +183,8 @@ func (d *Descriptor) Validate() error {
 			bad("%s: capacity %d: want > 0", where, k.Capacity)
 		} else if k.Capacity%512 != 0 {
 			bad("%s: capacity %d: want a multiple of 512 bytes", where, k.Capacity)
+		} else if k.Capacity > MaxDiskCapacity {
+			bad("%s: capacity %d: more than the %d bytes (64 TiB) limit", where, k.Capacity, MaxDiskCapacity)
 		}
 		if k.PopulatedSize < 0 || k.PopulatedSize > k.Capacity {
 			bad("%s: populatedSize %d: want 0 to capacity %d", where, k.PopulatedSize, k.Capacity)
@@ -175,9 +204,9 @@ func (d *Descriptor) Validate() error {
 	}
 	keys := map[string]bool{}
 	for i, p := range d.Properties {
-		where := fmt.Sprintf("properties[%d] (%s)", i, p.Key)
+		where := fmt.Sprintf("properties[%d] (%s)", i, label(p.Key))
 		if !keyPattern.MatchString(p.Key) {
-			bad("%s: key %q: want letters, digits, '_', '.', '-'", where, p.Key)
+			bad("%s: key %s: want letters, digits, '_', '.', '-'", where, quote(p.Key))
 		}
 		if keys[p.Key] {
 			bad("%s: duplicate key", where)
@@ -201,21 +230,21 @@ func checkValue(typ, value string) error {
 			return nil
 		}
 		if _, err := strconv.ParseInt(value, 10, 64); err != nil {
-			return fmt.Errorf("default %q: not an int", value)
+			return fmt.Errorf("default %s: not an int", quote(value))
 		}
 	case TypeBoolean:
 		if value != "" && value != "true" && value != "false" {
-			return fmt.Errorf("default %q: want true or false", value)
+			return fmt.Errorf("default %s: want true or false", quote(value))
 		}
 	case TypeIP:
 		if value == "" {
 			return nil
 		}
 		if _, err := netip.ParseAddr(value); err != nil {
-			return fmt.Errorf("default %q: not an IP address", value)
+			return fmt.Errorf("default %s: not an IP address", quote(value))
 		}
 	default:
-		return fmt.Errorf("type %q: want string, int, boolean or ip", typ)
+		return fmt.Errorf("type %s: want string, int, boolean or ip", quote(typ))
 	}
 	return nil
 }
@@ -225,15 +254,15 @@ func checkValue(typ, value string) error {
 // dot, at most 100 bytes.
 func CheckFileName(name string) error {
 	if name == "" || len(name) > 100 {
-		return fmt.Errorf("name %q: want 1-100 bytes", name)
+		return fmt.Errorf("name %s: want 1-100 bytes", quote(name))
 	}
 	if name[0] == '.' {
-		return fmt.Errorf("name %q: must not start with '.'", name)
+		return fmt.Errorf("name %s: must not start with '.'", quote(name))
 	}
 	for _, c := range []byte(name) {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return fmt.Errorf("name %q: only ASCII letters, digits, '.', '_', '-' allowed", name)
+			return fmt.Errorf("name %s: only ASCII letters, digits, '.', '_', '-' allowed", quote(name))
 		}
 	}
 	return nil

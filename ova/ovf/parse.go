@@ -12,8 +12,20 @@ import (
 	"strings"
 )
 
-// maxDescriptor bounds the input: real descriptors are a few kilobytes.
-const maxDescriptor = 4 << 20
+// Bounds on what one Parse takes in and reports. Real descriptors are a
+// few kilobytes with a few hundred tags and attributes. The decoder spends
+// a few hundred bytes on every element and attribute, and every faulty
+// element adds messages, so without these a crafted 4 MiB descriptor
+// costs a gigabyte and answers with a 180 MB error.
+const (
+	maxDescriptor = 4 << 20
+	// maxTags bounds the '<' in the input: elements, end tags, comments.
+	maxTags = 16384
+	// maxAttrs bounds the '=' in the input, which every attribute needs.
+	maxAttrs = 16384
+	// maxErrors is how many problems an error lists; the rest are counted.
+	maxErrors = 50
+)
 
 // prefixes maps the namespaces we read to the prefixes in the wire tags.
 var prefixes = map[string]string{nsOVF: "ovf", nsRASD: "rasd", nsVSSD: "vssd", nsVMW: "vmw"}
@@ -68,6 +80,14 @@ func Parse(data []byte) (*Descriptor, error) {
 	if len(data) > maxDescriptor {
 		return nil, fmt.Errorf("ovf: descriptor is %d bytes, limit %d", len(data), maxDescriptor)
 	}
+	// Counted before decoding: the decoder builds a whole element, all its
+	// attributes included, before the first check could see it.
+	if n := bytes.Count(data, []byte("<")); n > maxTags {
+		return nil, fmt.Errorf("ovf: descriptor has %d '<' (tags), limit %d", n, maxTags)
+	}
+	if n := bytes.Count(data, []byte("=")); n > maxAttrs {
+		return nil, fmt.Errorf("ovf: descriptor has %d '=' (attributes), limit %d", n, maxAttrs)
+	}
 	var env envelope
 	dec := xml.NewTokenDecoder(canonicalNames{xml.NewDecoder(bytes.NewReader(data))})
 	if err := dec.Decode(&env); err != nil {
@@ -80,26 +100,52 @@ func Parse(data []byte) (*Descriptor, error) {
 	d := p.descriptor(&env)
 	if len(p.errs) == 0 {
 		if err := d.Validate(); err != nil {
-			p.errs = append(p.errs, err)
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				for _, e := range j.Unwrap() {
+					p.add(e)
+				}
+			} else {
+				p.add(err)
+			}
 		}
 	}
 	if len(p.errs) > 0 {
-		return nil, fmt.Errorf("ovf: invalid descriptor: %w", errors.Join(p.errs...))
+		errs := p.errs
+		if p.more > 0 {
+			errs = append(errs, fmt.Errorf("… and %d more", p.more))
+		}
+		return nil, fmt.Errorf("ovf: invalid descriptor: %w", errors.Join(errs...))
 	}
 	return d, nil
 }
 
-type parser struct{ errs []error }
+// parser collects problems, the first maxErrors of them.
+type parser struct {
+	errs []error
+	more int
+}
 
 func (p *parser) bad(format string, args ...any) {
+	if len(p.errs) >= maxErrors {
+		p.more++ // not formatted: that is the cost being bounded
+		return
+	}
 	p.errs = append(p.errs, fmt.Errorf(format, args...))
+}
+
+func (p *parser) add(err error) {
+	if len(p.errs) >= maxErrors {
+		p.more++
+		return
+	}
+	p.errs = append(p.errs, err)
 }
 
 // number parses a non-negative decimal attribute.
 func (p *parser) number(where, s string) int64 {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || n < 0 {
-		p.bad("%s %q: want a non-negative integer", where, s)
+		p.bad("%s %s: want a non-negative integer", where, quote(s))
 		return 0
 	}
 	return n
@@ -127,7 +173,7 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 	vs := &env.VirtualSystem
 	d.Name = vs.ID
 	if vs.Name != "" && vs.Name != vs.ID {
-		p.bad("VirtualSystem/Name %q: differs from ovf:id %q", vs.Name, vs.ID)
+		p.bad("VirtualSystem/Name %s: differs from ovf:id %s", quote(vs.Name), quote(vs.ID))
 	}
 	if vs.Annotation != nil {
 		d.Annotation = vs.Annotation.Annotation
@@ -142,10 +188,10 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 		if f.ID == "" {
 			p.bad("%s: ovf:id missing", where)
 		} else if _, dup := files[f.ID]; dup {
-			p.bad("%s ovf:id %q: duplicate", where, f.ID)
+			p.bad("%s ovf:id %s: duplicate", where, quote(f.ID))
 		}
 		if hrefs[f.Href] {
-			p.bad("%s ovf:href %q: duplicate", where, f.Href)
+			p.bad("%s ovf:href %s: duplicate", where, quote(f.Href))
 		}
 		if err := CheckFileName(f.Href); err != nil {
 			p.bad("%s ovf:href: %w", where, err)
@@ -160,30 +206,35 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 	for i, k := range env.DiskSection.Disks {
 		where := fmt.Sprintf("DiskSection/Disk[%d]", i+1)
 		if disks[k.DiskID] {
-			p.bad("%s ovf:diskId %q: duplicate", where, k.DiskID)
+			p.bad("%s ovf:diskId %s: duplicate", where, quote(k.DiskID))
 		}
 		disks[k.DiskID] = true
 		f, ok := files[k.FileRef]
 		switch {
 		case !ok:
-			p.bad("%s ovf:fileRef %q: no such File in References", where, k.FileRef)
+			p.bad("%s ovf:fileRef %s: no such File in References", where, quote(k.FileRef))
 		case used[k.FileRef]:
-			p.bad("%s ovf:fileRef %q: File already used by another disk", where, k.FileRef)
+			p.bad("%s ovf:fileRef %s: File already used by another disk", where, quote(k.FileRef))
 		}
 		used[k.FileRef] = true
 		if k.Format != diskFormat {
-			p.bad("%s ovf:format %q: want %s", where, k.Format, diskFormat)
+			p.bad("%s ovf:format %s: want %s", where, quote(k.Format), diskFormat)
 		}
 		unit, ok := unitBytes(k.CapacityUnits)
 		if !ok {
-			p.bad("%s ovf:capacityAllocationUnits %q: want \"byte\" or \"byte * 2^N\"", where, k.CapacityUnits)
+			p.bad("%s ovf:capacityAllocationUnits %s: want \"byte\" or \"byte * 2^N\"", where, quote(k.CapacityUnits))
 			unit = 1
 		}
 		c := p.number(where+" ovf:capacity", k.Capacity)
 		if c == 0 {
 			p.bad("%s ovf:capacity: want > 0", where)
-		} else if c > (1<<62)/unit {
-			p.bad("%s ovf:capacity %q: too large", where, k.Capacity)
+		} else if c > MaxDiskCapacity/unit {
+			// Checked before c*unit, which could overflow.
+			what := quote(k.Capacity)
+			if unit != 1 {
+				what += fmt.Sprintf(" × %d bytes", unit)
+			}
+			p.bad("%s (disk %s) ovf:capacity %s: more than the %d bytes (64 TiB) limit", where, label(k.DiskID), what, MaxDiskCapacity)
 		}
 		var populated int64
 		if k.PopulatedSize != "" {
@@ -197,14 +248,14 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 	}
 	for _, f := range env.References.Files {
 		if !used[f.ID] {
-			p.bad("References/File ovf:id %q: not used by any Disk", f.ID)
+			p.bad("References/File ovf:id %s: not used by any Disk", quote(f.ID))
 		}
 	}
 
 	networks := map[string]bool{}
 	for i, n := range env.NetworkSection.Networks {
 		if networks[n.Name] {
-			p.bad("NetworkSection/Network[%d] ovf:name %q: duplicate", i+1, n.Name)
+			p.bad("NetworkSection/Network[%d] ovf:name %s: duplicate", i+1, quote(n.Name))
 		}
 		networks[n.Name] = true
 	}
@@ -217,7 +268,7 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 	for _, pr := range vs.Products {
 		d.Product = Product{Product: pr.Product, Vendor: pr.Vendor, Version: pr.Version, FullVersion: pr.FullVersion}
 		for i, w := range pr.Properties {
-			where := fmt.Sprintf("ProductSection/Property[%d] (%s)", i+1, w.Key)
+			where := fmt.Sprintf("ProductSection/Property[%d] (%s)", i+1, label(w.Key))
 			q := Property{Key: w.Key, Type: w.Type, Default: w.Value, Label: w.Label, Description: w.Description}
 			if w.Type == TypeString && w.Qualifiers == "Ip" {
 				q.Type = TypeIP
@@ -227,7 +278,7 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 			case "true":
 				q.UserConfigurable = true
 			default:
-				p.bad("%s ovf:userConfigurable %q: want true or false", where, w.UserConfigurable)
+				p.bad("%s ovf:userConfigurable %s: want true or false", where, quote(w.UserConfigurable))
 			}
 			d.Properties = append(d.Properties, q)
 		}
@@ -237,12 +288,12 @@ func (p *parser) descriptor(env *envelope) *Descriptor {
 
 func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[string]bool) {
 	if !strings.Contains(" "+hw.Transport+" ", " "+guestInfo+" ") {
-		p.bad("VirtualHardwareSection ovf:transport %q: want %s", hw.Transport, guestInfo)
+		p.bad("VirtualHardwareSection ovf:transport %s: want %s", quote(hw.Transport), guestInfo)
 	}
 	v, ok := strings.CutPrefix(hw.System.Type, "vmx-")
 	n, err := strconv.Atoi(v)
 	if !ok || err != nil {
-		p.bad("VirtualHardwareSection/System/vssd:VirtualSystemType %q: want vmx-NN", hw.System.Type)
+		p.bad("VirtualHardwareSection/System/vssd:VirtualSystemType %s: want vmx-NN", quote(hw.System.Type))
 	}
 	d.HardwareVersion = n
 
@@ -253,7 +304,7 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 		}
 	}
 	if firmware != "efi" {
-		p.bad("VirtualHardwareSection/vmw:Config vmw:key=\"firmware\": value %q, want efi", firmware)
+		p.bad("VirtualHardwareSection/vmw:Config vmw:key=\"firmware\": value %s, want efi", quote(firmware))
 	}
 
 	ids := map[string]bool{}
@@ -264,7 +315,7 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 	for i, it := range hw.Items {
 		where := fmt.Sprintf("VirtualHardwareSection/Item[%d]", i+1)
 		if ids[it.InstanceID] || it.InstanceID == "" {
-			p.bad("%s rasd:InstanceID %q: missing or duplicate", where, it.InstanceID)
+			p.bad("%s rasd:InstanceID %s: missing or duplicate", where, quote(it.InstanceID))
 		}
 		ids[it.InstanceID] = true
 		switch strings.TrimSpace(it.ResourceType) {
@@ -274,12 +325,12 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 		case strconv.Itoa(rtMemory):
 			mem++
 			if u := strings.Join(strings.Fields(it.AllocationUnits), ""); u != "byte*2^20" {
-				p.bad("%s rasd:AllocationUnits %q: want byte * 2^20", where, it.AllocationUnits)
+				p.bad("%s rasd:AllocationUnits %s: want byte * 2^20", where, quote(it.AllocationUnits))
 			}
 			d.MemoryMiB = int(p.number(where+" rasd:VirtualQuantity", it.VirtualQuantity))
 		case strconv.Itoa(rtSCSI):
 			if it.ResourceSubType != "VirtualSCSI" {
-				p.bad("%s rasd:ResourceSubType %q: want VirtualSCSI (pvscsi)", where, it.ResourceSubType)
+				p.bad("%s rasd:ResourceSubType %s: want VirtualSCSI (pvscsi)", where, quote(it.ResourceSubType))
 			}
 			pvscsi[it.InstanceID] = true
 		case strconv.Itoa(rtDisk):
@@ -287,10 +338,10 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 		case strconv.Itoa(rtNIC):
 			nics++
 			if it.ResourceSubType != "VmxNet3" {
-				p.bad("%s rasd:ResourceSubType %q: want VmxNet3", where, it.ResourceSubType)
+				p.bad("%s rasd:ResourceSubType %s: want VmxNet3", where, quote(it.ResourceSubType))
 			}
 			if !networks[it.Connection] {
-				p.bad("%s rasd:Connection %q: no such Network in NetworkSection", where, it.Connection)
+				p.bad("%s rasd:Connection %s: no such Network in NetworkSection", where, quote(it.Connection))
 			}
 			d.Network = it.Connection
 		}
@@ -302,22 +353,22 @@ func (p *parser) hardware(d *Descriptor, hw *hardware, disks, networks map[strin
 		p.bad("VirtualHardwareSection: no pvscsi controller (rasd:ResourceType 6, VirtualSCSI)")
 	}
 	for _, it := range diskItems {
-		where := fmt.Sprintf("VirtualHardwareSection/Item (rasd:InstanceID %s)", it.InstanceID)
+		where := fmt.Sprintf("VirtualHardwareSection/Item (rasd:InstanceID %s)", label(it.InstanceID))
 		id, ok := strings.CutPrefix(it.HostResource, hostResourceDir)
 		switch {
 		case !ok || !disks[id]:
-			p.bad("%s rasd:HostResource %q: no such Disk in DiskSection", where, it.HostResource)
+			p.bad("%s rasd:HostResource %s: no such Disk in DiskSection", where, quote(it.HostResource))
 		case attached[id]:
-			p.bad("%s rasd:HostResource %q: disk attached twice", where, it.HostResource)
+			p.bad("%s rasd:HostResource %s: disk attached twice", where, quote(it.HostResource))
 		}
 		attached[id] = true
 		if !pvscsi[it.Parent] {
-			p.bad("%s rasd:Parent %q: not a pvscsi controller", where, it.Parent)
+			p.bad("%s rasd:Parent %s: not a pvscsi controller", where, quote(it.Parent))
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(disks)) {
 		if !attached[id] {
-			p.bad("DiskSection/Disk ovf:diskId %q: not attached by any hardware Item", id)
+			p.bad("DiskSection/Disk ovf:diskId %s: not attached by any hardware Item", quote(id))
 		}
 	}
 }
