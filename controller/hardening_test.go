@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"archive/tar"
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"net/http"
@@ -277,5 +279,34 @@ func TestHubForgetsEndedWatches(t *testing.T) {
 	}
 	if n := tc.c.hub.size(); n != 0 {
 		t.Fatalf("%d hub keys left after every watch ended", n)
+	}
+}
+
+// A crafted OVA of GNU long names (1 MiB each) made the controller answer
+// with an error bigger than the upload, and use 25 times its size. The
+// answer is now a page long.
+func TestCraftedOVAGetsAShortAnswer(t *testing.T) {
+	tc := startController(t, t.TempDir())
+	if err := tc.c.store.Update(func(tx *store.Tx) error {
+		return tx.Put(store.Providers, "lab", v1.Provider{Name: "lab"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i := range 8 {
+		name := strings.Repeat(string(rune('a'+i)), 1<<20)
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: 1, Format: tar.FormatGNU}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte("x"))
+	}
+	tw.Close()
+	r := doJSON(t, tc.admin, "POST", tc.url+v1.PathImages+"?provider=lab", buf.Bytes())
+	if r.status != http.StatusBadRequest || r.err.Field != "ova" {
+		t.Fatalf("crafted OVA: %d %+v", r.status, r.err)
+	}
+	if len(r.body) > 20<<10 {
+		t.Fatalf("the answer to an %d-byte upload is %d bytes", buf.Len(), len(r.body))
 	}
 }
