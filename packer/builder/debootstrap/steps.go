@@ -23,58 +23,153 @@ import (
 	"github.com/harmonykaas/harmony/packer/internal/disk"
 )
 
-// stepRootfs makes the root file system: from the cache, or by
-// debootstrap (then cached).
-type stepRootfs struct{}
+// stepRootfs makes the root file system. The root always comes out of
+// the cache tarball: when there is none, debootstrap makes a base in a
+// scratch directory, the base is saved to the cache and deleted, and the
+// root is restored from the tarball just made. A first build and a cached
+// one thus get their tree the same way, and whatever the tarball does not
+// carry, neither has (a first image with an ACL its rebuild lacked made
+// `make reproducible` fail on a cold machine).
+type stepRootfs struct {
+	// bootstrap makes a base in dir; nil is debootstrapBase. Tests
+	// substitute a small tree to run the real cache path without a mirror.
+	bootstrap func(ctx context.Context, ui packersdk.Ui, c *Config, dir string) error
+}
 
 func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multistep.StepAction {
 	c := state.Get("config").(*Config)
 	ui := state.Get("ui").(packersdk.Ui)
 	root := state.Get("root").(string)
 
-	// A build killed while provisioning leaves its mounts: never delete
-	// through them (a bind-mounted /dev).
-	if err := unmountUnder(root); err != nil {
-		return halt(state, err)
-	}
-	if err := os.RemoveAll(root); err != nil {
-		return halt(state, fmt.Errorf("harmony-debootstrap: remove the old root: %w", err))
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return halt(state, err)
-	}
 	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
 		return halt(state, fmt.Errorf("harmony-debootstrap: cache_dir: %w", err))
 	}
 	tarball := filepath.Join(c.CacheDir, "debootstrap-"+cacheKey(c)+".tar")
 	if _, err := os.Stat(tarball); err == nil {
 		ui.Say("harmony-debootstrap: root file system from the cache: " + tarball)
-		if err := run(ctx, ui, "tar", "--numeric-owner", "-xpf", tarball, "-C", root); err != nil {
-			return halt(state, err)
-		}
-		return multistep.ActionContinue
+	} else if err := s.makeBase(ctx, ui, c, scratchDir(root), tarball); err != nil {
+		return halt(state, err)
 	}
+	if err := restoreTree(ctx, ui, tarball, root); err != nil {
+		return halt(state, err)
+	}
+	return multistep.ActionContinue
+}
 
+func (s *stepRootfs) Cleanup(state multistep.StateBag) {
+	c := state.Get("config").(*Config)
+	ui := state.Get("ui").(packersdk.Ui)
+	root := state.Get("root").(string)
+	dirs := []string{scratchDir(root)}
+	if !c.KeepRootfs {
+		dirs = append(dirs, root)
+	}
+	for _, dir := range dirs {
+		if err := removeTree(dir); err != nil {
+			ui.Error(err.Error())
+		}
+	}
+}
+
+// scratchDir is where debootstrap makes a base before it is cached.
+func scratchDir(root string) string { return root + ".debootstrap" }
+
+// makeBase debootstraps a base in dir, saves it as tarball and deletes
+// dir: the build's root comes from the tarball, never from dir.
+func (s *stepRootfs) makeBase(ctx context.Context, ui packersdk.Ui, c *Config, dir, tarball string) error {
+	bootstrap := s.bootstrap
+	if bootstrap == nil {
+		bootstrap = debootstrapBase
+	}
+	if err := removeTree(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("harmony-debootstrap: %w", err)
+	}
+	err := bootstrap(ctx, ui, c, dir)
+	if err == nil {
+		err = saveTree(ctx, ui, dir, tarball)
+	}
+	if rerr := removeTree(dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// cacheTarFlags keep everything mke2fs -d copies from a tree into the
+// disk: owners by number, modes, and every extended attribute in every
+// namespace (security.capability for file capabilities, user.*, and the
+// POSIX ACLs in system.posix_acl_*, which --acls carries as well). On
+// extraction GNU tar restores only user.* unless --xattrs-include says
+// otherwise; it sets them after chown, which would clear a capability.
+var cacheTarFlags = []string{"--numeric-owner", "--xattrs", "--xattrs-include=*", "--acls"}
+
+// saveTree writes dir to tarball whole, or not at all.
+func saveTree(ctx context.Context, ui packersdk.Ui, dir, tarball string) error {
+	partial := tarball + ".partial"
+	args := append(slices.Clone(cacheTarFlags), "-cpf", partial, "-C", dir, ".")
+	if err := run(ctx, ui, "tar", args...); err != nil {
+		os.Remove(partial)
+		return fmt.Errorf("harmony-debootstrap: save the base to the cache: %w", err)
+	}
+	if err := os.Rename(partial, tarball); err != nil {
+		os.Remove(partial)
+		return fmt.Errorf("harmony-debootstrap: save the base to the cache: %w", err)
+	}
+	return nil
+}
+
+// restoreTree replaces dir with the tree in tarball.
+func restoreTree(ctx context.Context, ui packersdk.Ui, tarball, dir string) error {
+	if err := removeTree(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("harmony-debootstrap: %w", err)
+	}
+	args := append(slices.Clone(cacheTarFlags), "-xpf", tarball, "-C", dir)
+	if err := run(ctx, ui, "tar", args...); err != nil {
+		return fmt.Errorf("harmony-debootstrap: restore the root from %s: %w", tarball, err)
+	}
+	return nil
+}
+
+// removeTree deletes dir. A build killed while provisioning leaves its
+// mounts: never delete through them (a bind-mounted /dev).
+func removeTree(dir string) error {
+	if err := unmountUnder(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("harmony-debootstrap: remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// debootstrapBase makes the base in root: debootstrap, the suite's
+// updates, no documentation, no host identity, no caches.
+func debootstrapBase(ctx context.Context, ui packersdk.Ui, c *Config, root string) error {
 	ui.Say(fmt.Sprintf("harmony-debootstrap: debootstrap %s (%s) from %s", c.Suite, c.Variant, c.Mirror))
 	args := []string{"--variant=" + c.Variant, "--include=" + strings.Join(sortedPackages(c.Include), ","), c.Suite, root, c.Mirror}
 	if c.Variant == "-" {
 		args = args[1:]
 	}
 	if err := run(ctx, ui, "debootstrap", args...); err != nil {
-		return halt(state, err)
+		return err
 	}
 	// The suite, its updates and its security updates, all applied now:
 	// a golden image starts patched.
 	sources := fmt.Sprintf("deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n",
 		c.Mirror, c.Suite, c.Mirror, c.Suite, c.SecurityMirror, c.Suite)
 	if err := os.WriteFile(filepath.Join(root, "etc/apt/sources.list"), []byte(sources), 0o644); err != nil {
-		return halt(state, err)
+		return fmt.Errorf("harmony-debootstrap: %w", err)
 	}
 	ui.Say("harmony-debootstrap: applying " + c.Suite + "-updates and " + c.Suite + "-security")
 	upgrade := &chrootMounts{root: root}
 	if err := upgrade.mount(); err != nil {
 		upgrade.unmount()
-		return halt(state, err)
+		return err
 	}
 	err := run(ctx, ui, "chroot", root, "apt-get", "update", "-q")
 	if err == nil {
@@ -92,40 +187,16 @@ func (s *stepRootfs) Run(ctx context.Context, state multistep.StateBag) multiste
 		err = uerr
 	}
 	if err != nil {
-		return halt(state, err)
+		return err
 	}
 	// What every build wants from the base: no host identity, no caches.
 	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
-		return halt(state, err)
+		return fmt.Errorf("harmony-debootstrap: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("localhost\n"), 0o644); err != nil {
-		return halt(state, err)
+		return fmt.Errorf("harmony-debootstrap: %w", err)
 	}
-	if err := run(ctx, ui, "chroot", root, "apt-get", "clean"); err != nil {
-		return halt(state, err)
-	}
-	partial := tarball + ".partial"
-	if err := run(ctx, ui, "tar", "--numeric-owner", "-cpf", partial, "-C", root, "."); err != nil {
-		os.Remove(partial)
-		return halt(state, err)
-	}
-	if err := os.Rename(partial, tarball); err != nil {
-		return halt(state, err)
-	}
-	return multistep.ActionContinue
-}
-
-func (s *stepRootfs) Cleanup(state multistep.StateBag) {
-	c := state.Get("config").(*Config)
-	root := state.Get("root").(string)
-	if c.KeepRootfs {
-		return
-	}
-	if err := unmountUnder(root); err != nil {
-		state.Get("ui").(packersdk.Ui).Error(err.Error())
-		return // never delete through a mount
-	}
-	os.RemoveAll(root)
+	return run(ctx, ui, "chroot", root, "apt-get", "clean")
 }
 
 const purgeOldKernels = `keep=$(ls /boot/vmlinuz-* | sed 's#^/boot/vmlinuz-##' | sort -V | tail -n 1)
@@ -166,10 +237,15 @@ func stripDocs(root string) error {
 	return nil
 }
 
+// cacheFormat versions the tarball itself: "xattrs" ones carry extended
+// attributes and ACLs (cacheTarFlags). Tarballs from before, keyed
+// without it, lost them and must not be reused.
+const cacheFormat = "xattrs"
+
 // cacheKey names a debootstrap result by everything that shapes it.
 func cacheKey(c *Config) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "nodoc\n%s\n%s\n%s\n%s\namd64\n%s\n", c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
+	fmt.Fprintf(h, "%s\nnodoc\n%s\n%s\n%s\n%s\namd64\n%s\n", cacheFormat, c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
