@@ -67,7 +67,7 @@ func nodeAdd(g *globals, name, out string) (string, error) {
 	cmd := nodeAddCommand(g)
 	cmd.SetOut(&stdout)
 	cmd.SetErr(io.Discard)
-	cmd.SetArgs([]string{name, "--cluster", "c1", "--role", "worker", "--ip", "10.0.0.1", "-o", out})
+	cmd.SetArgs([]string{name, "--cluster", "c1", "--role", "worker", "--ip", "198.18.0.1", "-o", out})
 	err := cmd.ExecuteContext(context.Background())
 	return stdout.String(), err
 }
