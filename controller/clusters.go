@@ -108,7 +108,7 @@ func (c *Controller) handleCreateCluster(w http.ResponseWriter, r *http.Request,
 		if err := tx.Put(store.Secrets, secretKeyCluster(spec.Name), secrets); err != nil {
 			return err
 		}
-		if err := c.addMachines(tx, rec, secrets, machines, now); err != nil {
+		if err := addMachines(tx, rec, secrets, machines, now); err != nil {
 			return err
 		}
 		if op, err = newOperation(tx, "create", spec.Name, now); err != nil {
@@ -149,7 +149,7 @@ func (rec *clusterRecord) newMachine(role v1.NodeRole, now time.Time) machineRec
 
 // addMachines stores new machines with their node records and gives
 // every machine of the cluster its new role.
-func (c *Controller) addMachines(tx *store.Tx, rec *clusterRecord, sec *clusterSecrets, add []machineRecord, now time.Time) error {
+func addMachines(tx *store.Tx, rec *clusterRecord, sec *clusterSecrets, add []machineRecord, now time.Time) error {
 	for i := range add {
 		m := &add[i]
 		if err := putMachine(tx, m); err != nil {
@@ -164,12 +164,12 @@ func (c *Controller) addMachines(tx *store.Tx, rec *clusterRecord, sec *clusterS
 			return err
 		}
 	}
-	return c.putClusterRoles(tx, rec, sec)
+	return putClusterRoles(tx, rec, sec)
 }
 
 // putClusterRoles recomputes and stores the roles of the cluster's
 // remaining machines.
-func (c *Controller) putClusterRoles(tx *store.Tx, rec *clusterRecord, sec *clusterSecrets) error {
+func putClusterRoles(tx *store.Tx, rec *clusterRecord, sec *clusterSecrets) error {
 	machines, err := loadMachines(tx, rec.Spec.Name)
 	if err != nil {
 		return err
@@ -421,10 +421,10 @@ func (c *Controller) handleScaleCluster(w http.ResponseWriter, r *http.Request, 
 			if err := allocateIPs(tx, &provider, add); err != nil {
 				return "", err
 			}
-			if err := c.addMachines(tx, cur, sec, add, now); err != nil {
+			if err := addMachines(tx, cur, sec, add, now); err != nil {
 				return "", err
 			}
-		} else if err := c.putClusterRoles(tx, cur, sec); err != nil {
+		} else if err := putClusterRoles(tx, cur, sec); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("scale to %d masters and %d workers by %s: %d to add, %d to remove", masters, workers, who.name, len(add), len(remove)), nil
@@ -536,7 +536,7 @@ func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request, wh
 			return "", err
 		}
 		rec.Spec.Workers--
-		if err := c.putClusterRoles(tx, rec, sec); err != nil {
+		if err := putClusterRoles(tx, rec, sec); err != nil {
 			return "", err
 		}
 		verb := "destroy its VM"

@@ -184,19 +184,14 @@ func (c *Controller) openState() error {
 	restoreHint := fmt.Sprintf("restore the data directory from a backup (harmony-controller restore --data-dir %s -f BACKUP); the README's \"Backup and restore\" says how", c.cfg.DataDir)
 	_, caErr := ca.Load(c.cfg.DataDir)
 	caExists := !errors.Is(caErr, ca.ErrNoCA)
-	storeErr := store.CheckFile(storePath)
-	switch {
-	case storeErr != nil && !errors.Is(storeErr, os.ErrNotExist):
-		return fmt.Errorf("%w; the controller will not start on it: %s", storeErr, restoreHint)
-	case storeErr != nil && caExists:
-		return fmt.Errorf("store %s is missing, but the data directory has a CA: the controller will not start an empty store beside it: %s", storePath, restoreHint)
-	}
 	st, err := store.Open(storePath, store.Options{Create: !caExists, NodesChanged: c.hub.notify})
-	if err != nil {
-		var damaged *store.DamagedError
-		if errors.As(err, &damaged) {
-			return fmt.Errorf("%w; the controller will not start on it: %s", err, restoreHint)
-		}
+	var damaged *store.DamagedError
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("store %s is missing, but the data directory has a CA: the controller will not start an empty store beside it: %s", storePath, restoreHint)
+	case errors.As(err, &damaged):
+		return fmt.Errorf("%w; the controller will not start on it: %s", err, restoreHint)
+	case err != nil:
 		return err
 	}
 	if pin, err := st.CAPin(); err == nil && pin != "" && !caExists {

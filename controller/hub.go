@@ -56,7 +56,7 @@ func (h *hub) notify(keys ...string) {
 	}
 }
 
-// size is the number of keys with watchers (for tests and metrics).
+// size is the number of keys with watchers (for tests).
 func (h *hub) size() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

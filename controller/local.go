@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -62,9 +63,7 @@ func (c *Controller) listenLocal() (net.Listener, error) {
 type peerCheckedListener struct {
 	net.Listener
 	uid uint32
-	log interface {
-		Warn(msg string, args ...any)
-	}
+	log *slog.Logger
 }
 
 func (l *peerCheckedListener) Accept() (net.Conn, error) {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -92,86 +90,4 @@ func writeBackup(ctx context.Context, dataDir string, w io.Writer) (*backup.Mani
 		return nil, err
 	}
 	return m, nil
-}
-
-func restoreCommand() *cobra.Command {
-	var dataDir, file string
-	var force bool
-	cmd := &cobra.Command{
-		Use:   "restore --data-dir DIR -f BACKUP",
-		Short: "Restore a data directory's store and CA from a backup (controller stopped)",
-		Long: `Check a backup made by harmony-controller backup and install it into the
-data directory. The controller must be stopped. The backup is checked in
-full first (the store as a controller checks it at start, the CA, and that
-they belong together); nothing changes unless it is good.
-
-Without --force, restore only fills a data directory whose store is
-missing or damaged, and whose CA, if any, is the backup's. Files it
-replaces are kept beside, renamed NAME.replaced-TIME.
-
-Agents whose node is in the backup reconnect by themselves: an agent that
-the controller told "node gone" keeps trying its certificate, with a
-backoff of at most a few minutes.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := os.Open(file)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			m, err := backup.Restore(f, dataDir, backup.RestoreOptions{Force: force})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "restored %s from the backup of %s: %d nodes, %d clusters, %d providers, %d certificates, CA %s; start the controller\n",
-				dataDir, m.CreatedAt.Format(time.RFC3339), m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.CAPin)
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
-	cmd.Flags().StringVarP(&file, "file", "f", "", "the backup file")
-	cmd.Flags().BoolVar(&force, "force", false, "replace a healthy store or a different CA (the old files are kept beside)")
-	_ = cmd.MarkFlagRequired("file")
-	return cmd
-}
-
-func adminConfigCommand() *cobra.Command {
-	var dataDir, out, name string
-	cmd := &cobra.Command{
-		Use:   "admin-config --data-dir DIR -o FILE [--name NAME]",
-		Short: "Issue a new admin credential from the controller's machine (for an admin locked out)",
-		Long: `Ask the running controller, over its local socket (root only), for a new
-admin client configuration: a fresh key and an admin certificate, recorded
-and revocable like any other. This is the way back in when every admin
-certificate has expired or been revoked.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := atomicfile.CheckOutput(out); err != nil {
-				return err
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost,
-				"http://local"+controller.LocalPathAdminConfig+"?name="+url.QueryEscape(name), nil)
-			if err != nil {
-				return err
-			}
-			resp, err := controller.LocalClient(dataDir).Do(req)
-			if err != nil {
-				return fmt.Errorf("the controller's local socket in %s does not answer (is the controller running?): %w", dataDir, err)
-			}
-			defer resp.Body.Close()
-			data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("the controller refused: %s: %s", resp.Status, data)
-			}
-			return atomicfile.WriteOutput(out, cmd.OutOrStdout(), data, 0o600)
-		},
-	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "the client configuration file (mode 0600), or - for standard output")
-	cmd.Flags().StringVar(&name, "name", "admin", "the admin's name (the certificate's common name)")
-	_ = cmd.MarkFlagRequired("output")
-	return cmd
 }

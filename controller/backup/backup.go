@@ -19,7 +19,6 @@ import (
 
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/store"
-	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 )
 
@@ -160,10 +159,7 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	// The CA first and the store last: a restore cut short leaves a CA and
 	// no store, which a controller refuses, and running restore again
 	// finishes it.
-	if err := atomicfile.Write(filepath.Join(dir, ca.KeyFile), keyPEM, 0o600); err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(dir, ca.CertFile), certPEM, 0o644); err != nil {
+	if _, err := ca.Import(dir, certPEM, keyPEM, opts.Now); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	if err := os.Rename(tmp, storePath); err != nil {
