@@ -114,23 +114,28 @@ func Open(path string, opts Options) (*Store, error) {
 	err := guard(path, func() error {
 		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly})
 		if errors.Is(err, bolt.ErrTimeout) {
-			return fmt.Errorf("open store %s: %w (is a controller using this data directory?)", path, ErrLocked)
+			return fmt.Errorf("%w (is a controller using this data directory?)", ErrLocked)
 		}
 		if err != nil {
-			return fmt.Errorf("open store %s: %w", path, err)
-		}
-		s.db = db
-		if err := db.View(verify); err != nil {
-			return &DamagedError{Path: path, Reason: err.Error()}
-		}
-		// A store that needs nothing is not written to: a start that is
-		// then refused (a CA that does not match) leaves the file as it was.
-		var ready bool
-		if err := db.View(func(tx *bolt.Tx) error { ready = hasBuckets(tx); return nil }); err != nil {
 			return err
 		}
-		if ready || opts.ReadOnly {
-			return db.View(func(tx *bolt.Tx) error { return checkSchema(tx.Bucket(bucketMeta)) })
+		s.db = db
+		// One read checks every page, then whether the store needs its
+		// buckets made: a store that needs nothing is not written to, so a
+		// start that is then refused (a CA that does not match) leaves the
+		// file as it was.
+		var ready bool
+		err = db.View(func(tx *bolt.Tx) error {
+			if err := verify(tx); err != nil {
+				return &DamagedError{Path: path, Reason: err.Error()}
+			}
+			if ready = hasBuckets(tx); ready || opts.ReadOnly {
+				return checkSchema(tx.Bucket(bucketMeta))
+			}
+			return nil
+		})
+		if err != nil || ready || opts.ReadOnly {
+			return err
 		}
 		return db.Update(initBuckets)
 	})
@@ -139,7 +144,7 @@ func Open(path string, opts Options) (*Store, error) {
 			s.db.Close()
 		}
 		var damaged *DamagedError
-		if errors.As(err, &damaged) || errors.Is(err, ErrLocked) {
+		if errors.As(err, &damaged) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
