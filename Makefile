@@ -116,6 +116,7 @@ bench: build kubernetes
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
+	$(GO) run ./integration/bench/ovavalidate
 	$(MAKE) bench-clusters
 	$(MAKE) bench-images
 
