@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigRefusesAddressesOutsideTheTestRange(t *testing.T) {
@@ -107,8 +108,19 @@ func TestDownAfterAnInterruptedUp(t *testing.T) {
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { sleeper.Process.Kill() })
 	done := make(chan error, 1)
 	go func() { done <- sleeper.Wait() }()
+	// `ip netns exec` enters the namespace after it starts: Down finds the
+	// process only once it is in (on a loaded machine that was too late,
+	// and the sleep ran its 300 s out).
+	deadline := time.Now().Add(30 * time.Second)
+	for len(netnsPIDs(context.Background(), ns)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the process never entered the namespace")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	if err := Down(context.Background(), dir, nil); err != nil {
 		t.Fatalf("down: %v", err)
