@@ -41,30 +41,28 @@ func (c *Controller) handleWatchRole(w http.ResponseWriter, r *http.Request, who
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + time.Minute))
 	c.metrics.activeWatches.Inc()
 	defer c.metrics.activeWatches.Dec()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	deadline := time.Now().Add(wait)
 	for {
-		changed, cancel := c.hub.subscribe(who.name)
-		defer cancel()
-		role, err := c.store.Role(who.name)
-		if errors.Is(err, store.ErrNotFound) {
+		var role v1.Role
+		var err error
+		woke, e := c.waitForChange(r.Context(), who.name, deadline, func() bool {
+			role, err = c.store.Role(who.name)
+			return err != nil || role.Revision > after
+		})
+		switch {
+		case e != nil:
+			return e
+		case errors.Is(err, store.ErrNotFound):
 			return refuse(http.StatusForbidden, v1.CodeNodeGone, "node %q has been deleted", who.name)
-		}
-		if err != nil {
+		case err != nil:
 			return storeError(err, "role")
-		}
-		if role.Revision > after {
+		case role.Revision > after:
 			writeJSON(w, http.StatusOK, role)
 			return nil
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
+		case !woke:
 			w.Header().Set("Cache-Control", "no-store")
 			w.WriteHeader(http.StatusNotModified)
 			return nil
-		case <-r.Context().Done():
-			return shuttingDown()
 		}
 	}
 }

@@ -230,7 +230,7 @@ func TestClusterLifecycle(t *testing.T) {
 		if boot.NodeName != name || boot.Token == "" || boot.CAPin != e.tc.c.CA().Pin() {
 			t.Errorf("%s: bootstrap %+v", name, boot)
 		}
-		netJSON, err := base64.StdEncoding.DecodeString(extraConfig(vm, NetworkGuestinfoKey))
+		netJSON, err := base64.StdEncoding.DecodeString(extraConfig(vm, v1.NetworkGuestinfoKey))
 		if err != nil {
 			t.Fatal(err)
 		}

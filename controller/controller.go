@@ -26,6 +26,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/cluster"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/netaddr"
 )
@@ -66,13 +67,14 @@ type Config struct {
 	ImportCACert string
 	ImportCAKey  string
 	// CloneParallelism bounds the VMs the cluster workflows build or
-	// remove at once; default 8.
+	// remove at once; default cluster.DefaultCloneParallelism.
 	CloneParallelism int
 	// WriteTimeout bounds the answer to one request, counted from its
 	// start; default 2m. Long polls and uploads set their own deadlines.
 	WriteTimeout time.Duration
 	// RetryBase is the first retry delay of a failed vCenter step, doubled
-	// per attempt; MaxAttempts marks the node failed. Defaults 2s and 6.
+	// per attempt; MaxAttempts marks the node failed. Defaults
+	// cluster.DefaultRetryBase and cluster.DefaultMaxAttempts.
 	RetryBase   time.Duration
 	MaxAttempts int
 	Logger      *slog.Logger
@@ -90,7 +92,8 @@ type Controller struct {
 	hub      *hub
 	metrics  *metrics
 	sessions *sessions
-	engine   *engine
+	clusters *cluster.Service
+	imports  *importRunner
 	// patterns are the routes registered, for the API document's test.
 	patterns []string
 
@@ -137,18 +140,6 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("--data-dir is required")
 	}
-	if cfg.CloneParallelism == 0 {
-		cfg.CloneParallelism = DefaultCloneParallelism
-	}
-	if cfg.CloneParallelism < 1 || cfg.CloneParallelism > 256 {
-		return nil, fmt.Errorf("clone parallelism %d: want 1 to 256", cfg.CloneParallelism)
-	}
-	if cfg.RetryBase == 0 {
-		cfg.RetryBase = DefaultRetryBase
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
@@ -156,9 +147,17 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions()}
-	c.engine = newEngine(c)
-
+	c.imports = &importRunner{run: c.runImport}
 	if err := c.openState(); err != nil {
+		return nil, err
+	}
+	var err error
+	c.clusters, err = cluster.New(cluster.Config{
+		Store: c.store, Catalog: catalog{c}, Bootstrap: bootstrapper{c}, Notify: c.hub.notify, Now: c.now, Log: c.log,
+		CloneParallelism: cfg.CloneParallelism, RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts,
+	})
+	if err != nil {
+		c.store.Close()
 		return nil, err
 	}
 	c.metrics = newMetrics()
@@ -343,12 +342,16 @@ func (c *Controller) Serve(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer func() {
 		stopWork()
-		c.engine.wait()
+		c.clusters.Wait()
+		c.imports.wait()
 		c.sessions.closeAll()
 	}()
-	if err := c.engine.start(workCtx); err != nil {
-		return fmt.Errorf("resume workflows: %w", err)
+	pending, err := c.pendingImports()
+	if err != nil {
+		return fmt.Errorf("resume image imports: %w", err)
 	}
+	c.imports.begin(workCtx, pending)
+	c.clusters.Start(workCtx)
 	go func() { errs <- srv.ServeTLS(c.listener, "", "") }()
 	if c.metricsLn != nil {
 		msrv := &http.Server{Handler: c.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -361,7 +364,6 @@ func (c *Controller) Serve(ctx context.Context) error {
 	c.log.Info("controller serving", "listen", c.listener.Addr().String(), "advertise", c.advertiseURLs,
 		"ca_pin", c.ca.Pin(), "admin_config", filepath.Join(c.cfg.DataDir, AdminConfigFile))
 
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errs:

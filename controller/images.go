@@ -5,18 +5,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/cluster"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 	"github.com/harmonykaas/harmony/ova/archive"
@@ -145,12 +145,8 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 		}
 		spool = final
 		img.State = v1.ImageImporting
-		var err error
-		if op, err = newOperation(tx, "import", "", now); err != nil {
-			return err
-		}
-		op.Image = key
-		if err := tx.Put(store.Operations, op.ID, op); err != nil {
+		op = v1.Operation{Kind: v1.OperationImport, Image: key, CreatedAt: now}
+		if err := tx.AddOperation(&op); err != nil {
 			return err
 		}
 		return tx.Put(store.Images, key, importRecord{Image: *img, OVA: spool, OVFNetwork: desc.Network, Operation: op.ID})
@@ -168,7 +164,7 @@ func (c *Controller) handleImportImage(w http.ResponseWriter, r *http.Request, w
 	}
 	keep = true
 	c.log.Info("image import started", "image", img.Name, "provider", providerName, "sha256", sum, "by", who.name, "operation", op.ID)
-	c.engine.startImport(key)
+	c.imports.start(key)
 	writeJSON(w, http.StatusAccepted, op)
 	return nil
 }
@@ -343,7 +339,7 @@ func (c *Controller) runImport(ctx context.Context, key string) {
 			log.Error("image import: record the outcome", "err", uerr)
 		}
 		os.Remove(rec.OVA)
-		c.hub.notify("op:" + rec.Operation)
+		c.hub.notify(operationKey(rec.Operation))
 		if importErr != nil {
 			log.Error("image import failed", "err", importErr)
 		} else {
@@ -376,11 +372,46 @@ func (c *Controller) runImport(ctx context.Context, key string) {
 				op.Message = fmt.Sprintf("uploaded %d MiB to vCenter", n>>20)
 				return tx.Put(store.Operations, op.ID, op)
 			})
-			c.hub.notify("op:" + rec.Operation)
+			c.hub.notify(operationKey(rec.Operation))
 		},
 	})
 	finish(tmpl, err)
 }
+
+// importRunner runs image imports in the background for as long as the
+// controller serves; Serve resumes the unfinished ones.
+type importRunner struct {
+	run func(ctx context.Context, key string)
+	mu  sync.Mutex
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+// begin runs the keys' imports now and every later start under ctx.
+func (im *importRunner) begin(ctx context.Context, keys []string) {
+	im.mu.Lock()
+	im.ctx = ctx
+	im.mu.Unlock()
+	for _, key := range keys {
+		im.start(key)
+	}
+}
+
+func (im *importRunner) start(key string) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.ctx == nil {
+		return // begin resumes it
+	}
+	im.wg.Add(1)
+	go func() {
+		defer im.wg.Done()
+		im.run(im.ctx, key)
+	}()
+}
+
+// wait returns when every import has stopped after ctx ended.
+func (im *importRunner) wait() { im.wg.Wait() }
 
 // pendingImports lists images whose import has not finished.
 func (c *Controller) pendingImports() ([]string, error) {
@@ -404,13 +435,7 @@ func readyImage(tx *store.Tx, provider, name string) (*v1.Image, error) {
 		return nil, err
 	}
 	if img.State != v1.ImageReady {
-		return nil, fmt.Errorf("image %q is %s: %w", name, img.State, errNotReady)
+		return nil, fmt.Errorf("image %q is %s: %w", name, img.State, cluster.ErrImageNotReady)
 	}
 	return &img, nil
-}
-
-var errNotReady = errors.New("not ready")
-
-func knowsVersion(img *v1.Image, version string) bool {
-	return slices.Contains(img.KubernetesVersions, version)
 }

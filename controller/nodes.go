@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +9,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/randstr"
 )
 
 func (c *Controller) handleAddNode(w http.ResponseWriter, r *http.Request, who principal) *apiError {
@@ -31,7 +30,7 @@ func (c *Controller) handleAddNode(w http.ResponseWriter, r *http.Request, who p
 // AddNode creates a node record, its first role and a bootstrap token, and
 // returns the node's bootstrap document.
 func (c *Controller) AddNode(spec v1.NodeSpec, ttl time.Duration) (*v1.NodeWithBootstrap, *apiError) {
-	uid, err := randomHex(16)
+	uid, err := randstr.Hex(16)
 	if err != nil {
 		return nil, refuse(http.StatusInternalServerError, v1.CodeInternal, "%v", err)
 	}
@@ -83,11 +82,11 @@ func (c *Controller) handleNewToken(w http.ResponseWriter, r *http.Request, who 
 // newToken makes "<id>.<secret>" with a 64-bit public id and a 256-bit
 // secret, and the record that stores only the secret's hash.
 func newToken(n store.Node, ttl time.Duration, now time.Time) (string, store.Token, error) {
-	id, err := randomHex(8)
+	id, err := randstr.Hex(8)
 	if err != nil {
 		return "", store.Token{}, err
 	}
-	secret, err := randomHex(32)
+	secret, err := randstr.Hex(32)
 	if err != nil {
 		return "", store.Token{}, err
 	}
@@ -225,12 +224,4 @@ func tokenID(token string) string {
 		return ""
 	}
 	return id
-}
-
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("random: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/cluster"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
@@ -152,15 +153,9 @@ func checkProviderInUse(tx *store.Tx, old, p *v1.Provider) *apiError {
 	if moved == "" {
 		return nil
 	}
-	clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
+	users, err := cluster.ProviderUsers(tx, p.Name)
 	if err != nil {
 		return storeError(err, "clusters")
-	}
-	var users []string
-	for _, cl := range clusters {
-		if cl.Spec.Provider == p.Name {
-			users = append(users, cl.Spec.Name)
-		}
 	}
 	if len(users) == 0 {
 		return nil
@@ -168,6 +163,8 @@ func checkProviderInUse(tx *store.Tx, old, p *v1.Provider) *apiError {
 	return &apiError{status: http.StatusConflict, code: v1.CodeConflict, field: moved,
 		message: fmt.Sprintf("cannot change %s while clusters %s use provider %q; make a new provider", moved, strings.Join(users, ", "), p.Name)}
 }
+
+func secretKeyProvider(name string) string { return "provider/" + name }
 
 // provider returns a provider with its password, for connecting.
 func (c *Controller) provider(name string) (v1.Provider, error) {
@@ -220,14 +217,12 @@ func (c *Controller) handleDeleteProvider(w http.ResponseWriter, r *http.Request
 		if !tx.Has(store.Providers, name) {
 			return fmt.Errorf("provider %q: %w", name, store.ErrNotFound)
 		}
-		clusters, err := store.ListJSON[clusterRecord](tx, store.Clusters, "")
+		clusters, err := cluster.ProviderUsers(tx, name)
 		if err != nil {
 			return err
 		}
 		for _, cl := range clusters {
-			if cl.Spec.Provider == name {
-				users = append(users, "cluster "+cl.Spec.Name)
-			}
+			users = append(users, "cluster "+cl)
 		}
 		if len(users) > 0 {
 			return nil

@@ -354,10 +354,10 @@ type Event struct {
 
 // Operation is a long-running change that a client polls or watches.
 type Operation struct {
-	ID      string `json:"id"`
-	Kind    string `json:"kind"` // create, scale, remove-node, delete, retry, import
-	Cluster string `json:"cluster,omitempty"`
-	Image   string `json:"image,omitempty"`
+	ID      string        `json:"id"`
+	Kind    OperationKind `json:"kind"`
+	Cluster string        `json:"cluster,omitempty"`
+	Image   string        `json:"image,omitempty"`
 	// Generation is the cluster generation the operation waits for.
 	Generation int64     `json:"generation,omitempty"`
 	State      string    `json:"state"`
@@ -371,6 +371,19 @@ type Operation struct {
 	Revision int64         `json:"revision"`
 }
 
+// OperationKind says what an operation does.
+type OperationKind string
+
+// Operation kinds.
+const (
+	OperationCreate     OperationKind = "create"
+	OperationScale      OperationKind = "scale"
+	OperationRemoveNode OperationKind = "remove-node"
+	OperationDelete     OperationKind = "delete"
+	OperationRetry      OperationKind = "retry"
+	OperationImport     OperationKind = "import"
+)
+
 // Operation states.
 const (
 	OperationRunning   = "Running"
@@ -380,6 +393,10 @@ const (
 
 // Done reports whether the operation has finished.
 func (o *Operation) Done() bool { return o.State != OperationRunning }
+
+// NetworkGuestinfoKey is the guestinfo key that carries a VM's
+// NetworkConfig, base64 JSON (see DecodeNetworkGuestinfo).
+const NetworkGuestinfoKey = "guestinfo.harmony.network"
 
 // NetworkConfig is guestinfo.harmony.network: the static address a VM
 // gets from its provider's pool, written beside the bootstrap.

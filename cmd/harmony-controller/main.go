@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/controller/cluster"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 	"github.com/harmonykaas/harmony/internal/logging"
 )
@@ -77,9 +78,9 @@ Every API but enrollment requires a client certificate from the CA.`,
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "optional plain-HTTP /metrics listener; loopback only")
 	f.StringVar(&cfg.ImportCACert, "ca-cert", "", "on first start, import this CA certificate (PEM, may include its parents) instead of creating one")
 	f.StringVar(&cfg.ImportCAKey, "ca-key", "", "the private key of --ca-cert")
-	f.IntVar(&cfg.CloneParallelism, "clone-parallelism", controller.DefaultCloneParallelism, "VMs the cluster workflows build or remove at once")
-	f.DurationVar(&cfg.RetryBase, "retry-base", controller.DefaultRetryBase, "first retry delay of a failed vCenter step (doubles per attempt)")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", controller.DefaultMaxAttempts, "attempts of a vCenter step before its node is marked failed")
+	f.IntVar(&cfg.CloneParallelism, "clone-parallelism", cluster.DefaultCloneParallelism, "VMs the cluster workflows build or remove at once")
+	f.DurationVar(&cfg.RetryBase, "retry-base", cluster.DefaultRetryBase, "first retry delay of a failed vCenter step (doubles per attempt)")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", cluster.DefaultMaxAttempts, "attempts of a vCenter step before its node is marked failed")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/randstr"
 )
 
 // Bucket names a bucket of records that the controller's workflows keep:
@@ -143,4 +144,14 @@ func (t *Tx) Status(name string) (v1.Status, bool) {
 	var st v1.Status
 	err := getJSON(t.tx.Bucket(bucketStatus), name, &st)
 	return st, err == nil
+}
+
+// AddOperation gives op a new ID, marks it running and stores it.
+func (t *Tx) AddOperation(op *v1.Operation) error {
+	id, err := randstr.Hex(8)
+	if err != nil {
+		return err
+	}
+	op.ID, op.State = id, v1.OperationRunning
+	return t.Put(Operations, op.ID, op)
 }

@@ -20,6 +20,9 @@ import (
 const (
 	TagCluster = "harmony.cluster"
 	TagNode    = "harmony.node"
+	// TagImage names the image a VM was cloned from, for whoever needs
+	// the image behind a VM (an upgrade, the lab's VM bodies).
+	TagImage = "harmony.image"
 )
 
 // CloneSpec says what to clone and where.

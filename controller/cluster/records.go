@@ -1,4 +1,4 @@
-package controller
+package cluster
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"github.com/harmonykaas/harmony/controller/store"
 )
 
-// clusterRecord is a cluster as the store keeps it: the admin's spec and
-// what the workflow decided once (VRID, template).
-type clusterRecord struct {
+// record is a cluster as the store keeps it: the admin's spec and what the
+// workflow decided once (VRID, template).
+type record struct {
 	Spec       v1.ClusterSpec `json:"spec"`
 	UID        string         `json:"uid"`
 	Generation int64          `json:"generation"`
@@ -42,10 +42,11 @@ const (
 	stepLeft       = "LeftCluster"
 	stepPoweredOff = "PoweredOff"
 	stepKept       = "Kept"
+	stepGone       = "Gone"
 )
 
-// machineRecord is one VM of a cluster and how far its workflow got.
-type machineRecord struct {
+// machine is one VM of a cluster and how far its workflow got.
+type machine struct {
 	Cluster       string      `json:"cluster"`
 	Name          string      `json:"name"`
 	Role          v1.NodeRole `json:"role"`
@@ -66,23 +67,22 @@ type machineRecord struct {
 func machineKey(cluster, name string) string { return cluster + "/" + name }
 
 // provisioned reports whether the create workflow is done.
-func (m *machineRecord) provisioned() bool { return !m.Remove && m.Step == stepPoweredOn }
+func (m *machine) provisioned() bool { return !m.Remove && m.Step == stepPoweredOn }
 
 // settled reports whether the machine needs no more work: provisioned,
 // or removed with its VM kept (until the cluster is deleted).
-func (m *machineRecord) settled() bool {
+func (m *machine) settled() bool {
 	return m.provisioned() || m.Remove && m.KeepVM && m.Step == stepKept
 }
 
-// clusterSecrets are a cluster's CAs and shared secrets.
-type clusterSecrets struct {
+// secrets are a cluster's CAs and shared secrets.
+type secrets struct {
 	PKI            v1.ClusterPKI `json:"pki"`
 	BootstrapToken string        `json:"bootstrapToken"`
 	VRRPPassword   string        `json:"vrrpPassword"`
 }
 
-func secretKeyCluster(name string) string  { return "cluster/" + name }
-func secretKeyProvider(name string) string { return "provider/" + name }
+func secretKey(cluster string) string { return "cluster/" + cluster }
 
 // addressKey is an IP allocation in a provider's pool.
 func addressKey(provider, ip string) string { return provider + "/" + ip }
@@ -93,20 +93,43 @@ type addressOwner struct {
 	Node    string `json:"node,omitempty"` // empty for the VIP
 }
 
-func loadCluster(tx *store.Tx, name string) (*clusterRecord, error) {
-	var c clusterRecord
+func loadCluster(tx *store.Tx, name string) (*record, error) {
+	var c record
 	if err := tx.Get(store.Clusters, name, &c); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
-func loadMachines(tx *store.Tx, cluster string) ([]machineRecord, error) {
-	return store.ListJSON[machineRecord](tx, store.Machines, cluster+"/")
+func loadSecrets(tx *store.Tx, name string) (*secrets, error) {
+	var s secrets
+	if err := tx.Get(store.Secrets, secretKey(name), &s); err != nil {
+		return nil, fmt.Errorf("secrets of cluster %s: %w", name, err)
+	}
+	return &s, nil
 }
 
-func putMachine(tx *store.Tx, m *machineRecord) error {
+func loadMachines(tx *store.Tx, cluster string) ([]machine, error) {
+	return store.ListJSON[machine](tx, store.Machines, cluster+"/")
+}
+
+func putMachine(tx *store.Tx, m *machine) error {
 	return tx.Put(store.Machines, machineKey(m.Cluster, m.Name), m)
+}
+
+// ProviderUsers names the clusters built on a provider.
+func ProviderUsers(tx *store.Tx, provider string) ([]string, error) {
+	recs, err := store.ListJSON[record](tx, store.Clusters, "")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range recs {
+		if c.Spec.Provider == provider {
+			names = append(names, c.Spec.Name)
+		}
+	}
+	return names, nil
 }
 
 // addEvent appends a cluster event and keeps the newest maxEvents.
@@ -181,4 +204,14 @@ func setCondition(conds []v1.Condition, c v1.Condition, now time.Time) []v1.Cond
 	}
 	c.LastTransitionTime = now
 	return append(conds, c)
+}
+
+func removeCondition(conds []v1.Condition, typ string) []v1.Condition {
+	out := conds[:0]
+	for _, c := range conds {
+		if c.Type != typ {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -1,7 +1,6 @@
-package controller
+package cluster
 
 import (
-	"crypto/rand"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,15 +8,16 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/internal/randstr"
 )
 
 const clusterCALifetime = 10 * 365 * 24 * time.Hour
 
-// newClusterSecrets makes a cluster's CAs (cluster, etcd, front-proxy), its
+// newSecrets makes a cluster's CAs (cluster, etcd, front-proxy), its
 // service account key, a kubeadm bootstrap token and a VRRP password. The
 // controller keeps them; masters get them in their roles.
-func newClusterSecrets(now time.Time) (*clusterSecrets, error) {
-	var s clusterSecrets
+func newSecrets(now time.Time) (*secrets, error) {
+	var s secrets
 	for _, c := range []struct {
 		name string
 		dst  **v1.KeyPair
@@ -32,50 +32,33 @@ func newClusterSecrets(now time.Time) (*clusterSecrets, error) {
 	if s.PKI.ServiceAccountKey, err = ca.NewKey(); err != nil {
 		return nil, fmt.Errorf("service account key: %w", err)
 	}
-	id, err := randomLower(6)
+	id, err := randstr.Lower(6)
 	if err != nil {
 		return nil, err
 	}
-	secret, err := randomLower(16)
+	secret, err := randstr.Lower(16)
 	if err != nil {
 		return nil, err
 	}
 	s.BootstrapToken = id + "." + secret
-	if s.VRRPPassword, err = randomLower(8); err != nil {
+	if s.VRRPPassword, err = randstr.Lower(8); err != nil {
 		return nil, err
 	}
 	return &s, nil
 }
 
-// randomLower returns n characters of [a-z0-9], kubeadm's token alphabet.
-func randomLower(n int) (string, error) {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	out := make([]byte, 0, n)
-	buf := make([]byte, 1)
-	for len(out) < n {
-		if _, err := rand.Read(buf); err != nil {
-			return "", fmt.Errorf("random: %w", err)
-		}
-		// 252 is the largest multiple of 36 below 256: no bias.
-		if buf[0] < 252 {
-			out = append(out, alphabet[int(buf[0])%len(alphabet)])
-		}
-	}
-	return string(out), nil
-}
-
-// clusterRoles builds the role of every machine that stays in the
-// cluster: the same settings and peers for all, masters ranked by name,
-// the CAs with their keys for masters and the cluster CA's certificate
-// alone for workers.
-func clusterRoles(c *clusterRecord, sec *clusterSecrets, machines []machineRecord) ([]v1.Role, error) {
-	var live []machineRecord
+// roles builds the role of every machine that stays in the cluster: the
+// same settings and peers for all, masters ranked by name, the CAs with
+// their keys for masters and the cluster CA's certificate alone for
+// workers.
+func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
+	var live []machine
 	for _, m := range machines {
 		if !m.Remove {
 			live = append(live, m)
 		}
 	}
-	slices.SortFunc(live, func(a, b machineRecord) int {
+	slices.SortFunc(live, func(a, b machine) int {
 		if a.Role != b.Role {
 			return strings.Compare(string(a.Role), string(b.Role))
 		}

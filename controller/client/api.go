@@ -1,0 +1,199 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// One typed method per admin API call. Do stays for what has no method.
+
+// Nodes lists the node records with their enrollment and status.
+func (c *Client) Nodes(ctx context.Context) ([]v1.Node, error) {
+	var list v1.NodeList
+	return list.Items, c.Do(ctx, "GET", v1.PathNodes, nil, &list)
+}
+
+// Node returns one node.
+func (c *Client) Node(ctx context.Context, name string) (*v1.Node, error) {
+	var n v1.Node
+	return &n, c.Do(ctx, "GET", NodePath(name, ""), nil, &n)
+}
+
+// AddNode records a node and returns it with its one-time bootstrap.
+func (c *Client) AddNode(ctx context.Context, spec v1.NodeSpec) (*v1.NodeWithBootstrap, error) {
+	var res v1.NodeWithBootstrap
+	return &res, c.Do(ctx, "POST", v1.PathNodes, spec, &res)
+}
+
+// DeleteNode removes a node record; its certificate stops working.
+func (c *Client) DeleteNode(ctx context.Context, name string) error {
+	return c.Do(ctx, "DELETE", NodePath(name, ""), nil, nil)
+}
+
+// NewToken issues a node a new bootstrap, revoking its unused tokens.
+func (c *Client) NewToken(ctx context.Context, name string, req v1.TokenRequest) (*v1.NodeWithBootstrap, error) {
+	var res v1.NodeWithBootstrap
+	return &res, c.Do(ctx, "POST", NodePath(name, "/token"), req, &res)
+}
+
+// Role returns a node's role.
+func (c *Client) Role(ctx context.Context, name string) (*v1.Role, error) {
+	var r v1.Role
+	return &r, c.Do(ctx, "GET", NodePath(name, "/role"), nil, &r)
+}
+
+// SetRole replaces a node's role and returns it with its new revision.
+func (c *Client) SetRole(ctx context.Context, role v1.Role) (*v1.Role, error) {
+	var r v1.Role
+	return &r, c.Do(ctx, "PUT", NodePath(role.NodeName, "/role"), role, &r)
+}
+
+// Providers lists the vSphere providers, passwords redacted.
+func (c *Client) Providers(ctx context.Context) ([]v1.Provider, error) {
+	var list v1.ProviderList
+	return list.Items, c.Do(ctx, "GET", v1.PathProviders, nil, &list)
+}
+
+// Provider returns one provider, its password redacted.
+func (c *Client) Provider(ctx context.Context, name string) (*v1.Provider, error) {
+	var p v1.Provider
+	return &p, c.Do(ctx, "GET", v1.PathProviders+"/"+url.PathEscape(name), nil, &p)
+}
+
+// ApplyProvider creates or updates a provider after the controller has
+// logged in to its vCenter.
+func (c *Client) ApplyProvider(ctx context.Context, p *v1.Provider) (*v1.Provider, error) {
+	var applied v1.Provider
+	return &applied, c.Do(ctx, "PUT", v1.PathProviders+"/"+url.PathEscape(p.Name), p, &applied)
+}
+
+// DeleteProvider removes a provider no cluster uses.
+func (c *Client) DeleteProvider(ctx context.Context, name string) error {
+	return c.Do(ctx, "DELETE", v1.PathProviders+"/"+url.PathEscape(name), nil, nil)
+}
+
+// Images lists a provider's images.
+func (c *Client) Images(ctx context.Context, provider string) ([]v1.Image, error) {
+	var list v1.ImageList
+	return list.Items, c.Do(ctx, "GET", v1.PathImages+"?provider="+url.QueryEscape(provider), nil, &list)
+}
+
+// ImportImage uploads an OVA of size bytes into a provider. It returns the
+// import operation, or the image when this very file is imported already.
+func (c *Client) ImportImage(ctx context.Context, provider string, ova io.Reader, size int64) (*v1.Operation, *v1.Image, error) {
+	var raw json.RawMessage
+	status, err := c.Upload(ctx, v1.PathImages+"?provider="+url.QueryEscape(provider), ova, size, &raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if status == http.StatusOK {
+		var img v1.Image
+		if err := json.Unmarshal(raw, &img); err != nil {
+			return nil, nil, fmt.Errorf("decode image: %w", err)
+		}
+		return nil, &img, nil
+	}
+	var op v1.Operation
+	if err := json.Unmarshal(raw, &op); err != nil {
+		return nil, nil, fmt.Errorf("decode operation: %w", err)
+	}
+	return &op, nil, nil
+}
+
+func clusterPath(name, suffix string) string {
+	return v1.PathClusters + "/" + url.PathEscape(name) + suffix
+}
+
+// Clusters lists the clusters (from the controller's store).
+func (c *Client) Clusters(ctx context.Context) ([]v1.Cluster, error) {
+	var list v1.ClusterList
+	return list.Items, c.Do(ctx, "GET", v1.PathClusters, nil, &list)
+}
+
+// Cluster returns a cluster with its nodes, as vCenter and the agents
+// report them, and its newest events.
+func (c *Client) Cluster(ctx context.Context, name string) (*v1.Cluster, error) {
+	var cl v1.Cluster
+	return &cl, c.Do(ctx, "GET", clusterPath(name, ""), nil, &cl)
+}
+
+// CreateCluster starts creating a cluster.
+func (c *Client) CreateCluster(ctx context.Context, spec *v1.ClusterSpec) (*v1.Operation, error) {
+	var op v1.Operation
+	return &op, c.Do(ctx, "POST", v1.PathClusters, spec, &op)
+}
+
+// ScaleCluster starts changing a cluster's counts of masters or workers.
+func (c *Client) ScaleCluster(ctx context.Context, name string, req v1.ScaleRequest) (*v1.Operation, error) {
+	var op v1.Operation
+	return &op, c.Do(ctx, "POST", clusterPath(name, "/scale"), req, &op)
+}
+
+// RemoveClusterNode starts removing one worker; keepVM keeps its VM
+// powered off.
+func (c *Client) RemoveClusterNode(ctx context.Context, name, node string, keepVM bool) (*v1.Operation, error) {
+	var op v1.Operation
+	path := clusterPath(name, "/nodes/"+url.PathEscape(node))
+	if keepVM {
+		path += "?keepVM=true"
+	}
+	return &op, c.Do(ctx, "DELETE", path, nil, &op)
+}
+
+// DeleteCluster starts deleting a cluster; purge deletes its data disks
+// too.
+func (c *Client) DeleteCluster(ctx context.Context, name string, purge bool) (*v1.Operation, error) {
+	var op v1.Operation
+	path := clusterPath(name, "")
+	if purge {
+		path += "?purge=true"
+	}
+	return &op, c.Do(ctx, "DELETE", path, nil, &op)
+}
+
+// RetryCluster restarts the workflow of a cluster's failed nodes.
+func (c *Client) RetryCluster(ctx context.Context, name string) (*v1.Operation, error) {
+	var op v1.Operation
+	return &op, c.Do(ctx, "POST", clusterPath(name, "/retry"), nil, &op)
+}
+
+// Operation returns an operation with its progress.
+func (c *Client) Operation(ctx context.Context, id string) (*v1.Operation, error) {
+	var op v1.Operation
+	return &op, c.Do(ctx, "GET", v1.PathOperations+"/"+url.PathEscape(id), nil, &op)
+}
+
+// WatchOperation waits up to timeout (at most the controller's bound) for
+// an event after revision, or the operation's end, and returns the
+// operation then.
+func (c *Client) WatchOperation(ctx context.Context, id string, revision int64, timeout time.Duration) (*v1.Operation, error) {
+	var op v1.Operation
+	path := fmt.Sprintf("%s/%s?watch=true&timeout=%s&revision=%d", v1.PathOperations, url.PathEscape(id), timeout, revision)
+	return &op, c.Do(ctx, "GET", path, nil, &op)
+}
+
+// WaitOperation follows an operation until it ends or ctx does, calling
+// progress (if set) with each new state.
+func (c *Client) WaitOperation(ctx context.Context, id string, progress func(*v1.Operation)) (*v1.Operation, error) {
+	var revision int64
+	for {
+		op, err := c.WatchOperation(ctx, id, revision, 30*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			progress(op)
+		}
+		if op.Done() {
+			return op, nil
+		}
+		revision = op.Revision
+	}
+}

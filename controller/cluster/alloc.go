@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/randstr"
+)
+
+// newMachine names the next machine of a role.
+func (rec *record) newMachine(role v1.NodeRole, now time.Time) machine {
+	var name string
+	if role == v1.RoleMaster {
+		rec.MasterSeq++
+		name = fmt.Sprintf("%s-m%d", rec.Spec.Name, rec.MasterSeq)
+	} else {
+		rec.WorkerSeq++
+		name = fmt.Sprintf("%s-w%d", rec.Spec.Name, rec.WorkerSeq)
+	}
+	return machine{Cluster: rec.Spec.Name, Name: name, Role: role, CreatedAt: now}
+}
+
+// addMachines stores new machines with their node records and gives
+// every machine of the cluster its new role.
+func addMachines(tx *store.Tx, rec *record, sec *secrets, add []machine, now time.Time) error {
+	for i := range add {
+		m := &add[i]
+		if err := putMachine(tx, m); err != nil {
+			return err
+		}
+		uid, err := randstr.Hex(16)
+		if err != nil {
+			return err
+		}
+		if err := tx.CreateNode(store.Node{Name: m.Name, UID: uid, Cluster: rec.Spec.Name, Role: m.Role,
+			IPs: []string{m.IP}, DNSNames: []string{m.Name}, CreatedAt: now}); err != nil {
+			return err
+		}
+	}
+	return putRoles(tx, rec, sec)
+}
+
+// putRoles recomputes and stores the roles of the cluster's remaining
+// machines.
+func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
+	machines, err := loadMachines(tx, rec.Spec.Name)
+	if err != nil {
+		return err
+	}
+	rs, err := roles(rec, sec, machines)
+	if err != nil {
+		return err
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	// The store wakes the nodes' watches once this transaction commits.
+	_, err = tx.PutRoles(rs)
+	return err
+}
+
+// markRemoved starts a machine's removal from a clean slate.
+func markRemoved(tx *store.Tx, cluster, node string, keepVM bool) error {
+	var m machine
+	if err := tx.Get(store.Machines, machineKey(cluster, node), &m); err != nil {
+		return err
+	}
+	m.Remove, m.KeepVM = true, keepVM
+	m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	return putMachine(tx, &m)
+}
+
+// cmpCreated orders machines by creation, then by name with its index
+// ("-w10" after "-w9").
+func cmpCreated(a, b machine) int {
+	return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(len(a.Name), len(b.Name)), strings.Compare(a.Name, b.Name))
+}
+
+func checkVIP(p *v1.Provider, vip string) error {
+	if p.IPPool == nil {
+		return refuse(Invalid, "provider", "provider %q has no ipPool; clusters need static addresses for the VIP and the masters", p.Name)
+	}
+	addrs, err := p.IPPool.Addresses()
+	if err != nil {
+		return refuse(Invalid, "provider", "provider %q: %v", p.Name, err)
+	}
+	a, _ := netip.ParseAddr(vip)
+	if !slices.Contains(addrs, a) {
+		return refuse(Invalid, "vip", "%s is not inside the ipPool of provider %q (%v)", vip, p.Name, p.IPPool.Ranges)
+	}
+	return nil
+}
+
+func allocateVIP(tx *store.Tx, p *v1.Provider, cluster, vip string) error {
+	var owner addressOwner
+	if err := tx.Get(store.Addresses, addressKey(p.Name, vip), &owner); err == nil {
+		holder := "the VIP of cluster " + owner.Cluster
+		if owner.Node != "" {
+			holder = "node " + owner.Node + " of cluster " + owner.Cluster
+		}
+		return refuse(Conflict, "vip", "%s is already held by %s; pick a free address of the pool", vip, holder)
+	}
+	return tx.Put(store.Addresses, addressKey(p.Name, vip), addressOwner{Cluster: cluster})
+}
+
+// allocateIPs gives each machine the lowest free address of the pool.
+func allocateIPs(tx *store.Tx, p *v1.Provider, machines []machine) error {
+	addrs, err := p.IPPool.Addresses()
+	if err != nil {
+		return err
+	}
+	next := 0
+	for i := range machines {
+		for ; next < len(addrs) && tx.Has(store.Addresses, addressKey(p.Name, addrs[next].String())); next++ {
+		}
+		if next == len(addrs) {
+			return refuse(PrecheckFailed, "ipPool", "provider %q's ipPool has too few free addresses: %d more nodes need one", p.Name, len(machines)-i)
+		}
+		machines[i].IP = addrs[next].String()
+		if err := tx.Put(store.Addresses, addressKey(p.Name, machines[i].IP), addressOwner{Cluster: machines[i].Cluster, Node: machines[i].Name}); err != nil {
+			return err
+		}
+		next++
+	}
+	return nil
+}
+
+// freeVRID picks the lowest VRRP router ID no other cluster of the
+// provider (its network) uses.
+func freeVRID(tx *store.Tx, provider string) (int, error) {
+	clusters, err := store.ListJSON[record](tx, store.Clusters, "")
+	if err != nil {
+		return 0, err
+	}
+	used := map[int]bool{}
+	for _, cl := range clusters {
+		if cl.Spec.Provider == provider {
+			used[cl.VRID] = true
+		}
+	}
+	for id := 1; id <= 255; id++ {
+		if !used[id] {
+			return id, nil
+		}
+	}
+	return 0, refuse(PrecheckFailed, "provider", "provider %q already has 255 clusters, every VRRP router ID is taken", provider)
+}

@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), store.FileName), store.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func testRecord() *record {
+	masters := 3
+	return &record{Spec: v1.ClusterSpec{Name: "c1", Provider: "p", KubernetesVersion: "v1.34.2", VIP: "198.18.10.10",
+		PodCIDR: "198.19.0.0/17", ServiceCIDR: "198.19.128.0/20", DNSDomain: "cluster.local", Masters: &masters, Workers: 2,
+		Contiv: &v1.ContivSettings{Mode: "vxlan", VNI: 4096}}, VRID: 7}
+}
+
+func TestRolesComeFromTheClusterRecord(t *testing.T) {
+	sec, err := newSecrets(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := testRecord()
+	var ms []machine
+	for i, role := range []v1.NodeRole{v1.RoleWorker, v1.RoleMaster, v1.RoleMaster, v1.RoleMaster, v1.RoleWorker} {
+		m := rec.newMachine(role, time.Now())
+		m.IP = "198.18.10." + string(rune('1'+i)) + "1"
+		ms = append(ms, m)
+	}
+	ms[4].Remove = true // a worker on its way out has no role
+	rs, err := roles(rec, sec, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 {
+		t.Fatalf("%d roles, want 4 (the removed worker has none)", len(rs))
+	}
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.NodeName)
+		if r.Versions.Kubernetes != "v1.34.2" || r.Cluster.KubernetesVersion != "v1.34.2" {
+			t.Errorf("%s: versions %+v / %q, want v1.34.2", r.NodeName, r.Versions, r.Cluster.KubernetesVersion)
+		}
+		if !slices.Equal(r.Addresses.DNSNames, []string{r.NodeName}) {
+			t.Errorf("%s: DNS names %v, want its own name", r.NodeName, r.Addresses.DNSNames)
+		}
+		if r.Cluster.VRID != 7 || r.Cluster.VIP != "198.18.10.10" || r.Cluster.LoadBalancer.VRRPPassword != sec.VRRPPassword {
+			t.Errorf("%s: cluster settings %+v", r.NodeName, r.Cluster)
+		}
+		if r.Kubeadm == nil || r.Kubeadm.BootstrapToken != sec.BootstrapToken {
+			t.Errorf("%s: kubeadm settings %+v", r.NodeName, r.Kubeadm)
+		}
+		if len(r.Peers) != 4 {
+			t.Errorf("%s: %d peers, want 4", r.NodeName, len(r.Peers))
+		}
+		switch r.Role {
+		case v1.RoleMaster:
+			if r.PKI.ClusterCA.Key == "" || r.PKI.EtcdCA == nil || r.PKI.ServiceAccountKey == "" || r.Etcd == nil {
+				t.Errorf("%s: a master needs every CA with its key and etcd settings", r.NodeName)
+			}
+		case v1.RoleWorker:
+			if r.PKI.ClusterCA.Key != "" || r.PKI.EtcdCA != nil || r.PKI.ServiceAccountKey != "" || r.Etcd != nil {
+				t.Errorf("%s: a worker got a CA key or etcd settings", r.NodeName)
+			}
+			if r.PKI.ClusterCA.Certificate != sec.PKI.ClusterCA.Certificate {
+				t.Errorf("%s: a worker needs the cluster CA's certificate", r.NodeName)
+			}
+		}
+	}
+	if want := []string{"c1-m1", "c1-m2", "c1-m3", "c1-w1"}; !slices.Equal(names, want) {
+		t.Errorf("roles for %v, want %v (masters first, by name)", names, want)
+	}
+	for _, p := range rs[0].Peers {
+		if p.Role == v1.RoleMaster && p.Name != []string{"c1-m1", "c1-m2", "c1-m3"}[p.Rank] {
+			t.Errorf("peer %s has rank %d", p.Name, p.Rank)
+		}
+	}
+}
+
+func TestSecretsAreFreshPerCluster(t *testing.T) {
+	a, err := newSecrets(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newSecrets(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.BootstrapToken == b.BootstrapToken || a.VRRPPassword == b.VRRPPassword || a.PKI.ClusterCA.Key == b.PKI.ClusterCA.Key {
+		t.Fatal("two clusters share a secret")
+	}
+	if len(a.BootstrapToken) != 23 || a.BootstrapToken[6] != '.' {
+		t.Fatalf("bootstrap token %q is not kubeadm's [a-z0-9]{6}.[a-z0-9]{16}", a.BootstrapToken)
+	}
+}
+
+func TestAllocation(t *testing.T) {
+	st := openStore(t)
+	p := &v1.Provider{Name: "p", IPPool: &v1.IPPool{Network: "198.18.10.0/24", Ranges: []string{"198.18.10.10-198.18.10.13"}, Gateway: "198.18.10.1"}}
+	err := st.Update(func(tx *store.Tx) error {
+		if err := allocateVIP(tx, p, "c1", "198.18.10.10"); err != nil {
+			return err
+		}
+		ms := []machine{{Cluster: "c1", Name: "a"}, {Cluster: "c1", Name: "b"}}
+		if err := allocateIPs(tx, p, ms); err != nil {
+			return err
+		}
+		if ms[0].IP != "198.18.10.11" || ms[1].IP != "198.18.10.12" {
+			t.Errorf("addresses %s, %s: want the lowest free ones after the VIP", ms[0].IP, ms[1].IP)
+		}
+		err := allocateVIP(tx, p, "c2", "198.18.10.11")
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Kind != Conflict || ce.Field != "vip" {
+			t.Errorf("VIP on a node's address: %v, want a conflict on field vip", err)
+		}
+		err = allocateIPs(tx, p, []machine{{Cluster: "c2", Name: "x"}, {Cluster: "c2", Name: "y"}})
+		if !errors.As(err, &ce) || ce.Kind != PrecheckFailed || ce.Field != "ipPool" {
+			t.Errorf("pool too small: %v, want a precheck refusal on ipPool", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkVIP(p, "198.18.11.10"); err == nil {
+		t.Error("a VIP outside the pool was accepted")
+	}
+}
+
+func TestFreeVRIDSkipsTheProvidersClusters(t *testing.T) {
+	st := openStore(t)
+	err := st.Update(func(tx *store.Tx) error {
+		for i, c := range []struct {
+			provider string
+			vrid     int
+		}{{"p", 1}, {"p", 2}, {"other", 3}} {
+			rec := testRecord()
+			rec.Spec.Name, rec.Spec.Provider, rec.VRID = string(rune('a'+i)), c.provider, c.vrid
+			if err := tx.Put(store.Clusters, rec.Spec.Name, rec); err != nil {
+				return err
+			}
+		}
+		id, err := freeVRID(tx, "p")
+		if id != 3 || err != nil {
+			t.Errorf("freeVRID = %d, %v; want 3 (1 and 2 are p's, 3 only another provider's)", id, err)
+		}
+		users, err := ProviderUsers(tx, "p")
+		if !slices.Equal(users, []string{"a", "b"}) || err != nil {
+			t.Errorf("ProviderUsers = %v, %v", users, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,462 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/vim25/types"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+const (
+	maxRetryDelay = 2 * time.Minute
+	// resyncInterval re-checks settled clusters against vCenter.
+	resyncInterval = 5 * time.Minute
+)
+
+// engine drives every cluster toward its spec: one goroutine per cluster
+// with work, each machine's steps recorded in the store as they finish,
+// so that a restart resumes where the last run stopped. Steps are
+// idempotent: each looks at vCenter before acting.
+type engine struct {
+	cfg *Config
+	// clones bounds the vCenter work in flight across all clusters.
+	clones chan struct{}
+
+	mu      sync.Mutex
+	ctx     context.Context
+	workers map[string]chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newEngine(cfg *Config) *engine {
+	return &engine{cfg: cfg, clones: make(chan struct{}, cfg.CloneParallelism), workers: map[string]chan struct{}{}}
+}
+
+// start resumes every cluster and re-checks them periodically.
+func (e *engine) start(ctx context.Context) {
+	e.mu.Lock()
+	e.ctx = ctx
+	e.mu.Unlock()
+	e.kickAll()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(resyncInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				e.kickAll()
+			}
+		}
+	}()
+}
+
+// wait returns when every worker has stopped after ctx ended.
+func (e *engine) wait() { e.wg.Wait() }
+
+func (e *engine) kickAll() {
+	var names []string
+	_ = e.cfg.Store.View(func(tx *store.Tx) error {
+		recs, err := store.ListJSON[record](tx, store.Clusters, "")
+		for _, r := range recs {
+			names = append(names, r.Spec.Name)
+		}
+		return err
+	})
+	for _, n := range names {
+		e.kick(n)
+	}
+}
+
+// kick makes the cluster's worker run a pass now, starting it if needed.
+func (e *engine) kick(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil || e.ctx.Err() != nil {
+		return
+	}
+	if ch, ok := e.workers[name]; ok {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		return
+	}
+	ch := make(chan struct{}, 1)
+	e.workers[name] = ch
+	e.wg.Add(1)
+	go e.run(name, ch)
+}
+
+func (e *engine) run(name string, kicked chan struct{}) {
+	defer e.wg.Done()
+	for {
+		wait, done, err := e.reconcile(e.ctx, name)
+		if err != nil && e.ctx.Err() == nil {
+			e.cfg.Log.Warn("cluster pass failed", "cluster", name, "err", err, "retry_in", wait)
+		}
+		if done {
+			e.mu.Lock()
+			select {
+			case <-kicked:
+				e.mu.Unlock()
+				continue
+			default:
+				delete(e.workers, name)
+				e.mu.Unlock()
+				return
+			}
+		}
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-kicked:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pass is what one reconcile works with.
+type pass struct {
+	rec    *record
+	sec    *secrets
+	vc     *vsphere.Session
+	folder *object.Folder
+}
+
+// reconcile runs one pass over a cluster: every machine that has work
+// takes its next steps, then cluster-wide state (anti-affinity, orphans,
+// operations, deletion) follows. It returns when to run again, or done
+// when nothing is left until the next change.
+func (e *engine) reconcile(ctx context.Context, name string) (time.Duration, bool, error) {
+	var p pass
+	var machines []machine
+	err := e.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if p.rec, err = loadCluster(tx, name); err != nil {
+			return err
+		}
+		if p.sec, err = loadSecrets(tx, name); err != nil {
+			return err
+		}
+		machines, err = loadMachines(tx, name)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, true, nil
+	}
+	if err != nil {
+		return time.Minute, false, err
+	}
+	provider, err := e.cfg.Catalog.Provider(p.rec.Spec.Provider)
+	if err != nil {
+		return time.Minute, false, err
+	}
+	vctx, cancel := context.WithTimeout(ctx, precheckTimeout)
+	p.vc, err = e.cfg.Catalog.Session(vctx, provider)
+	if err == nil {
+		p.folder, err = p.vc.ClusterFolder(vctx, name)
+	}
+	cancel()
+	if err != nil {
+		e.condition(name, v1.Condition{Type: "VCenterReachable", Status: "False", Reason: "ConnectFailed", Message: err.Error()})
+		return 30 * time.Second, false, err
+	}
+	e.condition(name, v1.Condition{Type: "VCenterReachable", Status: "True", Reason: "Connected"})
+
+	now := time.Now()
+	var todo []machine
+	var wake time.Time
+	for _, m := range machines {
+		switch {
+		case m.settled() || m.Failed:
+		case m.NextTry.After(now):
+			if wake.IsZero() || m.NextTry.Before(wake) {
+				wake = m.NextTry
+			}
+		default:
+			todo = append(todo, m)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, m := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.advance(ctx, &p, m)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return 0, true, ctx.Err()
+	}
+	return e.finishPass(ctx, &p, wake)
+}
+
+// finishPass does the cluster-wide work after the machines' steps.
+func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.Duration, bool, error) {
+	name := p.rec.Spec.Name
+	var machines []machine
+	var rec *record
+	err := e.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if rec, err = loadCluster(tx, name); err != nil {
+			return err
+		}
+		machines, err = loadMachines(tx, name)
+		return err
+	})
+	if err != nil {
+		return time.Minute, false, err
+	}
+	if reset, err := e.sweepVMs(ctx, p, machines); err != nil {
+		return 10 * time.Second, false, err
+	} else if reset {
+		return 0, false, nil
+	}
+	var masters []types.ManagedObjectReference
+	settled, failed := true, []string{}
+	for _, m := range machines {
+		if m.Role == v1.RoleMaster && !m.Remove && m.VM != "" && m.Step != stepPending {
+			masters = append(masters, types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM})
+		}
+		if m.Failed {
+			failed = append(failed, m.Name+": "+m.LastError)
+		} else if !m.settled() {
+			settled = false
+		}
+	}
+	// Removed masters leave the rule; a deleted cluster's rule goes.
+	if _, err := p.vc.EnsureAntiAffinity(ctx, "harmony-"+name+"-masters", masters); err != nil {
+		return 10 * time.Second, false, err
+	}
+	switch {
+	case len(failed) > 0 && settled || len(failed) > 0 && wake.IsZero() && !anyRunnable(machines):
+		msg := fmt.Sprintf("%d node(s) failed: %s", len(failed), failed[0])
+		e.condition(name, v1.Condition{Type: v1.ConditionFailed, Status: "True", Reason: "StepFailed", Message: msg})
+		e.finishOperations(name, rec.Generation, v1.OperationFailed, msg)
+		return 0, true, nil
+	case rec.Deleting && len(machines) == 0:
+		return 0, true, e.finishDelete(ctx, p)
+	case settled && len(failed) == 0:
+		e.condition(name, v1.Condition{Type: v1.ConditionProvisioned, Status: "True", Reason: "AllNodesProvisioned",
+			Message: fmt.Sprintf("every VM of generation %d is cloned, configured and powered on", rec.Generation)})
+		if rec.ObservedGeneration != rec.Generation {
+			_ = e.cfg.Store.Update(func(tx *store.Tx) error {
+				cur, err := loadCluster(tx, name)
+				if err != nil || cur.Generation != rec.Generation {
+					return err
+				}
+				cur.ObservedGeneration = cur.Generation
+				return tx.Put(store.Clusters, name, cur)
+			})
+		}
+		e.finishOperations(name, rec.Generation, v1.OperationSucceeded, "")
+		return 0, true, nil
+	}
+	if wake.IsZero() {
+		return 0, false, nil
+	}
+	return time.Until(wake), false, nil
+}
+
+func anyRunnable(machines []machine) bool {
+	for _, m := range machines {
+		if !m.settled() && !m.Failed {
+			return true
+		}
+	}
+	return false
+}
+
+// sweepVMs compares the cluster folder with the machines: a VM tagged
+// with this cluster that belongs to no machine (a clone whose record was
+// lost) is destroyed; a machine whose VM has vanished (destroyed behind
+// the controller's back) starts again from the clone, and its data disk,
+// which outlived the VM, is attached to the new one. It reports whether
+// it sent a machine back.
+func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (bool, error) {
+	vms, err := p.vc.VMs(ctx, p.folder)
+	if err != nil {
+		return false, err
+	}
+	known := map[string]bool{}
+	for _, m := range machines {
+		known[m.Name] = true
+	}
+	present := map[string]bool{}
+	for _, vm := range vms {
+		present[vm.Ref.Value] = true
+		if vm.Tags[vsphere.TagCluster] != p.rec.UID || known[vm.Name] {
+			continue
+		}
+		if err := p.vc.Destroy(ctx, vm.Ref); err != nil {
+			return false, fmt.Errorf("orphan %s: %w", vm.Name, err)
+		}
+		e.event(p.rec.Spec.Name, v1.Event{Type: "Warning", Node: vm.Name, Reason: "OrphanRemoved",
+			Message: fmt.Sprintf("VM %s (%s) belonged to no node of the cluster; destroyed", vm.Name, vm.Ref.Value)})
+	}
+	reset := false
+	for _, m := range machines {
+		if m.Remove || m.VM == "" || m.Step == stepPending || present[m.VM] {
+			continue
+		}
+		gone := m.VM
+		m.VM, m.Step = "", stepPending
+		err := e.recordStep(p, &m, stepResult{typ: "Warning",
+			msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, gone)})
+		if err != nil {
+			return reset, err
+		}
+		reset = true
+	}
+	return reset, nil
+}
+
+// finishDelete removes what is left of a deleted cluster: with purge its
+// data disk folders, then its VM folder and records.
+func (e *engine) finishDelete(ctx context.Context, p *pass) error {
+	name := p.rec.Spec.Name
+	if p.rec.Purge {
+		for _, ds := range p.vc.Provider.DataDatastores() {
+			if err := p.vc.DeleteDatastoreDir(ctx, ds, dataDiskRoot+"/"+name); err != nil {
+				return err
+			}
+		}
+	}
+	if err := p.vc.DeleteFolderIfEmpty(ctx, p.folder); err != nil {
+		return err
+	}
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		for _, b := range []store.Bucket{store.Events, store.Machines} {
+			if err := tx.DeletePrefix(b, name+"/"); err != nil {
+				return err
+			}
+		}
+		var doomed []string
+		err := tx.List(store.Addresses, p.rec.Spec.Provider+"/", func(k string, data []byte) error {
+			var a addressOwner
+			if err := json.Unmarshal(data, &a); err != nil {
+				return fmt.Errorf("decode address %s: %w", k, err)
+			}
+			if a.Cluster == name {
+				doomed = append(doomed, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range doomed {
+			if err := tx.Delete(store.Addresses, k); err != nil {
+				return err
+			}
+		}
+		if err := tx.Delete(store.Secrets, secretKey(name)); err != nil {
+			return err
+		}
+		return tx.Delete(store.Clusters, name)
+	})
+	if err != nil {
+		return err
+	}
+	e.finishOperations(name, 0, v1.OperationSucceeded, "cluster deleted")
+	e.cfg.Log.Info("cluster deleted", "cluster", name, "purge", p.rec.Purge)
+	return nil
+}
+
+// finishOperations ends the cluster's running operations up to gen (all,
+// when gen is 0).
+func (e *engine) finishOperations(cluster string, gen int64, state, msg string) {
+	now := e.cfg.Now().UTC()
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if op.Cluster != cluster || op.State != v1.OperationRunning || gen != 0 && op.Generation > gen {
+				continue
+			}
+			op.State, op.Message, op.FinishedAt = state, msg, now
+			if err := tx.Put(store.Operations, op.ID, op); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.cfg.Log.Error("finish operations", "cluster", cluster, "err", err)
+	}
+	e.cfg.Notify(NotifyKey(cluster))
+}
+
+// condition sets a cluster condition, with an event when it changes.
+func (e *engine) condition(name string, c v1.Condition) {
+	now := e.cfg.Now().UTC()
+	changed := false
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, err := loadCluster(tx, name)
+		if err != nil {
+			return err
+		}
+		before := len(rec.Conditions)
+		var old v1.Condition
+		for _, have := range rec.Conditions {
+			if have.Type == c.Type {
+				old = have
+			}
+		}
+		if old.Status == c.Status && old.Message == c.Message {
+			return nil
+		}
+		// A first "all is well" needs no event.
+		changed = before > 0 && old.Type != "" || c.Status == "True" && c.Type == v1.ConditionFailed || c.Status == "False"
+		rec.Conditions = setCondition(rec.Conditions, c, now)
+		if c.Type == v1.ConditionProvisioned {
+			rec.Conditions = removeCondition(rec.Conditions, v1.ConditionFailed)
+		}
+		if err := tx.Put(store.Clusters, name, rec); err != nil {
+			return err
+		}
+		if !changed {
+			return nil
+		}
+		typ := "Normal"
+		if c.Status == "False" || c.Type == v1.ConditionFailed {
+			typ = "Warning"
+		}
+		_, err = addEvent(tx, name, v1.Event{Time: now, Type: typ, Reason: c.Type + c.Status, Message: c.Message})
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		e.cfg.Log.Error("set condition", "cluster", name, "err", err)
+	}
+	if changed {
+		e.cfg.Notify(NotifyKey(name))
+	}
+}
+
+func (e *engine) event(cluster string, ev v1.Event) {
+	ev.Time = e.cfg.Now().UTC()
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		_, err := addEvent(tx, cluster, ev)
+		return err
+	})
+	if err != nil {
+		e.cfg.Log.Error("record event", "cluster", cluster, "err", err)
+	}
+	e.cfg.Notify(NotifyKey(cluster))
+}

@@ -1,0 +1,355 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/vmware/govmomi/vim25/types"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+const (
+	// bootstrapTTL: a cloned VM must enroll within this long.
+	bootstrapTTL = 24 * time.Hour
+	// dataDiskRoot is the datastore folder of the masters' data disks,
+	// apart from the VMs' folders so that no VM's removal takes them.
+	dataDiskRoot = "harmony-data"
+)
+
+// advance takes one machine through its steps until it is done, fails,
+// or has to wait for a retry. The clone bound is held for the whole
+// machine, so that at most CloneParallelism VMs are in flight.
+func (e *engine) advance(ctx context.Context, p *pass, m machine) {
+	select {
+	case e.clones <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-e.clones }()
+	for !m.settled() && ctx.Err() == nil {
+		var r stepResult
+		var err error
+		if m.Remove {
+			r, err = e.teardownStep(ctx, p, &m)
+		} else {
+			r, err = e.createStep(ctx, p, &m)
+		}
+		if ctx.Err() != nil {
+			return // shutting down: the step is redone on the next start
+		}
+		if err != nil {
+			if !m.Remove && m.Step != stepPending && vsphere.IsNotFound(err) {
+				// The VM vanished under us: start it again from the clone.
+				r = done("", fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name))
+				m.VM, m.Step = "", stepPending
+			} else {
+				e.recordFailure(p, &m, err)
+				return
+			}
+		}
+		if r.next == "" && r.msg == "" {
+			return
+		}
+		if err := e.recordStep(p, &m, r); err != nil {
+			e.cfg.Log.Error("record step", "cluster", m.Cluster, "node", m.Name, "err", err)
+			return
+		}
+		if r.next == stepGone {
+			return
+		}
+	}
+}
+
+// createStep does the machine's next create step and names the step it
+// reached.
+func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
+	rec, vc := p.rec, p.vc
+	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
+	size := *rec.Spec.WorkerSize
+	if m.Role == v1.RoleMaster {
+		size = *rec.Spec.MasterSize
+	}
+	switch m.Step {
+	case stepPending:
+		got, err := vc.Clone(ctx, vsphere.CloneSpec{
+			Template: rec.Template, Snapshot: rec.Snapshot, Name: m.Name, Folder: p.folder, Datastore: m.OSDatastore,
+			Tags: map[string]string{vsphere.TagCluster: rec.UID, vsphere.TagNode: m.Name, vsphere.TagImage: rec.Spec.Image},
+		})
+		if err != nil {
+			return stepResult{}, err
+		}
+		m.VM = got.Value
+		kind := "full clone"
+		if rec.Snapshot != "" {
+			kind = "linked clone"
+		}
+		return done(stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, rec.Template, m.OSDatastore)), nil
+	case stepCloned:
+		err := vc.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB})
+		return done(stepConfigured, fmt.Sprintf("%s: %d vCPUs, %d MiB, NIC on %s", m.Name, size.CPUs, size.MemoryMiB, vc.Provider.Network)), err
+	case stepConfigured:
+		if m.Role != v1.RoleMaster {
+			return done(stepDataDisk, ""), nil
+		}
+		d := dataDisk(rec, m)
+		err := vc.EnsureDataDisk(ctx, ref, d)
+		return done(stepDataDisk, fmt.Sprintf("%s: data disk %s (%d GiB) attached", m.Name, d.Path(), d.SizeGiB)), err
+	case stepDataDisk:
+		extra, err := e.guestinfo(p, m)
+		if err != nil {
+			return stepResult{}, err
+		}
+		err = vc.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB, ExtraConfig: extra})
+		return done(stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP)), err
+	case stepBootstrapped:
+		err := vc.PowerOn(ctx, ref)
+		return done(stepPoweredOn, fmt.Sprintf("%s: powered on", m.Name)), err
+	}
+	return stepResult{}, nil
+}
+
+// guestinfo issues the node a new one-time bootstrap (revoking any unused
+// token, so that a redone step leaves one valid token) and encodes it
+// with the node's network document.
+func (e *engine) guestinfo(p *pass, m *machine) (map[string]string, error) {
+	var pool v1.IPPool
+	err := e.cfg.Store.View(func(tx *store.Tx) error {
+		var provider v1.Provider
+		if err := tx.Get(store.Providers, p.rec.Spec.Provider, &provider); err != nil {
+			return err
+		}
+		if provider.IPPool == nil {
+			return fmt.Errorf("provider %s lost its ipPool", provider.Name)
+		}
+		pool = *provider.IPPool
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	boot, err := e.cfg.Bootstrap.Bootstrap(m.Name, bootstrapTTL)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap for %s: %w", m.Name, err)
+	}
+	bootEnc, err := boot.EncodeGuestinfo()
+	if err != nil {
+		return nil, err
+	}
+	prefix := netip.MustParsePrefix(pool.Network)
+	netcfg := v1.NetworkConfig{APIVersion: v1.APIVersion, Kind: "NetworkConfig",
+		Address: m.IP + "/" + strconv.Itoa(prefix.Bits()), Gateway: pool.Gateway, DNS: pool.DNS, Hostname: m.Name}
+	if err := netcfg.Validate(); err != nil {
+		return nil, fmt.Errorf("network config of %s: %w", m.Name, err)
+	}
+	netEnc, err := netcfg.EncodeGuestinfo()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{v1.GuestinfoKey: bootEnc, v1.NetworkGuestinfoKey: netEnc}, nil
+}
+
+// teardownStep does the next step of a machine's removal.
+func (e *engine) teardownStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
+	vc := p.vc
+	if m.VM == "" {
+		vm, err := vc.FindVM(ctx, p.folder, m.Name)
+		if err != nil {
+			return stepResult{}, err
+		}
+		if vm != nil {
+			m.VM = vm.Reference().Value
+		}
+	}
+	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
+	switch {
+	case m.Step != stepLeft && m.Step != stepPoweredOff && m.Step != stepKept:
+		return e.leave(m), nil
+	case m.VM == "":
+		return done(stepGone, fmt.Sprintf("%s: removed (it had no VM)", m.Name)), nil
+	case m.Step == stepLeft:
+		err := vc.PowerOff(ctx, ref)
+		if vsphere.IsNotFound(err) {
+			m.VM, err = "", nil
+		}
+		return done(stepPoweredOff, fmt.Sprintf("%s: powered off", m.Name)), err
+	case m.KeepVM:
+		return done(stepKept, fmt.Sprintf("%s: VM %s kept, powered off, for troubleshooting", m.Name, m.VM)), nil
+	default:
+		if err := vc.Destroy(ctx, ref); err != nil {
+			return stepResult{}, err
+		}
+		msg := fmt.Sprintf("%s: VM destroyed", m.Name)
+		if m.Role == v1.RoleMaster {
+			d := dataDisk(p.rec, m)
+			if p.rec.Purge {
+				if err := vc.DeleteDataDisk(ctx, d); err != nil {
+					return stepResult{}, err
+				}
+				msg += "; data disk " + d.Path() + " deleted (purge)"
+			} else {
+				msg += "; data disk " + d.Path() + " kept"
+			}
+		}
+		return done(stepGone, msg), nil
+	}
+}
+
+// leave is where the node would be cordoned, drained through the agent on
+// a master, reset and, for a master, removed from etcd. The agent has no
+// drain or reset command yet, so an enrolled node is powered off without
+// them, and the event says so.
+func (e *engine) leave(m *machine) stepResult {
+	node, err := e.cfg.Store.Node(m.Name)
+	if err != nil || node.EnrolledAt.IsZero() {
+		return done(stepLeft, fmt.Sprintf("%s: never enrolled; nothing to drain", m.Name))
+	}
+	return stepResult{next: stepLeft, typ: "Warning",
+		msg: fmt.Sprintf("%s: WARNING: the agent cannot drain or reset yet; it leaves without draining", m.Name)}
+}
+
+// stepResult is a step done: the step reached (empty: the step stays as
+// set) and the event that tells of it (none without a message).
+type stepResult struct{ next, typ, msg string }
+
+func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
+
+func dataDisk(rec *record, m *machine) vsphere.DataDisk {
+	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: dataDiskRoot + "/" + rec.Spec.Name, Name: m.Name, SizeGiB: rec.Spec.MasterDataDiskGiB}
+}
+
+// recordStep stores a finished step and its event in one transaction; the
+// last step of a removal deletes the machine, its node record and its
+// address.
+func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
+	now := e.cfg.Now().UTC()
+	if r.next != "" {
+		m.Step = r.next
+	}
+	m.Attempts, m.NextTry, m.LastError = 0, time.Time{}, ""
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := mergeProgress(tx, m); err != nil {
+			return err
+		}
+		switch r.next {
+		case stepGone:
+			if err := tx.Delete(store.Machines, machineKey(m.Cluster, m.Name)); err != nil {
+				return err
+			}
+			if err := tx.Delete(store.Addresses, addressKey(p.rec.Spec.Provider, m.IP)); err != nil {
+				return err
+			}
+			if err := tx.DeleteNode(m.Name); err != nil {
+				return err
+			}
+		case stepKept:
+			if err := tx.DeleteNode(m.Name); err != nil {
+				return err
+			}
+			fallthrough
+		default:
+			if err := putMachine(tx, m); err != nil {
+				return err
+			}
+		}
+		if r.msg == "" {
+			return nil
+		}
+		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: r.typ, Node: m.Name, Reason: reasonOfStep(r.next), Message: r.msg})
+		return err
+	})
+	if err == nil {
+		e.cfg.Notify(NotifyKey(m.Cluster))
+	}
+	return err
+}
+
+// mergeProgress takes what an admin changed on the stored machine while
+// the workflow worked on it (removal, keep-VM) into m, so that writing m
+// back keeps both.
+func mergeProgress(tx *store.Tx, m *machine) error {
+	var cur machine
+	if err := tx.Get(store.Machines, machineKey(m.Cluster, m.Name), &cur); err != nil {
+		return fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	if cur.Remove && !m.Remove {
+		// Removal was asked for meanwhile: it starts from a clean slate.
+		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	}
+	m.Remove, m.KeepVM = cur.Remove, cur.KeepVM
+	return nil
+}
+
+func reasonOfStep(step string) string {
+	switch step {
+	case stepDataDisk:
+		return "DataDisk"
+	case stepBootstrapped:
+		return "Bootstrap"
+	case stepLeft:
+		return "Leave"
+	case stepGone:
+		return "Removed"
+	case stepPending:
+		return "Recreate"
+	}
+	return step
+}
+
+// recordFailure counts a failed attempt and schedules the retry with
+// exponential backoff and jitter; a permanent fault or too many attempts
+// mark the machine failed, which stops its workflow until an admin
+// retries.
+func (e *engine) recordFailure(p *pass, m *machine, stepErr error) {
+	now := e.cfg.Now().UTC()
+	m.Attempts++
+	m.LastError = stepErr.Error()
+	delay := min(e.cfg.RetryBase<<(m.Attempts-1), maxRetryDelay)
+	delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
+	m.NextTry = time.Now().Add(delay)
+	permanent := vsphere.Permanent(stepErr)
+	if permanent || m.Attempts >= e.cfg.MaxAttempts {
+		m.Failed = true
+	}
+	ev := v1.Event{Time: now, Type: "Warning", Node: m.Name, Reason: "StepFailed",
+		Message: fmt.Sprintf("%s: attempt %d after %q failed: %v; retry in %s", m.Name, m.Attempts, stepOrStart(m.Step), stepErr, delay.Round(time.Millisecond))}
+	if m.Failed {
+		why := fmt.Sprintf("gave up after %d attempts", m.Attempts)
+		if permanent {
+			why = "the fault is permanent"
+		}
+		ev.Reason = "Failed"
+		ev.Message = fmt.Sprintf("%s: %v; %s: fix the cause, then `harmonyctl cluster retry %s`", m.Name, stepErr, why, m.Cluster)
+	}
+	e.cfg.Log.Warn("cluster step failed", "cluster", m.Cluster, "node", m.Name, "step_done", m.Step, "attempt", m.Attempts, "failed", m.Failed, "err", stepErr)
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := mergeProgress(tx, m); errors.Is(err, store.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := putMachine(tx, m); err != nil {
+			return err
+		}
+		_, err := addEvent(tx, m.Cluster, ev)
+		return err
+	})
+	if err != nil {
+		e.cfg.Log.Error("record failure", "cluster", m.Cluster, "node", m.Name, "err", err)
+	}
+	e.cfg.Notify(NotifyKey(m.Cluster))
+}
+
+func stepOrStart(step string) string {
+	if step == "" {
+		return "start"
+	}
+	return step
+}

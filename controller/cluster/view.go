@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+const (
+	// statusVCenterTimeout bounds the vCenter read of Get.
+	statusVCenterTimeout = 10 * time.Second
+	eventsInView         = 30
+)
+
+// List returns every cluster from the store, without asking vCenter.
+func (s *Service) List() ([]v1.Cluster, error) {
+	out := []v1.Cluster{}
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		recs, err := store.ListJSON[record](tx, store.Clusters, "")
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			machines, err := loadMachines(tx, recs[i].Spec.Name)
+			if err != nil {
+				return err
+			}
+			out = append(out, clusterView(tx, &recs[i], machines, nil, 0))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Get merges the store's workflow state, the agents' reports and what
+// vCenter says now (power, guest IPs). vCenter being unreachable is a
+// condition of the answer, not an error.
+func (s *Service) Get(ctx context.Context, name string) (v1.Cluster, error) {
+	var rec *record
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		rec, err = s.load(tx, name)
+		return err
+	})
+	if err != nil {
+		return v1.Cluster{}, err
+	}
+	vms, vcErr := s.clusterVMs(ctx, rec)
+	var view v1.Cluster
+	err = s.cfg.Store.View(func(tx *store.Tx) error {
+		if rec, err = s.load(tx, name); err != nil {
+			return err
+		}
+		machines, err := loadMachines(tx, name)
+		if err != nil {
+			return err
+		}
+		view = clusterView(tx, rec, machines, vms, eventsInView)
+		return nil
+	})
+	if err != nil {
+		return v1.Cluster{}, err
+	}
+	if vcErr != nil {
+		view.Status.Conditions = append(view.Status.Conditions, v1.Condition{Type: "VCenterReachable", Status: "False",
+			Reason: "ReadFailed", Message: vcErr.Error(), LastTransitionTime: s.cfg.Now().UTC()})
+	}
+	return view, nil
+}
+
+// Operation returns an operation; one on a cluster comes with the
+// cluster's node progress and the events after since (and newer than the
+// operation), and Revision set to the newest event's sequence.
+func (s *Service) Operation(id string, since int64) (*v1.Operation, error) {
+	var op v1.Operation
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		if err := tx.Get(store.Operations, id, &op); err != nil {
+			return err
+		}
+		if op.Cluster == "" {
+			return nil
+		}
+		op.Revision = since
+		evs, err := events(tx, op.Cluster, max(since, 0), eventsInView)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			if e.Time.Before(op.CreatedAt) {
+				continue
+			}
+			op.Events = append(op.Events, e)
+		}
+		if len(evs) > 0 {
+			op.Revision = evs[len(evs)-1].Seq
+		}
+		rec, err := loadCluster(tx, op.Cluster)
+		if err != nil {
+			return nil // deleted: the events are gone with it
+		}
+		machines, err := loadMachines(tx, op.Cluster)
+		if err != nil {
+			return err
+		}
+		op.Nodes = nodeViews(tx, rec, machines, nil)
+		return nil
+	})
+	return &op, err
+}
+
+// clusterVMs reads the cluster folder's VMs from vCenter.
+func (s *Service) clusterVMs(ctx context.Context, rec *record) (map[string]vsphere.VMInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusVCenterTimeout)
+	defer cancel()
+	provider, err := s.cfg.Catalog.Provider(rec.Spec.Provider)
+	if err != nil {
+		return nil, err
+	}
+	vc, err := s.cfg.Catalog.Session(ctx, provider)
+	if err != nil {
+		return nil, err
+	}
+	folder, err := vc.ClusterFolder(ctx, rec.Spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	list, err := vc.VMs(ctx, folder)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]vsphere.VMInfo, len(list))
+	for _, vm := range list {
+		out[vm.Name] = vm
+	}
+	return out, nil
+}
+
+func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, nEvents int) v1.Cluster {
+	spec := rec.Spec
+	view := v1.Cluster{Spec: spec, Status: v1.ClusterStatus{
+		Generation: rec.Generation, ObservedGeneration: rec.ObservedGeneration,
+		Conditions: rec.Conditions, CreatedAt: rec.CreatedAt,
+		Nodes: nodeViews(tx, rec, machines, vms),
+	}}
+	failed, pending, ready, live := false, false, 0, 0
+	for _, n := range view.Status.Nodes {
+		switch n.Phase {
+		case "Failed":
+			failed = true
+		case "Ready":
+			ready++
+		}
+		if n.Phase != "Kept" && n.Phase != "Removing" {
+			live++
+		}
+	}
+	for _, m := range machines {
+		if !m.settled() {
+			pending = true
+		}
+	}
+	switch {
+	case rec.Deleting:
+		view.Status.Phase = v1.PhaseDeleting
+	case failed:
+		view.Status.Phase = v1.PhaseFailed
+	case pending || rec.ObservedGeneration < rec.Generation:
+		view.Status.Phase = v1.PhaseProvisioning
+	default:
+		view.Status.Phase = v1.PhaseRunning
+	}
+	status := "False"
+	if ready == live && live > 0 {
+		status = "True"
+	}
+	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), v1.Condition{
+		Type: v1.ConditionNodesReady, Status: status, Reason: "AgentReports",
+		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)})
+	if nEvents > 0 {
+		view.Status.Events, _ = events(tx, spec.Name, 0, nEvents)
+	}
+	return view
+}
+
+func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo) []v1.ClusterNode {
+	out := make([]v1.ClusterNode, 0, len(machines))
+	for _, m := range machines {
+		n := v1.ClusterNode{Name: m.Name, Role: m.Role, IP: m.IP, Step: m.Step, VM: m.VM,
+			Attempts: m.Attempts, LastError: m.LastError}
+		if m.Role == v1.RoleMaster {
+			n.DataDisk = dataDisk(rec, &m).Path()
+		}
+		if vm, ok := vms[m.Name]; ok {
+			n.Power, n.GuestIP = vm.Power, vm.GuestIP
+		}
+		st, reported := tx.Status(m.Name)
+		if reported {
+			n.AgentPhase = st.Phase
+		}
+		node, nodeErr := tx.Node(m.Name)
+		switch {
+		case m.Remove && m.Step == stepKept:
+			n.Phase = "Kept"
+		case m.Remove:
+			n.Phase = "Removing"
+		case m.Failed:
+			n.Phase = "Failed"
+		case m.Step != stepPoweredOn:
+			n.Phase = "Provisioning"
+		case reported && st.Phase == v1.PhaseReady:
+			n.Phase = "Ready"
+		case nodeErr == nil && !node.EnrolledAt.IsZero():
+			n.Phase = "Enrolled"
+		default:
+			n.Phase = "Booting"
+		}
+		out = append(out, n)
+	}
+	return out
+}
