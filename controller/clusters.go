@@ -76,6 +76,19 @@ func (c *Controller) handleGetCluster(w http.ResponseWriter, r *http.Request, _ 
 	return nil
 }
 
+func (c *Controller) handleClusterKubeconfig(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	lifetime, err := v1.DecodeKubeconfigRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	kc, err := c.clusters.Kubeconfig(r.PathValue("name"), who.name, lifetime)
+	if err != nil {
+		return clusterError(err)
+	}
+	writeJSON(w, http.StatusOK, kc)
+	return nil
+}
+
 // answerOperation answers a started operation with 202, or its refusal.
 func answerOperation(w http.ResponseWriter, op v1.Operation, err error) *apiError {
 	if err != nil {

@@ -253,6 +253,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/scale", v1.MaxAdminBytes, c.handleScaleCluster, admin...)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/retry", 0, c.handleRetryCluster, admin...)
 	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/nodes/{node}", 0, c.handleRemoveNode, admin...)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/kubeconfig", v1.MaxAdminBytes, c.handleClusterKubeconfig, admin...)
 	c.route(mux, "GET "+v1.PathOperations+"/{id}", 0, c.handleGetOperation, admin...)
 	c.route(mux, "GET "+v1.PathOpenAPI, 0, c.handleOpenAPI, admin...)
 	c.route(mux, "GET "+v1.PathMetrics, 0, func(w http.ResponseWriter, r *http.Request, _ principal) *apiError {

@@ -149,6 +149,8 @@ var adminAPIDocs = []apiDoc{
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off", access: docAdmin,
 		query:   []queryParam{{name: "keepVM", typ: "boolean", description: "power the VM off and keep it instead of deleting it"}},
 		answers: []answer{docAsync}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/kubeconfig", summary: "Issue a cluster-admin kubeconfig (system:masters, through the VIP) with a new key; an empty body takes the default lifetime", access: docAdmin,
+		body: v1.KubeconfigRequest{}, optional: true, answers: []answer{{200, v1.Kubeconfig{}, "the kubeconfig and when its certificate expires"}}},
 	{pattern: "GET " + v1.PathOperations + "/{id}", summary: "An operation with its progress; ?watch=true&revision=N&timeout=30s long-polls for newer events", access: docAdmin,
 		query: []queryParam{
 			{name: "watch", typ: "boolean", description: "wait until there is an event newer than revision, or the operation ends, or timeout passes"},

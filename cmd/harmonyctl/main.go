@@ -55,7 +55,7 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 	image.AddCommand(imageImportCommand(g), imageListCommand(g))
 	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
-		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g))
+		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g))
 	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
 	operation.AddCommand(operationGetCommand(g))
 	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation)

@@ -164,6 +164,17 @@ func (c *Client) RetryCluster(ctx context.Context, name string) (*v1.Operation, 
 	return &op, c.Do(ctx, "POST", clusterPath(name, "/retry"), nil, &op)
 }
 
+// Kubeconfig issues a cluster-admin kubeconfig; a zero lifetime takes
+// the controller's default.
+func (c *Client) Kubeconfig(ctx context.Context, cluster string, lifetime time.Duration) (*v1.Kubeconfig, error) {
+	var req v1.KubeconfigRequest
+	if lifetime > 0 {
+		req.Lifetime = lifetime.String()
+	}
+	var kc v1.Kubeconfig
+	return &kc, c.Do(ctx, "POST", clusterPath(cluster, "/kubeconfig"), req, &kc)
+}
+
 // Operation returns an operation with its progress.
 func (c *Client) Operation(ctx context.Context, id string) (*v1.Operation, error) {
 	var op v1.Operation

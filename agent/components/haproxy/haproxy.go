@@ -75,7 +75,7 @@ func New(cfg Config) *Component {
 		cfg.Binary = "/usr/sbin/haproxy"
 	}
 	if cfg.FrontendPort == 0 {
-		cfg.FrontendPort = 8443
+		cfg.FrontendPort = v1.APIServerPort
 	}
 	if cfg.APIServerPort == 0 {
 		cfg.APIServerPort = 6443

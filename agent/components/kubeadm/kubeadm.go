@@ -83,7 +83,7 @@ const (
 // Ports: the apiserver on every master, HAProxy on the VIP.
 const (
 	apiServerPort = 6443
-	frontendPort  = 8443
+	frontendPort  = v1.APIServerPort
 )
 
 // Config is how the agent, or the lab, sets the component up. Zero fields

@@ -157,7 +157,7 @@ func New(cfg Config) *Plugin {
 	defInt(&cfg.EtcdProxyPort, 6666)
 	defInt(&cfg.NetmasterPort, 9999)
 	defInt(&cfg.APIServerPort, 6443)
-	defInt(&cfg.VIPPort, 8443)
+	defInt(&cfg.VIPPort, v1.APIServerPort)
 	return &Plugin{cfg: cfg}
 }
 

@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+func TestClusterKubeconfig(t *testing.T) {
+	e := newClusterEnv(t)
+	e.do("POST", v1.PathClusters, e.spec("kc", 1, 0))
+	path := e.tc.url + v1.PathClusters + "/kc/kubeconfig"
+
+	r := doJSON(t, e.tc.admin, "POST", path, v1.KubeconfigRequest{Lifetime: "1h"})
+	if r.status != http.StatusOK {
+		t.Fatalf("kubeconfig: %d %s", r.status, r.body)
+	}
+	var kc v1.Kubeconfig
+	r.decode(t, &kc)
+	if kc.Server != "https://198.18.10.79:8443" {
+		t.Errorf("server %q, want the VIP on 8443", kc.Server)
+	}
+	var doc struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+				CA     []byte `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+		Users []struct {
+			User struct {
+				Cert []byte `json:"client-certificate-data"`
+				Key  []byte `json:"client-key-data"`
+			} `json:"user"`
+		} `json:"users"`
+		CurrentContext string `json:"current-context"`
+	}
+	if err := yaml.Unmarshal([]byte(kc.Kubeconfig), &doc); err != nil {
+		t.Fatalf("kubeconfig is not YAML: %v\n%s", err, kc.Kubeconfig)
+	}
+	if len(doc.Clusters) != 1 || len(doc.Users) != 1 || doc.CurrentContext != "kc" || doc.Clusters[0].Cluster.Server != kc.Server {
+		t.Fatalf("kubeconfig shape: %+v", doc)
+	}
+	// The certificate is the cluster CA's, the one the masters' roles carry.
+	role := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/kc-m1/role", nil)
+	var master v1.Role
+	role.decode(t, &master)
+	if string(doc.Clusters[0].Cluster.CA) != master.PKI.ClusterCA.Certificate {
+		t.Error("the kubeconfig's CA is not the cluster CA of the masters' roles")
+	}
+	block, _ := pem.Decode(doc.Users[0].User.Cert)
+	if block == nil {
+		t.Fatal("no client certificate PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(doc.Clusters[0].Cluster.CA)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("client certificate does not verify against the cluster CA: %v", err)
+	}
+	if !slices.Equal(cert.Subject.Organization, []string{"system:masters"}) || cert.Subject.CommonName != "harmony:admin" {
+		t.Errorf("subject %v, want harmony:admin in system:masters", cert.Subject)
+	}
+	if life := time.Until(cert.NotAfter); life > time.Hour+time.Minute || life < 50*time.Minute {
+		t.Errorf("certificate valid for %s, asked for 1h", life)
+	}
+	if kc.ExpiresAt.Unix() != cert.NotAfter.Unix() {
+		t.Errorf("expiresAt %s, certificate %s", kc.ExpiresAt, cert.NotAfter)
+	}
+	if key, _ := pem.Decode(doc.Users[0].User.Key); key == nil {
+		t.Error("no client key PEM")
+	}
+
+	// Each issue is on the record.
+	view := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathClusters+"/kc", nil)
+	var cl v1.Cluster
+	view.decode(t, &cl)
+	if !slices.ContainsFunc(cl.Status.Events, func(ev v1.Event) bool { return ev.Reason == "KubeconfigIssued" }) {
+		t.Error("no KubeconfigIssued event")
+	}
+
+	// The default lifetime with an empty body; refusals name the field.
+	if r := doJSON(t, e.tc.admin, "POST", path, nil); r.status != http.StatusOK {
+		t.Errorf("empty body: %d %s", r.status, r.body)
+	}
+	for _, lifetime := range []string{"1s", "169h", "forever"} {
+		r := doJSON(t, e.tc.admin, "POST", path, v1.KubeconfigRequest{Lifetime: lifetime})
+		if r.status != http.StatusBadRequest || r.err.Field != "lifetime" {
+			t.Errorf("lifetime %q: %d %s, want 400 on field lifetime", lifetime, r.status, r.body)
+		}
+	}
+	if r := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/nope/kubeconfig", nil); r.status != http.StatusNotFound {
+		t.Errorf("missing cluster: %d %s", r.status, r.body)
+	}
+}
