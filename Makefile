@@ -21,6 +21,7 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeStatus \
 	./api/v1:FuzzDecodeClusterSpec \
 	./api/v1:FuzzDecodeProvider \
+	./api/v1:FuzzDecodeNetworkGuestinfo \
 	./agent/bootstrap:FuzzParseOVFEnvProperty \
 	./agent/components/etcd:FuzzDecodeMembers \
 	./ova/vmdk:FuzzReadVMDK \

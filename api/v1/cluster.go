@@ -436,7 +436,9 @@ func (n *NetworkConfig) Validate() error {
 		return fieldErr("gateway", "%q is not an address in %s", n.Gateway, p.Masked())
 	}
 	for i, d := range n.DNS {
-		if _, err := netip.ParseAddr(d); err != nil {
+		// A zone is free text (newlines too) that would reach networkd's
+		// file: refused, like anything but a plain address.
+		if a, err := netip.ParseAddr(d); err != nil || a.Zone() != "" {
 			return fieldErr(fmt.Sprintf("dns[%d]", i), "%q is not an IP address", d)
 		}
 	}

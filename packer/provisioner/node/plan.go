@@ -61,19 +61,18 @@ func newPlan(c *Config) (*plan, error) {
 	}
 
 	p.add(c.AgentBinary, "bin/harmony-agent", "/usr/local/bin/harmony-agent", "0755")
-	units := []string{"harmony-agent.service"}
-	// The network comes up by DHCP (images/rootfs/etc/systemd/network).
+	// The network comes up with the static address from guestinfo
+	// (harmony-network.service), else by DHCP
+	// (images/rootfs/etc/systemd/network).
 	p.Enable = append(p.Enable, "systemd-networkd.service")
 	// The agent runs etcd, keepalived and HAProxy as harmony-* units.
 	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service"}
 	if c.Role == RoleControlPlane {
 		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
-		units = append(units, "harmony-controller.service")
 	} else {
-		units = append(units, "kubelet.service", "harmony-images-import.service")
 		p.Enable = append(p.Enable, "containerd.service")
 	}
-	for _, u := range units {
+	for _, u := range unitsFor(c.Role) {
 		p.add(filepath.Join(c.UnitsDir, u), "units/"+u, path.Join(unitDir, u), "0644")
 		p.Enable = append(p.Enable, u)
 	}
@@ -103,6 +102,18 @@ func newPlan(c *Config) (*plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// unitsFor lists the unit files from the repository's systemd/ directory
+// that an image of role installs and enables.
+func unitsFor(role string) []string {
+	// harmony-network.service applies guestinfo.harmony.network before
+	// systemd-networkd starts, on both images.
+	units := []string{"harmony-agent.service", "harmony-network.service"}
+	if role == RoleControlPlane {
+		return append(units, "harmony-controller.service")
+	}
+	return append(units, "kubelet.service", "harmony-images-import.service")
 }
 
 // add stages a local file and installs it at dest.
