@@ -32,9 +32,13 @@ FUZZ_TARGETS := \
 
 all: build
 
+# bin/vmware-rpctool is the lab's stand-in for open-vm-tools' tool: VM
+# bodies read their guestinfo through it (integration/lab/body). Static,
+# because it runs inside the node image.
 build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/vmware-rpctool ./integration/lab/cmd/vmware-rpctool
 
 vet:
 	$(GO) vet ./...

@@ -13,11 +13,13 @@ export PATH="/usr/local/go/bin:$PATH"
 # gcc and libc6-dev (the static pause binary), containerd and runc (ctr
 # imports the container images in a test and runs one), qemu-system-x86 and ovmf (the boot
 # test), acl, attr and libcap2-bin (setfacl, setfattr, setcap: the test that
-# the debootstrap cache keeps ACLs, xattrs and file capabilities).
+# the debootstrap cache keeps ACLs, xattrs and file capabilities),
+# systemd-container (systemd-nspawn boots the lab's VM bodies from the node
+# image).
 need_apt=()
 for pkg in make git ca-certificates curl openssl iproute2 util-linux qemu-utils keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter \
   debootstrap fdisk dosfstools mtools e2fsprogs gcc libc6-dev binutils containerd runc qemu-system-x86 ovmf \
-  acl attr libcap2-bin; do
+  acl attr libcap2-bin systemd-container; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
