@@ -33,6 +33,9 @@ type nodeStack struct {
 
 	mu       sync.Mutex
 	statuses []reconcile.Status
+	// leaving: the statuses are of the leave sequence (the role says
+	// Leave).
+	leaving bool
 	// passStarted is when the running pass began; zero between passes.
 	passStarted time.Time
 }
@@ -97,8 +100,9 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		a.log.Warn("no primary interface yet; components that need one fail until it appears", "err", err)
 	}
 	components := a.cfg.Components
+	var leavers []reconcile.Leaver // nil: the runner's default order
 	if components == nil {
-		if components, err = a.defaultComponents(root); err != nil {
+		if components, leavers, err = a.defaultComponents(root); err != nil {
 			return nil, err
 		}
 	}
@@ -111,6 +115,7 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	runner, err := reconcile.NewRunner(reconcile.RunnerConfig{
 		Host:       &reconcile.Host{Root: root, Services: services, Facts: initial, Log: a.log},
 		Components: components,
+		Leavers:    leavers,
 		Interval:   a.cfg.ReconcileInterval,
 		Facts:      facts,
 		Registerer: a.metrics.Registry,
@@ -119,9 +124,10 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 			ns.passStarted = time.Now()
 			ns.mu.Unlock()
 		},
-		OnStatus: func(_ *v1.Role, statuses []reconcile.Status) {
+		OnStatus: func(role *v1.Role, statuses []reconcile.Status) {
 			ns.mu.Lock()
 			ns.statuses = statuses
+			ns.leaving = role.Leave != nil
 			ns.passStarted = time.Time{}
 			ns.mu.Unlock()
 			a.reportStatusSoon()
@@ -138,10 +144,32 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 // defaultComponents is the node stack, in the order a pass runs it: the
 // network first (sysctls HAProxy needs), then the VIP, etcd before
 // kubeadm (the apiserver's external etcd), and the pod network last.
-func (a *Agent) defaultComponents(root string) ([]reconcile.Component, error) {
+//
+// The second list is the leave sequence, run instead when the role says
+// Leave. Its order keeps the cluster's API up through the VIP on the
+// remaining masters, whose roles already dropped this node (their HAProxy
+// no longer routes to it, their etcd counts on it only until it is
+// removed):
+//
+//  1. drain: the node's pods move while everything of it still runs, and
+//     the API answers on the VIP wherever it is;
+//  2. keepalived: a stopping MASTER sends a priority-0 advert, so the VIP
+//     moves to a remaining master at once, not after the track script
+//     notices a dead apiserver (which it would if the reset came first);
+//  3. HAProxy: no client reaches this node's frontend any more;
+//  4. kubeadm reset: the local apiserver (the stand-in unit in the lab)
+//     stops, with nothing routed to it; it was the local etcd's last
+//     client;
+//  5. etcd last: leadership moves away and the member is removed while it
+//     is still a healthy voter, so the quorum the others need never waits
+//     on a member that went away without saying so.
+//
+// The network (sysctls) and the CNI have nothing to undo: the VM is
+// powered off next.
+func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconcile.Leaver, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find the agent's own binary for keepalived's track script: %w", err)
+		return nil, nil, fmt.Errorf("find the agent's own binary for keepalived's track script: %w", err)
 	}
 	// The track script checks the local apiserver against the cluster CA
 	// kubeadm keeps, for the name on its serving certificate.
@@ -151,15 +179,13 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, error) {
 	if a.cfg.StandInForKubelet {
 		a.log.Info("no kubelet on this host: the agent runs the kube-apiserver static pod as a process, standing in for the kubelet")
 	}
-	return []reconcile.Component{
-		network.New(network.Config{}),
-		haproxy.New(haproxy.Config{}),
-		keepalived.New(keepalived.Config{TrackScript: track}),
-		etcd.New(etcd.Config{}),
-		kubeadm.New(kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
-			StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet}),
-		cni.New(cni.Config{}),
-	}, nil
+	ha := haproxy.New(haproxy.Config{})
+	ka := keepalived.New(keepalived.Config{TrackScript: track})
+	et := etcd.New(etcd.Config{})
+	ku := kubeadm.New(kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
+		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet})
+	components := []reconcile.Component{network.New(network.Config{}), ha, ka, et, ku, cni.New(cni.Config{})}
+	return components, []reconcile.Leaver{ku.Drain(), ka, ha, ku, et}, nil
 }
 
 // watchLinks kicks a pass whenever a link or an address changes.
@@ -201,6 +227,10 @@ func (ns *nodeStack) report(st *v1.Status) {
 	if ns.statuses == nil {
 		return
 	}
+	if ns.leaving {
+		ns.reportLeave(st)
+		return
+	}
 	st.Phase = v1.PhaseReady
 	for _, m := range ns.members {
 		if id := m.MemberID(); id != "" {
@@ -213,6 +243,20 @@ func (ns *nodeStack) report(st *v1.Status) {
 		})
 		if !s.Healthy || s.Phase == reconcile.PhaseFailed {
 			st.Phase = v1.PhaseDegraded
+		}
+	}
+}
+
+// reportLeave reports the leave sequence: Left once every step has left,
+// Leaving with each step's progress until then. Called with mu held.
+func (ns *nodeStack) reportLeave(st *v1.Status) {
+	st.Phase = v1.PhaseLeft
+	for _, s := range ns.statuses {
+		st.Components = append(st.Components, v1.ComponentStatus{
+			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: truncate(s.Message, 1024),
+		})
+		if s.Phase != reconcile.PhaseLeft {
+			st.Phase = v1.PhaseLeaving
 		}
 	}
 }

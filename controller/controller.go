@@ -77,7 +77,11 @@ type Config struct {
 	// cluster.DefaultRetryBase and cluster.DefaultMaxAttempts.
 	RetryBase   time.Duration
 	MaxAttempts int
-	Logger      *slog.Logger
+	// LeaveTimeout is how long a removed node has to leave its cluster
+	// before its VM is powered off anyway; default
+	// cluster.DefaultLeaveTimeout.
+	LeaveTimeout time.Duration
+	Logger       *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -155,6 +159,7 @@ func New(cfg Config) (*Controller, error) {
 	c.clusters, err = cluster.New(cluster.Config{
 		Store: c.store, Catalog: catalog{c}, Bootstrap: bootstrapper{c}, Notify: c.hub.notify, Now: c.now, Log: c.log,
 		CloneParallelism: cfg.CloneParallelism, RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts,
+		LeaveTimeout: cfg.LeaveTimeout,
 	})
 	if err != nil {
 		c.store.Close()

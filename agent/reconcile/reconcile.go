@@ -27,6 +27,12 @@ const (
 	// its checker refused the rendered config; what ran before keeps
 	// running.
 	PhaseFailed = "Failed"
+	// PhaseLeaving: the role says Leave and the component has not left
+	// yet (an earlier step of the leave sequence has not finished).
+	PhaseLeaving = "Leaving"
+	// PhaseLeft: the role says Leave and the component's part in the
+	// cluster is undone.
+	PhaseLeft = "Left"
 )
 
 // Host is what a component may act on.
@@ -75,6 +81,48 @@ type Component interface {
 	// idempotent, and must not restart or reload a service whose inputs
 	// did not change.
 	Reconcile(ctx context.Context, host *Host, role *v1.Role) Status
+}
+
+// Leaver is a part of the node stack with something to undo when the node
+// leaves its cluster (a role with Leave set). The runner calls Leave, never
+// Reconcile, while the role says Leave, and never Leave otherwise. Leave
+// must be idempotent: once its part is undone it reports PhaseLeft again
+// without acting, also in a new agent process (what it did is on the host,
+// not in memory).
+type Leaver interface {
+	Name() string
+	Leave(ctx context.Context, host *Host, role *v1.Role) Status
+}
+
+// LeftMarker records on disk that a component has left the cluster, and
+// what it did, for the steps that cannot tell it from the host alone (a
+// removed etcd member, a reset that took its own traces): a new agent
+// process reports Left again without acting.
+type LeftMarker struct{ path string }
+
+// LeftMarker returns the marker of the named component.
+func (h *Host) LeftMarker(component string) LeftMarker {
+	return LeftMarker{path: h.Path(filepath.Join("/var/lib/harmony/left", component))}
+}
+
+// Set records that the component has left; note says what it did.
+func (m LeftMarker) Set(note string) error {
+	if err := os.MkdirAll(filepath.Dir(m.path), 0o700); err != nil {
+		return fmt.Errorf("record leaving: %w", err)
+	}
+	if err := os.WriteFile(m.path, []byte(note), 0o600); err != nil {
+		return fmt.Errorf("record leaving: %w", err)
+	}
+	return nil
+}
+
+// Left reports whether the component has left, and the note it left.
+func (m LeftMarker) Left() (string, bool) {
+	b, err := os.ReadFile(m.path)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
 }
 
 // RunUnit makes u run and read its current files. filesChanged says the

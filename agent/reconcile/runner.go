@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,7 +10,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
-var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed}
+var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed, PhaseLeaving, PhaseLeft}
 
 // Runner runs every component on each new role and again every Interval,
 // so that drift (a crashed daemon, an edited file) is repaired without a
@@ -17,6 +18,7 @@ var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed}
 type Runner struct {
 	host       *Host
 	components []Component
+	leavers    []Leaver
 	interval   time.Duration
 	onStatus   func(role *v1.Role, statuses []Status)
 	onPass     func()
@@ -38,6 +40,10 @@ type RunnerConfig struct {
 	Interval time.Duration
 	// Registerer receives the runner's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Leavers are the leave sequence, in order, run instead of the
+	// components while the role says Leave; nil: the components that
+	// implement Leaver, last first.
+	Leavers []Leaver
 	// OnPass is called as each pass begins; OnStatus after it.
 	OnPass func()
 	// OnStatus is called after each pass (to report status).
@@ -55,7 +61,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	r := &Runner{
 		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, onStatus: cfg.OnStatus,
-		facts: cfg.Facts, kick: make(chan struct{}, 1), onPass: cfg.OnPass,
+		facts: cfg.Facts, kick: make(chan struct{}, 1), onPass: cfg.OnPass, leavers: cfg.Leavers,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harmony_agent_reconcile_runs_total",
 			Help: "Reconcile passes by component and resulting phase.",
@@ -77,6 +83,13 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 			Name: "harmony_agent_service_restarts",
 			Help: "Restarts of a service unit (after a crash or a changed definition) since its manager first started it.",
 		}, []string{"component", "unit"}),
+	}
+	if r.leavers == nil {
+		for _, c := range slices.Backward(cfg.Components) {
+			if l, ok := c.(Leaver); ok {
+				r.leavers = append(r.leavers, l)
+			}
+		}
 	}
 	if cfg.Registerer != nil {
 		collectors := []prometheus.Collector{r.runs, r.duration, r.up, r.phase, r.restarts}
@@ -141,37 +154,76 @@ func (r *Runner) Pass(ctx context.Context, role *v1.Role) []Status {
 			r.host.Log.Warn("host facts not refreshed; keeping the previous ones", "err", err)
 		}
 	}
+	if role.Leave != nil {
+		statuses := r.leave(ctx, role)
+		if r.onStatus != nil {
+			r.onStatus(role, statuses)
+		}
+		return statuses
+	}
 	statuses := make([]Status, 0, len(r.components))
 	for _, c := range r.components {
 		start := time.Now()
 		st := c.Reconcile(ctx, r.host, role)
 		st.Component = c.Name()
 		r.duration.WithLabelValues(c.Name()).Observe(time.Since(start).Seconds())
-		r.runs.WithLabelValues(c.Name(), st.Phase).Inc()
-		up := 0.0
-		if st.Healthy {
-			up = 1
-		}
-		r.up.WithLabelValues(c.Name()).Set(up)
-		for _, p := range phases {
-			v := 0.0
-			if p == st.Phase {
-				v = 1
-			}
-			r.phase.WithLabelValues(c.Name(), p).Set(v)
-		}
-		for _, unit := range st.Units {
-			if state, err := r.host.Services.State(ctx, unit); err == nil {
-				r.restarts.WithLabelValues(c.Name(), unit).Set(float64(state.Restarts))
-			}
-		}
-		r.log(st, role.Revision)
+		r.record(ctx, st, role.Revision)
 		statuses = append(statuses, st)
 	}
 	if r.onStatus != nil {
 		r.onStatus(role, statuses)
 	}
 	return statuses
+}
+
+// leave runs the leave sequence in order. A step that has not left stops
+// the sequence for this pass: the order is what keeps the API up (see the
+// node stack), so no later step runs before it; they report Leaving, and
+// the next pass tries again.
+func (r *Runner) leave(ctx context.Context, role *v1.Role) []Status {
+	statuses := make([]Status, 0, len(r.leavers))
+	blocked := ""
+	for _, l := range r.leavers {
+		var st Status
+		if blocked != "" {
+			st = Status{Phase: PhaseLeaving, Message: "waits for " + blocked + " to leave first"}
+		} else {
+			start := time.Now()
+			st = l.Leave(ctx, r.host, role)
+			r.duration.WithLabelValues(l.Name()).Observe(time.Since(start).Seconds())
+			if st.Phase != PhaseLeft {
+				blocked = l.Name()
+			}
+		}
+		st.Component = l.Name()
+		r.record(ctx, st, role.Revision)
+		statuses = append(statuses, st)
+	}
+	return statuses
+}
+
+// record exports one component's outcome and logs it.
+func (r *Runner) record(ctx context.Context, st Status, revision int64) {
+	c := st.Component
+	r.runs.WithLabelValues(c, st.Phase).Inc()
+	up := 0.0
+	if st.Healthy {
+		up = 1
+	}
+	r.up.WithLabelValues(c).Set(up)
+	for _, p := range phases {
+		v := 0.0
+		if p == st.Phase {
+			v = 1
+		}
+		r.phase.WithLabelValues(c, p).Set(v)
+	}
+	for _, unit := range st.Units {
+		if state, err := r.host.Services.State(ctx, unit); err == nil {
+			r.restarts.WithLabelValues(c, unit).Set(float64(state.Restarts))
+		}
+	}
+	r.log(st, revision)
 }
 
 func (r *Runner) log(st Status, revision int64) {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -163,13 +164,19 @@ func FuzzDecodeRole(f *testing.F) {
 	saOnly.PKI = &v1.ClusterPKI{ServiceAccountKey: fx.caKey}
 	overlap := validRole()
 	overlap.Cluster.ServiceCIDR = overlap.Cluster.PodCIDR
-	for _, r := range []*v1.Role{worker, master, appliance, saOnly, overlap} {
+	leaving := validRole()
+	leaving.Role = v1.RoleMaster
+	leaving.PKI = validPKI(fx)
+	leaving.Leave = &v1.LeaveSettings{Deadline: time.Date(2025, 1, 1, 0, 10, 0, 0, time.UTC)}
+	for _, r := range []*v1.Role{worker, master, appliance, saOnly, overlap, leaving} {
 		f.Add(mustJSON(f, r))
 	}
 	workerJSON := mustJSON(f, worker)
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Role","nodeName":"n","role":"worker","cluster":{"name":"c","vrid":256}}`))
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Role","nodeName":"n","role":"worker","cluster":{"name":"c"},"updatedAt":"2025-01-01T00:00:00+01:00","peers":[]}`))
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Role","nodeName":"n","role":"worker","cluster":{"name":"c"},"etcd":{},"pki":{}}`))
+	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Role","nodeName":"n","role":"worker","cluster":{"name":"c"},"leave":{}}`))
+	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Role","nodeName":"n","role":"worker","cluster":{"name":"c"},"leave":{"deadline":"2025-01-01T00:10:00+01:00"}}`))
 	f.Add([]byte(`{"cluster":{"vrid":"1"}}`))
 	f.Add([]byte(`{"x":1}`))
 	f.Add(append(append([]byte{}, workerJSON...), ']'))
@@ -228,6 +235,7 @@ func FuzzDecodeStatus(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Status","phase":"Ready","reportedAt":"2025-01-01T00:00:00.5-07:00","addresses":[],"components":[]}`))
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Status","phase":"Ready","components":[{"name":"Etcd","healthy":true}]}`))
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Status","phase":"Ready","addresses":["1.2.3"]}`))
+	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Status","phase":"Left","components":[{"name":"etcd","healthy":true,"phase":"Left"}]}`))
 	f.Add([]byte(`{"observedRevision":-1}`))
 	f.Add([]byte(`{"phase":1}`))
 	f.Add([]byte(`{"reportedAt":"yesterday"}`))

@@ -47,6 +47,19 @@ type Role struct {
 	// PKI carries the cluster CAs a master needs; kubeadm makes the leaf
 	// certificates from them. Secret: never logged.
 	PKI *ClusterPKI `json:"pki,omitempty"`
+	// Leave, when set, tells the node to leave its cluster instead of
+	// converging: the controller has marked its machine for removal. The
+	// rest of the role is the node's last one, so that it can still reach
+	// the members it leaves (Peers are the remaining nodes and itself).
+	// The node reports PhaseLeft once it has left.
+	Leave *LeaveSettings `json:"leave,omitempty"`
+}
+
+// LeaveSettings are a node's instruction to leave its cluster.
+type LeaveSettings struct {
+	// Deadline is when the controller stops waiting for PhaseLeft and
+	// powers the VM off whether or not the node has left.
+	Deadline time.Time `json:"deadline"`
 }
 
 // ClusterSettings are shared by every node of a cluster.
@@ -273,6 +286,9 @@ func (r *Role) Validate() error {
 		if err := r.PKI.validate("pki", r.Role != RoleWorker); err != nil {
 			return err
 		}
+	}
+	if r.Leave != nil && r.Leave.Deadline.IsZero() {
+		return fieldErr("leave.deadline", "required when leave is present")
 	}
 	return nil
 }

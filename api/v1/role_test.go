@@ -53,6 +53,12 @@ func TestDecodeRole(t *testing.T) {
 		{name: "unknown role", mut: func(r *v1.Role) { r.Role = "etcd" }, field: "role"},
 		{name: "empty role", mut: func(r *v1.Role) { r.Role = "" }, field: "role"},
 		{name: "negative revision", mut: func(r *v1.Role) { r.Revision = -1 }, field: "revision"},
+		{name: "leave with a deadline", mut: func(r *v1.Role) {
+			r.Leave = &v1.LeaveSettings{Deadline: time.Date(2025, 1, 1, 0, 10, 0, 0, time.UTC)}
+		}, field: okField},
+		{name: "leave without a deadline", mut: func(r *v1.Role) { r.Leave = &v1.LeaveSettings{} }, field: "leave.deadline"},
+		{name: "leave as an empty object", raw: []byte(strings.Replace(string(valid), `"role":"worker"`, `"role":"worker","leave":{}`, 1)), field: "leave.deadline"},
+		{name: "leave deadline not a time", raw: []byte(strings.Replace(string(valid), `"role":"worker"`, `"role":"worker","leave":{"deadline":"soon"}`, 1)), field: ""},
 
 		{name: "empty cluster name", mut: func(r *v1.Role) { r.Cluster.Name = "" }, field: "cluster.name"},
 		{name: "cluster name with dot", mut: func(r *v1.Role) { r.Cluster.Name = "prod.eu" }, field: "cluster.name"},

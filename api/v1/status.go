@@ -38,6 +38,12 @@ const (
 	PhaseConverging = "Converging"
 	PhaseReady      = "Ready"
 	PhaseDegraded   = "Degraded"
+	// PhaseLeaving: the role says Leave and the node is leaving its
+	// cluster; Components tell how far each part got.
+	PhaseLeaving = "Leaving"
+	// PhaseLeft: the node has left its cluster (etcd member removed,
+	// kubeadm reset, VIP given up); the controller may power it off.
+	PhaseLeft = "Left"
 )
 
 const maxComponents = 32
@@ -68,9 +74,9 @@ func (s *Status) Validate() error {
 		return fieldErr("observedRevision", "must not be negative")
 	}
 	switch s.Phase {
-	case PhaseEnrolled, PhaseConverging, PhaseReady, PhaseDegraded:
+	case PhaseEnrolled, PhaseConverging, PhaseReady, PhaseDegraded, PhaseLeaving, PhaseLeft:
 	default:
-		return fieldErr("phase", "must be Enrolled, Converging, Ready or Degraded, got %q", s.Phase)
+		return fieldErr("phase", "must be Enrolled, Converging, Ready, Degraded, Leaving or Left, got %q", s.Phase)
 	}
 	if !shortText.MatchString(s.AgentVersion) {
 		return fieldErr("agentVersion", "must be at most 64 characters of [A-Za-z0-9_.:+-]")

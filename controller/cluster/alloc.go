@@ -47,7 +47,7 @@ func addMachines(tx *store.Tx, rec *record, sec *secrets, add []machine, now tim
 }
 
 // putRoles recomputes and stores the roles of the cluster's remaining
-// machines.
+// machines, and of the removed ones still leaving it (roles).
 func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	machines, err := loadMachines(tx, rec.Spec.Name)
 	if err != nil {
@@ -65,11 +65,18 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	return err
 }
 
-// markRemoved starts a machine's removal from a clean slate.
-func markRemoved(tx *store.Tx, cluster, node string, keepVM bool) error {
+// markRemoved starts a machine's removal from a clean slate. leaveBy is
+// the deadline of its leaving the cluster (zero: the cluster goes, there is
+// nothing to leave); the caller stores the roles again (putRoles), which
+// gives the node its role with Leave. A deadline already set stays: a
+// second removal does not extend it.
+func markRemoved(tx *store.Tx, cluster, node string, keepVM bool, leaveBy time.Time) error {
 	var m machine
 	if err := tx.Get(store.Machines, machineKey(cluster, node), &m); err != nil {
 		return err
+	}
+	if leaveBy.IsZero() || m.LeaveBy.IsZero() {
+		m.LeaveBy = leaveBy
 	}
 	m.Remove, m.KeepVM = true, keepVM
 	m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""

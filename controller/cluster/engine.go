@@ -228,7 +228,13 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 	}
 	var masters []types.ManagedObjectReference
 	settled, failed := true, []string{}
+	now := time.Now()
 	for _, m := range machines {
+		// A machine that waits (a node leaving) or backs off from this
+		// pass is looked at again when it is due, not at once.
+		if !m.settled() && !m.Failed && m.NextTry.After(now) && (wake.IsZero() || m.NextTry.Before(wake)) {
+			wake = m.NextTry
+		}
 		if m.Role == v1.RoleMaster && !m.Remove && m.VM != "" && m.Step != stepPending {
 			masters = append(masters, types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM})
 		}

@@ -62,12 +62,30 @@ type machine struct {
 	LastError     string      `json:"lastError,omitempty"`
 	Failed        bool        `json:"failed,omitempty"`
 	CreatedAt     time.Time   `json:"createdAt"`
+
+	// LeaveBy is the deadline of the node's leaving its cluster, set when
+	// it is marked for removal from a cluster that stays; zero when the
+	// whole cluster goes (nothing to leave).
+	LeaveBy time.Time `json:"leaveBy,omitzero"`
 }
 
 func machineKey(cluster, name string) string { return cluster + "/" + name }
 
 // provisioned reports whether the create workflow is done.
 func (m *machine) provisioned() bool { return !m.Remove && m.Step == stepPoweredOn }
+
+// leaving reports whether the machine is removed from a cluster that
+// stays and has not finished leaving it: its node gets a role with Leave.
+func (m *machine) leaving() bool {
+	if !m.Remove || m.LeaveBy.IsZero() {
+		return false
+	}
+	switch m.Step {
+	case stepLeft, stepPoweredOff, stepKept, stepGone:
+		return false
+	}
+	return true
+}
 
 // settled reports whether the machine needs no more work: provisioned,
 // or removed with its VM kept (until the cluster is deleted).

@@ -50,20 +50,28 @@ func newSecrets(now time.Time) (*secrets, error) {
 // roles builds the role of every machine that stays in the cluster: the
 // same settings and peers for all, masters ranked by name, the CAs with
 // their keys for masters and the cluster CA's certificate alone for
-// workers.
+// workers. A removed machine that has yet to leave (leaving) gets its
+// role once more with Leave set: the same settings, and as peers the
+// remaining nodes plus itself, so that it reaches the members it leaves
+// while the others no longer count it.
 func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
-	var live []machine
+	var live, leavers []machine
 	for _, m := range machines {
-		if !m.Remove {
+		switch {
+		case !m.Remove:
 			live = append(live, m)
+		case m.leaving():
+			leavers = append(leavers, m)
 		}
 	}
-	slices.SortFunc(live, func(a, b machine) int {
+	byRoleAndName := func(a, b machine) int {
 		if a.Role != b.Role {
 			return strings.Compare(string(a.Role), string(b.Role))
 		}
 		return strings.Compare(a.Name, b.Name)
-	})
+	}
+	slices.SortFunc(live, byRoleAndName)
+	slices.SortFunc(leavers, byRoleAndName)
 	s := c.Spec
 	settings := v1.ClusterSettings{
 		Name: s.Name, KubernetesVersion: s.KubernetesVersion, VIP: s.VIP, VRID: c.VRID,
@@ -82,8 +90,8 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 		peers = append(peers, p)
 	}
 	workerPKI := &v1.ClusterPKI{ClusterCA: &v1.KeyPair{Certificate: sec.PKI.ClusterCA.Certificate}}
-	out := make([]v1.Role, 0, len(live))
-	for _, m := range live {
+	out := make([]v1.Role, 0, len(live)+len(leavers))
+	for _, m := range append(live, leavers...) {
 		r := v1.Role{
 			APIVersion: v1.APIVersion, Kind: "Role", NodeName: m.Name, Role: m.Role,
 			Cluster:   settings,
@@ -97,6 +105,16 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 			pki := sec.PKI
 			r.PKI = &pki
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd"}
+		}
+		if m.Remove {
+			// Ranked after the remaining masters: it holds no rank they
+			// use.
+			self := v1.Peer{Name: m.Name, Role: m.Role, Address: m.IP}
+			if m.Role == v1.RoleMaster {
+				self.Rank = rank
+			}
+			r.Peers = append(slices.Clip(peers), self)
+			r.Leave = &v1.LeaveSettings{Deadline: m.LeaveBy}
 		}
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("role of %s: %w", m.Name, err)

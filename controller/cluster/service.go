@@ -24,6 +24,10 @@ const (
 	DefaultCloneParallelism = 8
 	DefaultRetryBase        = 2 * time.Second
 	DefaultMaxAttempts      = 6
+	// DefaultLeaveTimeout bounds how long a removed node is given to
+	// leave its cluster (etcd member removed, kubeadm reset, VIP given up)
+	// before its VM is powered off anyway.
+	DefaultLeaveTimeout = 10 * time.Minute
 )
 
 // ErrImageNotReady is what Catalog.Image returns for an image that is
@@ -63,6 +67,9 @@ type Config struct {
 	// attempt; MaxAttempts marks the machine failed.
 	RetryBase   time.Duration
 	MaxAttempts int
+	// LeaveTimeout is how long a removed node has to leave its cluster;
+	// default DefaultLeaveTimeout.
+	LeaveTimeout time.Duration
 }
 
 // Service creates, changes and deletes clusters.
@@ -97,6 +104,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.LeaveTimeout == 0 {
+		cfg.LeaveTimeout = DefaultLeaveTimeout
+	}
+	if cfg.LeaveTimeout < 0 {
+		return nil, fmt.Errorf("leave timeout %s: want a positive duration", cfg.LeaveTimeout)
 	}
 	s := &Service{cfg: cfg, log: cfg.Log}
 	s.engine = newEngine(&s.cfg)
@@ -296,7 +309,7 @@ func (s *Service) Scale(ctx context.Context, name string, req v1.ScaleRequest, b
 		cur.MasterSeq, cur.WorkerSeq = rec.MasterSeq, rec.WorkerSeq
 		cur.Spec.Masters, cur.Spec.Workers = &masters, workers
 		for _, n := range remove {
-			if err := markRemoved(tx, name, n, false); err != nil {
+			if err := markRemoved(tx, name, n, false, now.Add(s.cfg.LeaveTimeout)); err != nil {
 				return "", err
 			}
 		}
@@ -333,7 +346,7 @@ func (s *Service) RemoveNode(name, node string, keepVM bool, by string) (v1.Oper
 			return "", refuse(Invalid, "node",
 				"%s is a master; masters must stay odd: scale masters down by two with `harmonyctl cluster scale %s --masters N`", node, name)
 		}
-		if err := markRemoved(tx, name, node, keepVM); err != nil {
+		if err := markRemoved(tx, name, node, keepVM, s.cfg.Now().UTC().Add(s.cfg.LeaveTimeout)); err != nil {
 			return "", err
 		}
 		rec.Spec.Workers--
@@ -358,8 +371,10 @@ func (s *Service) Delete(name string, purge bool, by string) (v1.Operation, erro
 		if err != nil {
 			return "", err
 		}
+		// The whole cluster goes: no node leaves it (no deadline, no
+		// leave role), and nothing waits for the agents.
 		for _, m := range machines {
-			if err := markRemoved(tx, name, m.Name, false); err != nil {
+			if err := markRemoved(tx, name, m.Name, false, time.Time{}); err != nil {
 				return "", err
 			}
 		}

@@ -22,6 +22,9 @@ const (
 	// dataDiskRoot is the datastore folder of the masters' data disks,
 	// apart from the VMs' folders so that no VM's removal takes them.
 	dataDiskRoot = "harmony-data"
+	// leavePoll is how often a leaving node's status is looked at while
+	// its machine waits.
+	leavePoll = 5 * time.Second
 )
 
 // advance takes one machine through its steps until it is done, fails,
@@ -54,6 +57,12 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 				e.recordFailure(p, &m, err)
 				return
 			}
+		}
+		if r.wait > 0 {
+			// Waiting is not failing: no attempt is counted, and the
+			// machine is looked at again after r.wait.
+			e.recordWait(&m, r.wait)
+			return
 		}
 		if r.next == "" && r.msg == "" {
 			return
@@ -171,7 +180,7 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machine) (stepRes
 	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
 	switch {
 	case m.Step != stepLeft && m.Step != stepPoweredOff && m.Step != stepKept:
-		return e.leave(m), nil
+		return e.leave(ctx, p, m, ref)
 	case m.VM == "":
 		return done(stepGone, fmt.Sprintf("%s: removed (it had no VM)", m.Name)), nil
 	case m.Step == stepLeft:
@@ -202,22 +211,101 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machine) (stepRes
 	}
 }
 
-// leave is where the node would be cordoned, drained through the agent on
-// a master, reset and, for a master, removed from etcd. The agent has no
-// drain or reset command yet, so an enrolled node is powered off without
-// them, and the event says so.
-func (e *engine) leave(m *machine) stepResult {
-	node, err := e.cfg.Store.Node(m.Name)
-	if err != nil || node.EnrolledAt.IsZero() {
-		return done(stepLeft, fmt.Sprintf("%s: never enrolled; nothing to drain", m.Name))
+// leave waits for the node to leave its cluster before its VM is powered
+// off. The node's role says Leave (roles gives it one while the machine is
+// leaving); its agent drains, gives up the VIP, resets kubeadm and, on a
+// master, removes its etcd member, then reports PhaseLeft. The machine
+// waits (no step, a re-check after a while) until then, or until the
+// deadline the role carries passes. A node that never enrolled, or whose
+// VM is off or gone, cannot leave, and goes on at once; so does every node
+// of a deleted cluster, which has nothing left to leave.
+func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.ManagedObjectReference) (stepResult, error) {
+	var node store.Node
+	var nodeErr error
+	var st v1.Status
+	var reported bool
+	_ = e.cfg.Store.View(func(tx *store.Tx) error {
+		node, nodeErr = tx.Node(m.Name)
+		st, reported = tx.Status(m.Name)
+		return nil
+	})
+	switch {
+	case p.rec.Deleting || m.LeaveBy.IsZero():
+		return done(stepLeft, fmt.Sprintf("%s: the cluster is deleted; nothing to leave", m.Name)), nil
+	case nodeErr != nil || node.EnrolledAt.IsZero():
+		return done(stepLeft, fmt.Sprintf("%s: never enrolled; nothing to leave", m.Name)), nil
+	case reported && st.Phase == v1.PhaseLeft:
+		return done(stepLeft, fmt.Sprintf("%s: left the cluster (%s)", m.Name, agentReport(st, reported))), nil
 	}
-	return stepResult{next: stepLeft, typ: "Warning",
-		msg: fmt.Sprintf("%s: WARNING: the agent cannot drain or reset yet; it leaves without draining", m.Name)}
+	warn := func(why string) stepResult {
+		return stepResult{next: stepLeft, typ: "Warning", msg: fmt.Sprintf(
+			"%s: WARNING: powered off without leaving the cluster: %s; the agent last reported: %s", m.Name, why, agentReport(st, reported))}
+	}
+	if m.VM == "" {
+		return warn("its VM is gone, so it cannot leave"), nil
+	}
+	power, err := p.vc.VM(ref).PowerState(ctx)
+	switch {
+	case vsphere.IsNotFound(err):
+		return warn("its VM is gone, so it cannot leave"), nil
+	case err != nil:
+		return stepResult{}, fmt.Errorf("power state of %s: %w", m.VM, err)
+	case power != types.VirtualMachinePowerStatePoweredOn:
+		return warn(fmt.Sprintf("its VM is %s, so it cannot leave", power)), nil
+	}
+	left := m.LeaveBy.Sub(e.cfg.Now())
+	if left <= 0 {
+		return warn(fmt.Sprintf("it did not report %s by its deadline %s", v1.PhaseLeft, m.LeaveBy.UTC().Format(time.RFC3339))), nil
+	}
+	return stepResult{wait: min(left, leavePoll)}, nil
+}
+
+// agentReport sums up a node's last status for an event: its phase, when,
+// and what each component said that is not plain success.
+func agentReport(st v1.Status, reported bool) string {
+	if !reported {
+		return "nothing (it never reported)"
+	}
+	out := fmt.Sprintf("%s at %s", st.Phase, st.ReportedAt.UTC().Format(time.RFC3339))
+	for _, c := range st.Components {
+		if c.Message == "" {
+			continue
+		}
+		msg := c.Message
+		if len(msg) > 160 {
+			msg = msg[:160] + "…"
+		}
+		out += fmt.Sprintf("; %s %s: %s", c.Name, c.Phase, msg)
+		if len(out) > 900 {
+			return out[:900] + "…"
+		}
+	}
+	return out
+}
+
+// recordWait stores when a waiting machine is looked at again, with no
+// event and no attempt counted.
+func (e *engine) recordWait(m *machine, wait time.Duration) {
+	m.NextTry = time.Now().Add(wait)
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		if err := mergeProgress(tx, m); err != nil {
+			return err
+		}
+		return putMachine(tx, m)
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		e.cfg.Log.Error("record wait", "cluster", m.Cluster, "node", m.Name, "err", err)
+	}
 }
 
 // stepResult is a step done: the step reached (empty: the step stays as
-// set) and the event that tells of it (none without a message).
-type stepResult struct{ next, typ, msg string }
+// set) and the event that tells of it (none without a message); or, with
+// wait set, no step yet: the machine waits that long before it is looked
+// at again.
+type stepResult struct {
+	next, typ, msg string
+	wait           time.Duration
+}
 
 func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
 
@@ -283,7 +371,7 @@ func mergeProgress(tx *store.Tx, m *machine) error {
 		// Removal was asked for meanwhile: it starts from a clean slate.
 		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
 	}
-	m.Remove, m.KeepVM = cur.Remove, cur.KeepVM
+	m.Remove, m.KeepVM, m.LeaveBy = cur.Remove, cur.KeepVM, cur.LeaveBy
 	return nil
 }
 

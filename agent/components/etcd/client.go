@@ -181,6 +181,16 @@ func (c *Client) MemberPromote(ctx context.Context, endpoint string, id uint64) 
 	return c.post(ctx, endpoint, "/v3/cluster/member/promote", idRequest{ID: wireID(id)}, &struct{}{})
 }
 
+// MoveLeader hands leadership to member target. Only the leader can: ask
+// the leader's own endpoint. etcd answers once the target leads, or with
+// an error when it did not take over within an election timeout.
+func (c *Client) MoveLeader(ctx context.Context, endpoint string, target uint64) error {
+	req := struct {
+		TargetID wireID `json:"targetID"`
+	}{wireID(target)}
+	return c.post(ctx, endpoint, "/v3/maintenance/transfer-leadership", req, &struct{}{})
+}
+
 // Status asks the member at endpoint about itself. Learners answer it too.
 func (c *Client) Status(ctx context.Context, endpoint string) (MemberStatus, error) {
 	var resp struct {

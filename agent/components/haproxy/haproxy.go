@@ -205,6 +205,21 @@ func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconc
 	return st
 }
 
+var _ reconcile.Leaver = (*Component)(nil)
+
+// Leave stops HAProxy. It runs after keepalived has given the VIP up, so
+// no client reaches this node's frontend any more; the remaining masters'
+// HAProxies already route to the remaining apiservers only.
+func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
+	st := reconcile.Status{Component: Name, Phase: reconcile.PhaseLeft, Healthy: true, Message: "HAProxy stopped"}
+	actions, err := host.StopUnit(ctx, Name)
+	if err != nil {
+		return failed(st, err)
+	}
+	st.Actions = actions
+	return st
+}
+
 func (c *Component) checkConfig() error {
 	for _, p := range []struct {
 		name string

@@ -1,0 +1,95 @@
+package kubeadm
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// A master told to leave stops the stand-in apiserver and runs the real
+// kubeadm reset under its root: kubeadm's files and the agent's kubeadm
+// configurations go, the agent-managed etcd's data directory stays. A
+// second leave, also by a new agent, acts on nothing.
+func TestMasterLeaveResets(t *testing.T) {
+	bin := k8sBin(t)
+	ctx := context.Background()
+	rec := servicetest.New()
+	root := t.TempDir()
+	host := &reconcile.Host{Root: root, Services: rec, Log: slog.New(slog.DiscardHandler)}
+	newComponent := func() *Component {
+		return New(Config{Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
+			StandInForKubelet: true, DialContext: refuseDial})
+	}
+	c := newComponent()
+	role := newTestCluster(t).role(t, "m1", 0)
+	if st := c.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("converge: %+v", st)
+	}
+	if _, ok := rec.Unit(APIServerUnit); !ok {
+		t.Fatal("no stand-in apiserver before leaving")
+	}
+	etcdData := host.Path("/var/lib/etcd/member/wal/0.wal")
+	if err := os.MkdirAll(filepath.Dir(etcdData), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(etcdData, []byte("wal"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec.TakeCalls()
+
+	leave := *role
+	leave.Leave = &v1.LeaveSettings{Deadline: time.Now().Add(time.Minute)}
+	st := c.Leave(ctx, host, &leave)
+	want := []string{"stopped " + APIServerUnit, "ran kubeadm reset", "removed " + ConfigDir, "removed " + StateDir}
+	if st.Phase != reconcile.PhaseLeft || !st.Healthy || !slices.Equal(st.Actions, want) {
+		t.Fatalf("leave: %+v, want actions %q", st, want)
+	}
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"stop " + APIServerUnit}) {
+		t.Errorf("unit calls %q", calls)
+	}
+	for _, gone := range []string{APIServerManifest, CACertFile, "/etc/kubernetes/admin.conf", InitConfigFile, LocalKubeconfig} {
+		if _, err := os.Stat(host.Path(gone)); err == nil {
+			t.Errorf("%s survived the reset", gone)
+		}
+	}
+	if _, err := os.Stat(etcdData); err != nil {
+		t.Errorf("the reset touched etcd's data: %v", err)
+	}
+	if entries, _ := os.ReadDir(host.Path("/var/lib/etcd/member/wal")); len(entries) != 1 {
+		t.Errorf("etcd's WAL directory holds %d files", len(entries))
+	}
+
+	for _, restart := range []bool{false, true} {
+		if restart {
+			c = newComponent()
+		}
+		again := c.Leave(ctx, host, &leave)
+		if again.Phase != reconcile.PhaseLeft || len(again.Actions) != 0 || again.Message != st.Message {
+			t.Errorf("leave again (new agent: %v): %+v", restart, again)
+		}
+	}
+	if calls := rec.TakeCalls(); len(calls) != 0 {
+		t.Errorf("leaving again touched units: %q", calls)
+	}
+}
+
+func TestDrainHookSaysWhatItDid(t *testing.T) {
+	role := newTestCluster(t).role(t, "w1", 0)
+	for _, tc := range []struct {
+		kubelet bool
+		want    string
+	}{{false, "no kubelet on this host: nothing to cordon or drain"}, {true, "cordon and drain are not implemented yet: the node's pods were not evicted"}} {
+		st := New(Config{Kubelet: tc.kubelet}).Drain().Leave(context.Background(), &reconcile.Host{}, role)
+		if st.Phase != reconcile.PhaseLeft || st.Message != tc.want {
+			t.Errorf("kubelet %v: %+v", tc.kubelet, st)
+		}
+	}
+}
