@@ -139,18 +139,28 @@ func (l *labUnderTest) checkSummary(t *testing.T) {
 }
 
 // kubeGet calls the apiserver through the VIP with the lab's admin
-// credential.
+// credential. A request that gets no answer is tried again for up to a
+// minute: right after convergence, on a loaded 2-core machine (make test
+// runs packages side by side), the first answer can take longer than one
+// try's timeout. An answer, whatever its status, is returned at once.
 func (l *labUnderTest) kubeGet(t *testing.T, path string) *http.Response {
 	t.Helper()
 	dir := filepath.Join(filepath.Dir(l.sum.Kubeconfig), "kubernetes")
 	c := mtlsClient(t, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "lab-admin.crt"), filepath.Join(dir, "lab-admin.key"))
-	resp, err := c.Get(l.sum.APIServer + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := c.Get(l.sum.APIServer + path)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		t.Logf("GET %s: %v; trying again", path, err)
+		time.Sleep(time.Second)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp
 }
 
 func mtlsClient(t *testing.T, caFile, certFile, keyFile string) *http.Client {
