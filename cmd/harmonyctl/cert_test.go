@@ -51,7 +51,7 @@ func TestCertRenewAdminRewritesConfigAndRevokesTheOld(t *testing.T) {
 	if info, _ := os.Stat(real); info.Mode().Perm() != 0o600 {
 		t.Fatalf("config mode %04o", info.Mode().Perm())
 	}
-	err := oldAdmin.Do(context.Background(), "GET", v1.PathNodes, nil, nil)
+	_, err := oldAdmin.Nodes(context.Background())
 	var apiErr *client.APIError
 	if !errors.As(err, &apiErr) || apiErr.Body.Code != v1.CodeCertRevoked {
 		t.Fatalf("the old admin certificate after renew-admin: %v", err)

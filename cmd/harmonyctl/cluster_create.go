@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func clusterCreateCommand(g *globals) *cobra.Command {
@@ -33,7 +35,9 @@ and keeps the masters apart with a DRS anti-affinity rule.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			return g.startOperation(cmd, wf, "POST", v1.PathClusters, spec)
+			return g.startOperation(cmd, wf, func(ctx context.Context, c *client.Client) (*v1.Operation, error) {
+				return c.CreateCluster(ctx, spec)
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster spec (YAML or JSON); - for stdin")

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"net/url"
+	"context"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func clusterDeleteCommand(g *globals) *cobra.Command {
@@ -15,13 +16,11 @@ func clusterDeleteCommand(g *globals) *cobra.Command {
 		Use:               "delete NAME",
 		Short:             "Delete a cluster's VMs; data disks stay unless --purge",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathClusters),
+		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := v1.PathClusters + "/" + url.PathEscape(args[0])
-			if purge {
-				path += "?purge=true"
-			}
-			return g.startOperation(cmd, wf, "DELETE", path, nil)
+			return g.startOperation(cmd, wf, func(ctx context.Context, c *client.Client) (*v1.Operation, error) {
+				return c.DeleteCluster(ctx, args[0], purge)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the masters' data disks")

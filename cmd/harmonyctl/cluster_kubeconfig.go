@@ -23,7 +23,7 @@ for you, that expires after --lifetime (at most 168h). Each one issued is
 recorded in the cluster's events. It goes to standard output, or to -o
 FILE with mode 0600.`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathClusters),
+		ValidArgsFunction: g.complete(clusterNames),
 		PreRunE:           func(*cobra.Command, []string) error { return atomicfile.CheckOutput(out) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()

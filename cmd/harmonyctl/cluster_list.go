@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,10 +21,11 @@ func clusterListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list v1.ClusterList
-			if err := c.Do(cmd.Context(), "GET", v1.PathClusters, nil, &list); err != nil {
+			items, err := c.Clusters(cmd.Context())
+			if err != nil {
 				return err
 			}
+			list := v1.ClusterList{Items: items}
 			return printOutput(output, list, func(w io.Writer) { printClusters(w, list.Items) })
 		},
 	}
@@ -53,18 +53,18 @@ func clusterGetCommand(g *globals) *cobra.Command {
 		Use:               "get NAME",
 		Short:             "Show a cluster: phase, conditions, nodes (with vCenter power and IPs, agent reports) and events",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathClusters),
+		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var cl v1.Cluster
-			if err := c.Do(cmd.Context(), "GET", v1.PathClusters+"/"+url.PathEscape(args[0]), nil, &cl); err != nil {
+			cl, err := c.Cluster(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			return printOutput(output, cl, func(w io.Writer) {
-				printClusters(w, []v1.Cluster{cl})
+				printClusters(w, []v1.Cluster{*cl})
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "CONDITION\tSTATUS\tREASON\tMESSAGE")
 				for _, c := range cl.Status.Conditions {

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"net/url"
+	"context"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func clusterRemoveNodeCommand(g *globals) *cobra.Command {
@@ -16,11 +17,9 @@ func clusterRemoveNodeCommand(g *globals) *cobra.Command {
 		Short: "Remove one worker: it leaves the cluster, then its VM is destroyed or, with --keep-vm, kept powered off",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := v1.PathClusters + "/" + url.PathEscape(args[0]) + "/nodes/" + url.PathEscape(args[1])
-			if keepVM {
-				path += "?keepVM=true"
-			}
-			return g.startOperation(cmd, wf, "DELETE", path, nil)
+			return g.startOperation(cmd, wf, func(ctx context.Context, c *client.Client) (*v1.Operation, error) {
+				return c.RemoveClusterNode(ctx, args[0], args[1], keepVM)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&keepVM, "keep-vm", false, "keep the VM powered off for troubleshooting")

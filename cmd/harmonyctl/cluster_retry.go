@@ -1,11 +1,12 @@
 package main
 
 import (
-	"net/url"
+	"context"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func clusterRetryCommand(g *globals) *cobra.Command {
@@ -14,9 +15,11 @@ func clusterRetryCommand(g *globals) *cobra.Command {
 		Use:               "retry NAME",
 		Short:             "Retry the failed steps of a cluster's nodes, after fixing the cause",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathClusters),
+		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.startOperation(cmd, wf, "POST", v1.PathClusters+"/"+url.PathEscape(args[0])+"/retry", nil)
+			return g.startOperation(cmd, wf, func(ctx context.Context, c *client.Client) (*v1.Operation, error) {
+				return c.RetryCluster(ctx, args[0])
+			})
 		},
 	}
 	addWaitFlags(cmd, &wf, false)

@@ -1,12 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func clusterScaleCommand(g *globals) *cobra.Command {
@@ -19,7 +20,7 @@ func clusterScaleCommand(g *globals) *cobra.Command {
 create. Removed nodes (the newest first) leave the cluster and their VMs
 are destroyed; masters' data disks stay on the datastore.`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathClusters),
+		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var req v1.ScaleRequest
 			if cmd.Flags().Changed("masters") {
@@ -31,7 +32,9 @@ are destroyed; masters' data disks stay on the datastore.`,
 			if req.Masters == nil && req.Workers == nil {
 				return errors.New("give --workers, --masters or both")
 			}
-			return g.startOperation(cmd, wf, "POST", v1.PathClusters+"/"+url.PathEscape(args[0])+"/scale", req)
+			return g.startOperation(cmd, wf, func(ctx context.Context, c *client.Client) (*v1.Operation, error) {
+				return c.ScaleCluster(ctx, args[0], req)
+			})
 		},
 	}
 	cmd.Flags().IntVar(&masters, "masters", 0, "number of masters (odd)")

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/harmonykaas/harmony/controller/client"
 )
 
-// complete lists the names under an API path for shell completion; errors
+// complete suggests the names list returns for shell completion; errors
 // just mean no suggestions. (The completion command itself is cobra's:
 // harmonyctl completion bash|zsh|fish|powershell.)
-func (g *globals) complete(path string) cobra.CompletionFunc {
+func (g *globals) complete(list func(context.Context, *client.Client) ([]string, error)) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -18,27 +21,42 @@ func (g *globals) complete(path string) cobra.CompletionFunc {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		var list struct {
-			Items []struct {
-				Name string `json:"name"`
-				Spec struct {
-					Name string `json:"name"`
-				} `json:"spec"`
-			} `json:"items"`
-		}
-		if err := c.Do(cmd.Context(), "GET", path, nil, &list); err != nil {
+		names, err := list(cmd.Context(), c)
+		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var out []cobra.Completion
-		for _, it := range list.Items {
-			name := it.Name
-			if name == "" {
-				name = it.Spec.Name
-			}
+		for _, name := range names {
 			if strings.HasPrefix(name, prefix) {
 				out = append(out, name)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// clusterNames lists the clusters' names for completion.
+func clusterNames(ctx context.Context, c *client.Client) ([]string, error) {
+	clusters, err := c.Clusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(clusters))
+	for i, cl := range clusters {
+		names[i] = cl.Spec.Name
+	}
+	return names, nil
+}
+
+// providerNames lists the providers' names for completion.
+func providerNames(ctx context.Context, c *client.Client) ([]string, error) {
+	providers, err := c.Providers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(providers))
+	for i, p := range providers {
+		names[i] = p.Name
+	}
+	return names, nil
 }

@@ -3,11 +3,8 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"sync/atomic"
 	"time"
@@ -37,11 +34,11 @@ versions. The same file imported again is a no-op.`,
 			if err != nil {
 				return err
 			}
-			var list v1.ImageList
-			if err := c.Do(cmd.Context(), "GET", v1.PathImages+"?provider="+url.QueryEscape(provider), nil, &list); err != nil {
+			images, err := c.Images(cmd.Context(), provider)
+			if err != nil {
 				return err
 			}
-			for _, img := range list.Items {
+			for _, img := range images {
 				if img.SHA256 == sum && img.State == v1.ImageReady {
 					fmt.Fprintf(os.Stderr, "%s is already imported into %s as %s (template %s)\n", args[0], provider, img.Name, img.Template)
 					return nil
@@ -77,21 +74,15 @@ versions. The same file imported again is a no-op.`,
 					}
 				}
 			}()
-			var raw json.RawMessage
-			status, err := c.Upload(cmd.Context(), v1.PathImages+"?provider="+url.QueryEscape(provider),
-				io.TeeReader(f, countWriter{&sent}), size, &raw)
+			op, _, err := c.ImportImage(cmd.Context(), provider, io.TeeReader(f, countWriter{&sent}), size)
 			if err != nil {
 				return err
 			}
-			if status == http.StatusOK {
+			if op == nil {
 				fmt.Fprintf(os.Stderr, "%s is already imported into %s\n", args[0], provider)
 				return nil
 			}
-			var op v1.Operation
-			if err := json.Unmarshal(raw, &op); err != nil {
-				return err
-			}
-			return wf.finish(cmd.Context(), c, op)
+			return wf.finish(cmd.Context(), c, *op)
 		},
 	}
 	cmd.Flags().StringVar(&provider, "provider", "", "provider to import into")

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -22,10 +21,11 @@ func imageListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list v1.ImageList
-			if err := c.Do(cmd.Context(), "GET", v1.PathImages+"?provider="+url.QueryEscape(provider), nil, &list); err != nil {
+			items, err := c.Images(cmd.Context(), provider)
+			if err != nil {
 				return err
 			}
+			list := v1.ImageList{Items: items}
 			return printOutput(output, list, func(w io.Writer) {
 				fmt.Fprintln(w, "PROVIDER\tNAME\tROLE\tSTATE\tKUBERNETES\tTEMPLATE\tLINKED CLONES")
 				for _, i := range list.Items {

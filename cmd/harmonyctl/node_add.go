@@ -34,8 +34,8 @@ The document holds a secret: -o writes it to a file with mode 0600.`,
 			if err != nil {
 				return err
 			}
-			var res v1.NodeWithBootstrap
-			if err := c.Do(cmd.Context(), "POST", v1.PathNodes, spec, &res); err != nil {
+			res, err := c.AddNode(cmd.Context(), spec)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "node %s added (cluster %s, role %s)\n", res.Node.Name, res.Node.Cluster, res.Node.Role)

@@ -5,8 +5,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-
-	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func nodeDeleteCommand(g *globals) *cobra.Command {
@@ -19,7 +17,7 @@ func nodeDeleteCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.Do(cmd.Context(), "DELETE", client.NodePath(args[0], ""), nil, nil); err != nil {
+			if err := c.DeleteNode(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "node %s deleted\n", args[0])

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func nodeListCommand(g *globals) *cobra.Command {
@@ -27,14 +26,14 @@ func nodeListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list v1.NodeList
-			if err := c.Do(cmd.Context(), "GET", v1.PathNodes, nil, &list); err != nil {
+			items, err := c.Nodes(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if output == "json" {
-				return printJSON(os.Stdout, list)
+				return printJSON(os.Stdout, v1.NodeList{Items: items})
 			}
-			return printNodeTable(list.Items)
+			return printNodeTable(items)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
@@ -55,14 +54,14 @@ func nodeGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var n v1.Node
-			if err := c.Do(cmd.Context(), "GET", client.NodePath(args[0], ""), nil, &n); err != nil {
+			n, err := c.Node(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if output == "json" {
 				return printJSON(os.Stdout, n)
 			}
-			return printNodeTable([]v1.Node{n})
+			return printNodeTable([]v1.Node{*n})
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "table or json")

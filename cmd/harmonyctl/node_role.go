@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func nodeRoleCommand(g *globals) *cobra.Command {
@@ -23,12 +22,12 @@ func nodeRoleCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var role v1.Role
-			if err := c.Do(cmd.Context(), "GET", client.NodePath(args[0], "/role"), nil, &role); err != nil {
+			role, err := c.Role(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if !showSecrets {
-				role = role.Redacted()
+				*role = role.Redacted()
 			}
 			return printJSON(os.Stdout, role)
 		},
@@ -66,8 +65,8 @@ func nodeSetRoleCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var updated v1.Role
-			if err := c.Do(cmd.Context(), "PUT", client.NodePath(args[0], "/role"), role, &updated); err != nil {
+			updated, err := c.SetRole(cmd.Context(), args[0], role)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "role of %s is now revision %d\n", updated.NodeName, updated.Revision)

@@ -4,7 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/client"
 )
 
 func nodeTokenCommand(g *globals) *cobra.Command {
@@ -26,8 +25,8 @@ running agent picks a replaced bootstrap file up without a restart.`,
 			if err != nil {
 				return err
 			}
-			var res v1.NodeWithBootstrap
-			if err := c.Do(cmd.Context(), "POST", client.NodePath(args[0], "/token"), req, &res); err != nil {
+			res, err := c.NewToken(cmd.Context(), args[0], req)
+			if err != nil {
 				return err
 			}
 			return writeBootstrap(cmd.OutOrStdout(), cmd.ErrOrStderr(), &res.Bootstrap, out, encoding)

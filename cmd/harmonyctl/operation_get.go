@@ -1,11 +1,7 @@
 package main
 
 import (
-	"net/url"
-
 	"github.com/spf13/cobra"
-
-	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 func operationGetCommand(g *globals) *cobra.Command {
@@ -20,13 +16,13 @@ func operationGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var op v1.Operation
-			if err := c.Do(cmd.Context(), "GET", v1.PathOperations+"/"+url.PathEscape(args[0]), nil, &op); err != nil {
+			op, err := c.Operation(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if watch {
 				wf.wait = true
-				return wf.finish(cmd.Context(), c, op)
+				return wf.finish(cmd.Context(), c, *op)
 			}
 			if wf.output == "table" {
 				wf.output = "yaml"

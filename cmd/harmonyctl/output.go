@@ -123,14 +123,14 @@ func watchOperation(ctx context.Context, c *client.Client, id string, progress i
 	started := time.Now()
 	lastDone := -1
 	for {
-		path := fmt.Sprintf("%s/%s?watch=true&timeout=30s&revision=%d", v1.PathOperations, id, op.Revision)
-		var next v1.Operation
-		if err := c.Do(ctx, "GET", path, nil, &next); err != nil {
+		watched, err := c.WatchOperation(ctx, id, op.Revision, 30*time.Second)
+		if err != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return op, fmt.Errorf("gave up waiting for operation %s after %s; it goes on: harmonyctl operation get %s --watch", id, time.Since(started).Round(time.Second), id)
 			}
 			return op, err
 		}
+		next := *watched
 		for _, e := range next.Events {
 			if e.Seq > op.Revision || op.Revision == 0 {
 				mark := " "
@@ -183,16 +183,16 @@ func addWaitFlags(cmd *cobra.Command, f *waitFlags, waitDefault bool) {
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "table, json or yaml")
 }
 
-// startOperation sends a request that starts a long operation, then
-// prints it or follows it as the wait flags say.
-func (g *globals) startOperation(cmd *cobra.Command, wf waitFlags, method, path string, body any) error {
+// startOperation calls start, a typed client method that starts a long
+// operation, then prints the operation or follows it as the wait flags say.
+func (g *globals) startOperation(cmd *cobra.Command, wf waitFlags, start func(context.Context, *client.Client) (*v1.Operation, error)) error {
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
-	var op v1.Operation
-	if err := c.Do(cmd.Context(), method, path, body, &op); err != nil {
+	op, err := start(cmd.Context(), c)
+	if err != nil {
 		return err
 	}
-	return wf.finish(cmd.Context(), c, op)
+	return wf.finish(cmd.Context(), c, *op)
 }

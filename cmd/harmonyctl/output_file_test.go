@@ -168,7 +168,7 @@ func TestBootstrapOutputPaths(t *testing.T) {
 			t.Fatalf("err = %v, want a refusal naming %s", err, dir)
 		}
 		var apiErr *client.APIError
-		err = admin.Do(context.Background(), "GET", client.NodePath("n-dir", ""), nil, &v1.Node{})
+		_, err = admin.Node(context.Background(), "n-dir")
 		if !errors.As(err, &apiErr) || apiErr.Status != 404 {
 			t.Errorf("node n-dir after a refused -o: %v, want 404", err)
 		}

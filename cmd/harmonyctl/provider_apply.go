@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -46,11 +45,11 @@ instead; on an update, leaving it out keeps the stored one.`,
 			if err != nil {
 				return err
 			}
-			var applied v1.Provider
-			if err := c.Do(cmd.Context(), "PUT", v1.PathProviders+"/"+url.PathEscape(p.Name), p, &applied); err != nil {
+			applied, err := c.ApplyProvider(cmd.Context(), p)
+			if err != nil {
 				return err
 			}
-			return printOutput(output, applied, func(w io.Writer) { printProviders(w, []v1.Provider{applied}) })
+			return printOutput(output, applied, func(w io.Writer) { printProviders(w, []v1.Provider{*applied}) })
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "provider document (YAML or JSON); - for stdin")

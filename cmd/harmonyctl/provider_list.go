@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
@@ -20,10 +19,11 @@ func providerListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var list v1.ProviderList
-			if err := c.Do(cmd.Context(), "GET", v1.PathProviders, nil, &list); err != nil {
+			items, err := c.Providers(cmd.Context())
+			if err != nil {
 				return err
 			}
+			list := v1.ProviderList{Items: items}
 			return printOutput(output, list, func(w io.Writer) { printProviders(w, list.Items) })
 		},
 	}
@@ -37,17 +37,17 @@ func providerGetCommand(g *globals) *cobra.Command {
 		Use:               "get NAME",
 		Short:             "Show one provider",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathProviders),
+		ValidArgsFunction: g.complete(providerNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			var p v1.Provider
-			if err := c.Do(cmd.Context(), "GET", v1.PathProviders+"/"+url.PathEscape(args[0]), nil, &p); err != nil {
+			p, err := c.Provider(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			return printOutput(output, p, func(w io.Writer) { printProviders(w, []v1.Provider{p}) })
+			return printOutput(output, p, func(w io.Writer) { printProviders(w, []v1.Provider{*p}) })
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "table, json or yaml")
@@ -59,13 +59,13 @@ func providerDeleteCommand(g *globals) *cobra.Command {
 		Use:               "delete NAME",
 		Short:             "Delete a provider no cluster uses (its image records go with it; templates stay in vCenter)",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: g.complete(v1.PathProviders),
+		ValidArgsFunction: g.complete(providerNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			return c.Do(cmd.Context(), "DELETE", v1.PathProviders+"/"+url.PathEscape(args[0]), nil, nil)
+			return c.DeleteProvider(cmd.Context(), args[0])
 		},
 	}
 }

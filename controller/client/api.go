@@ -14,22 +14,36 @@ import (
 
 // One typed method per admin API call. Do stays for what has no method.
 
+// Health reports whether the controller answers its health check.
+func (c *Client) Health(ctx context.Context) error {
+	return c.Do(ctx, "GET", v1.PathHealthz, nil, nil)
+}
+
 // Nodes lists the node records with their enrollment and status.
 func (c *Client) Nodes(ctx context.Context) ([]v1.Node, error) {
 	var list v1.NodeList
-	return list.Items, c.Do(ctx, "GET", v1.PathNodes, nil, &list)
+	if err := c.Do(ctx, "GET", v1.PathNodes, nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // Node returns one node.
 func (c *Client) Node(ctx context.Context, name string) (*v1.Node, error) {
 	var n v1.Node
-	return &n, c.Do(ctx, "GET", NodePath(name, ""), nil, &n)
+	if err := c.Do(ctx, "GET", NodePath(name, ""), nil, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
 }
 
 // AddNode records a node and returns it with its one-time bootstrap.
 func (c *Client) AddNode(ctx context.Context, spec v1.NodeSpec) (*v1.NodeWithBootstrap, error) {
 	var res v1.NodeWithBootstrap
-	return &res, c.Do(ctx, "POST", v1.PathNodes, spec, &res)
+	if err := c.Do(ctx, "POST", v1.PathNodes, spec, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // DeleteNode removes a node record; its certificate stops working.
@@ -40,38 +54,72 @@ func (c *Client) DeleteNode(ctx context.Context, name string) error {
 // NewToken issues a node a new bootstrap, revoking its unused tokens.
 func (c *Client) NewToken(ctx context.Context, name string, req v1.TokenRequest) (*v1.NodeWithBootstrap, error) {
 	var res v1.NodeWithBootstrap
-	return &res, c.Do(ctx, "POST", NodePath(name, "/token"), req, &res)
+	if err := c.Do(ctx, "POST", NodePath(name, "/token"), req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
 // Role returns a node's role.
 func (c *Client) Role(ctx context.Context, name string) (*v1.Role, error) {
 	var r v1.Role
-	return &r, c.Do(ctx, "GET", NodePath(name, "/role"), nil, &r)
+	if err := c.Do(ctx, "GET", NodePath(name, "/role"), nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
-// SetRole replaces a node's role and returns it with its new revision.
-func (c *Client) SetRole(ctx context.Context, role v1.Role) (*v1.Role, error) {
+// SetRole replaces the role of node name and returns it with its new
+// revision. The name is not taken from role.NodeName so that the
+// controller can refuse a document written for another node.
+func (c *Client) SetRole(ctx context.Context, name string, role *v1.Role) (*v1.Role, error) {
 	var r v1.Role
-	return &r, c.Do(ctx, "PUT", NodePath(role.NodeName, "/role"), role, &r)
+	if err := c.Do(ctx, "PUT", NodePath(name, "/role"), role, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// SetRoles replaces several roles in one transaction, as a cluster-wide
+// change needs, and returns the new role revision.
+func (c *Client) SetRoles(ctx context.Context, roles []v1.Role) (int64, error) {
+	// The answer is {"revision": N} for several roles and the role itself
+	// for one; both carry "revision".
+	var answer struct {
+		Revision int64 `json:"revision"`
+	}
+	if err := c.Do(ctx, "PUT", v1.PathRoles, v1.RoleList{Items: roles}, &answer); err != nil {
+		return 0, err
+	}
+	return answer.Revision, nil
 }
 
 // Providers lists the vSphere providers, passwords redacted.
 func (c *Client) Providers(ctx context.Context) ([]v1.Provider, error) {
 	var list v1.ProviderList
-	return list.Items, c.Do(ctx, "GET", v1.PathProviders, nil, &list)
+	if err := c.Do(ctx, "GET", v1.PathProviders, nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // Provider returns one provider, its password redacted.
 func (c *Client) Provider(ctx context.Context, name string) (*v1.Provider, error) {
 	var p v1.Provider
-	return &p, c.Do(ctx, "GET", v1.PathProviders+"/"+url.PathEscape(name), nil, &p)
+	if err := c.Do(ctx, "GET", v1.PathProviders+"/"+url.PathEscape(name), nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // ApplyProvider creates or updates a provider after the controller has
 // logged in to its vCenter.
 func (c *Client) ApplyProvider(ctx context.Context, p *v1.Provider) (*v1.Provider, error) {
 	var applied v1.Provider
-	return &applied, c.Do(ctx, "PUT", v1.PathProviders+"/"+url.PathEscape(p.Name), p, &applied)
+	if err := c.Do(ctx, "PUT", v1.PathProviders+"/"+url.PathEscape(p.Name), p, &applied); err != nil {
+		return nil, err
+	}
+	return &applied, nil
 }
 
 // DeleteProvider removes a provider no cluster uses.
@@ -79,10 +127,14 @@ func (c *Client) DeleteProvider(ctx context.Context, name string) error {
 	return c.Do(ctx, "DELETE", v1.PathProviders+"/"+url.PathEscape(name), nil, nil)
 }
 
-// Images lists a provider's images.
+// Images lists a provider's images; an empty provider means every
+// provider's.
 func (c *Client) Images(ctx context.Context, provider string) ([]v1.Image, error) {
 	var list v1.ImageList
-	return list.Items, c.Do(ctx, "GET", v1.PathImages+"?provider="+url.QueryEscape(provider), nil, &list)
+	if err := c.Do(ctx, "GET", v1.PathImages+"?provider="+url.QueryEscape(provider), nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // ImportImage uploads an OVA of size bytes into a provider. It returns the
@@ -114,54 +166,55 @@ func clusterPath(name, suffix string) string {
 // Clusters lists the clusters (from the controller's store).
 func (c *Client) Clusters(ctx context.Context) ([]v1.Cluster, error) {
 	var list v1.ClusterList
-	return list.Items, c.Do(ctx, "GET", v1.PathClusters, nil, &list)
+	if err := c.Do(ctx, "GET", v1.PathClusters, nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // Cluster returns a cluster with its nodes, as vCenter and the agents
 // report them, and its newest events.
 func (c *Client) Cluster(ctx context.Context, name string) (*v1.Cluster, error) {
 	var cl v1.Cluster
-	return &cl, c.Do(ctx, "GET", clusterPath(name, ""), nil, &cl)
+	if err := c.Do(ctx, "GET", clusterPath(name, ""), nil, &cl); err != nil {
+		return nil, err
+	}
+	return &cl, nil
 }
 
 // CreateCluster starts creating a cluster.
 func (c *Client) CreateCluster(ctx context.Context, spec *v1.ClusterSpec) (*v1.Operation, error) {
-	var op v1.Operation
-	return &op, c.Do(ctx, "POST", v1.PathClusters, spec, &op)
+	return c.doOperation(ctx, "POST", v1.PathClusters, spec)
 }
 
 // ScaleCluster starts changing a cluster's counts of masters or workers.
 func (c *Client) ScaleCluster(ctx context.Context, name string, req v1.ScaleRequest) (*v1.Operation, error) {
-	var op v1.Operation
-	return &op, c.Do(ctx, "POST", clusterPath(name, "/scale"), req, &op)
+	return c.doOperation(ctx, "POST", clusterPath(name, "/scale"), req)
 }
 
 // RemoveClusterNode starts removing one worker; keepVM keeps its VM
 // powered off.
 func (c *Client) RemoveClusterNode(ctx context.Context, name, node string, keepVM bool) (*v1.Operation, error) {
-	var op v1.Operation
 	path := clusterPath(name, "/nodes/"+url.PathEscape(node))
 	if keepVM {
 		path += "?keepVM=true"
 	}
-	return &op, c.Do(ctx, "DELETE", path, nil, &op)
+	return c.doOperation(ctx, "DELETE", path, nil)
 }
 
 // DeleteCluster starts deleting a cluster; purge deletes its data disks
 // too.
 func (c *Client) DeleteCluster(ctx context.Context, name string, purge bool) (*v1.Operation, error) {
-	var op v1.Operation
 	path := clusterPath(name, "")
 	if purge {
 		path += "?purge=true"
 	}
-	return &op, c.Do(ctx, "DELETE", path, nil, &op)
+	return c.doOperation(ctx, "DELETE", path, nil)
 }
 
 // RetryCluster restarts the workflow of a cluster's failed nodes.
 func (c *Client) RetryCluster(ctx context.Context, name string) (*v1.Operation, error) {
-	var op v1.Operation
-	return &op, c.Do(ctx, "POST", clusterPath(name, "/retry"), nil, &op)
+	return c.doOperation(ctx, "POST", clusterPath(name, "/retry"), nil)
 }
 
 // Kubeconfig issues a cluster-admin kubeconfig; a zero lifetime takes
@@ -172,22 +225,39 @@ func (c *Client) Kubeconfig(ctx context.Context, cluster string, lifetime time.D
 		req.Lifetime = lifetime.String()
 	}
 	var kc v1.Kubeconfig
-	return &kc, c.Do(ctx, "POST", clusterPath(cluster, "/kubeconfig"), req, &kc)
+	if err := c.Do(ctx, "POST", clusterPath(cluster, "/kubeconfig"), req, &kc); err != nil {
+		return nil, err
+	}
+	return &kc, nil
+}
+
+// doOperation sends a request that answers with an operation.
+func (c *Client) doOperation(ctx context.Context, method, path string, body any) (*v1.Operation, error) {
+	var op v1.Operation
+	if err := c.Do(ctx, method, path, body, &op); err != nil {
+		return nil, err
+	}
+	return &op, nil
 }
 
 // Operation returns an operation with its progress.
 func (c *Client) Operation(ctx context.Context, id string) (*v1.Operation, error) {
-	var op v1.Operation
-	return &op, c.Do(ctx, "GET", v1.PathOperations+"/"+url.PathEscape(id), nil, &op)
+	return c.doOperation(ctx, "GET", v1.PathOperations+"/"+url.PathEscape(id), nil)
 }
 
-// WatchOperation waits up to timeout (at most the controller's bound) for
-// an event after revision, or the operation's end, and returns the
-// operation then.
+// WatchOperation waits up to timeout (at most the controller's bound; zero
+// takes the controller's default) for an event after revision, or the
+// operation's end, and returns the operation then.
 func (c *Client) WatchOperation(ctx context.Context, id string, revision int64, timeout time.Duration) (*v1.Operation, error) {
 	var op v1.Operation
-	path := fmt.Sprintf("%s/%s?watch=true&timeout=%s&revision=%d", v1.PathOperations, url.PathEscape(id), timeout, revision)
-	return &op, c.Do(ctx, "GET", path, nil, &op)
+	path := fmt.Sprintf("%s/%s?watch=true&revision=%d", v1.PathOperations, url.PathEscape(id), revision)
+	if timeout > 0 {
+		path += "&timeout=" + timeout.String()
+	}
+	if err := c.Do(ctx, "GET", path, nil, &op); err != nil {
+		return nil, err
+	}
+	return &op, nil
 }
 
 // WaitOperation follows an operation until it ends or ctx does, calling

@@ -87,9 +87,9 @@ func run(images string, runs int, timeout time.Duration) error {
 		if err := imageboot.CopySparse(pristine, disk); err != nil {
 			return err
 		}
-		var res v1.NodeWithBootstrap
 		spec := v1.NodeSpec{Name: fmt.Sprintf("bench-boot-%d", i), Cluster: "bench", Role: v1.RoleWorker, IPs: []string{opts.GuestAddr().String()}}
-		if err := admin.Do(ctx, "POST", v1.PathNodes, spec, &res); err != nil {
+		res, err := admin.AddNode(ctx, spec)
+		if err != nil {
 			return fmt.Errorf("add node: %w", err)
 		}
 		doc, _ := json.Marshal(res.Bootstrap)

@@ -100,7 +100,7 @@ func run(binDir string, workers, parallelism int) error {
 		return err
 	}
 	p := sim.Provider("bench", &v1.IPPool{Network: "198.18.40.0/22", Ranges: []string{"198.18.40.10-198.18.43.250"}, Gateway: "198.18.40.1"})
-	if err := b.c.Do(ctx, "PUT", v1.PathProviders+"/bench", p, nil); err != nil {
+	if _, err := b.c.ApplyProvider(ctx, &p); err != nil {
 		return fmt.Errorf("apply provider: %w", err)
 	}
 	if b.img, err = b.importImage(ctx, dir); err != nil {
@@ -116,12 +116,13 @@ func run(binDir string, workers, parallelism int) error {
 	}{{2, 30 * time.Second}, {workers, 3 * time.Minute}} {
 		name := fmt.Sprintf("b%d", size.workers)
 		cpu0, _ := procstat.CPUTime(proc.Process.Pid)
-		created, err := b.timed(ctx, "POST", v1.PathClusters, spec(name, b.img, size.workers))
+		s := spec(name, b.img, size.workers)
+		created, err := b.timed(ctx, func() (*v1.Operation, error) { return b.c.CreateCluster(ctx, &s) })
 		if err != nil {
 			return fmt.Errorf("create %s: %w", name, err)
 		}
 		cpu1, _ := procstat.CPUTime(proc.Process.Pid)
-		deleted, err := b.timed(ctx, "DELETE", v1.PathClusters+"/"+name+"?purge=true", nil)
+		deleted, err := b.timed(ctx, func() (*v1.Operation, error) { return b.c.DeleteCluster(ctx, name, true) })
 		if err != nil {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}
@@ -156,21 +157,19 @@ func spec(name, image string, workers int) v1.ClusterSpec {
 }
 
 // timed starts an operation and follows it to its end.
-func (b *bench) timed(ctx context.Context, method, path string, body any) (time.Duration, error) {
-	start := time.Now()
-	var op v1.Operation
-	if err := b.c.Do(ctx, method, path, body, &op); err != nil {
+func (b *bench) timed(ctx context.Context, start func() (*v1.Operation, error)) (time.Duration, error) {
+	t0 := time.Now()
+	op, err := start()
+	if err != nil {
 		return 0, err
 	}
-	for !op.Done() {
-		if err := b.c.Do(ctx, "GET", fmt.Sprintf("%s/%s?watch=true&revision=%d", v1.PathOperations, op.ID, op.Revision), nil, &op); err != nil {
-			return 0, err
-		}
+	if op, err = b.c.WaitOperation(ctx, op.ID, nil); err != nil {
+		return 0, err
 	}
 	if op.State != v1.OperationSucceeded {
 		return 0, errors.New(op.Message)
 	}
-	return time.Since(start), nil
+	return time.Since(t0), nil
 }
 
 func (b *bench) importImage(ctx context.Context, dir string) (string, error) {
@@ -184,14 +183,16 @@ func (b *bench) importImage(ctx context.Context, dir string) (string, error) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	var op v1.Operation
-	if _, err := b.c.Upload(ctx, v1.PathImages+"?provider=bench", f, st.Size(), &op); err != nil {
+	op, _, err := b.c.ImportImage(ctx, "bench", f, st.Size())
+	if err != nil {
 		return "", fmt.Errorf("import: %w", err)
 	}
-	for !op.Done() {
-		if err := b.c.Do(ctx, "GET", v1.PathOperations+"/"+op.ID+"?watch=true", nil, &op); err != nil {
-			return "", err
-		}
+	// No operation: this very OVA is imported already.
+	if op == nil {
+		return "harmony-node-bench", nil
+	}
+	if op, err = b.c.WaitOperation(ctx, op.ID, nil); err != nil {
+		return "", err
 	}
 	if op.State != v1.OperationSucceeded {
 		return "", fmt.Errorf("import: %s", op.Message)
@@ -301,8 +302,7 @@ func waitClient(conf string) (*client.Client, error) {
 		if err == nil {
 			c, err := client.New(cfg, "")
 			if err == nil {
-				var list v1.ProviderList
-				if err = c.Do(context.Background(), "GET", v1.PathProviders, nil, &list); err == nil {
+				if _, err = c.Providers(context.Background()); err == nil {
 					return c, nil
 				}
 			}

@@ -92,7 +92,7 @@ func (p *controllerProc) waitReady(ctx context.Context, adminConf string) error 
 		}
 		reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return p.admin.Do(reqCtx, http.MethodGet, v1.PathHealthz, nil, nil) == nil, nil
+		return p.admin.Health(reqCtx) == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("wait for the controller at %s: %w", p.url, err)

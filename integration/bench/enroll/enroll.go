@@ -44,8 +44,8 @@ func createNodes(ctx context.Context, o out, p *controllerProc, nodes []*node, w
 	err := forEach(ctx, o, "created", len(nodes), workers, func(ctx context.Context, w, i int) error {
 		n := nodes[i]
 		spec := v1.NodeSpec{Name: n.name, Cluster: "bench", Role: v1.RoleWorker, IPs: []string{"127.0.0.1"}}
-		var res v1.NodeWithBootstrap
-		if err := admins[w].Do(ctx, http.MethodPost, v1.PathNodes, spec, &res); err != nil {
+		res, err := admins[w].AddNode(ctx, spec)
+		if err != nil {
 			return fmt.Errorf("create node %s: %w", n.name, err)
 		}
 		n.bootstrap, n.revision = res.Bootstrap, res.Node.RoleRevision

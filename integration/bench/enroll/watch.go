@@ -181,14 +181,14 @@ func fanout(ctx context.Context, p *controllerProc, ws *watches, nodes []*node, 
 			return fanoutResult{}, err
 		}
 	}
-	list := v1.RoleList{Items: make([]v1.Role, f)}
+	roles := make([]v1.Role, f)
 	err := forEach(ctx, out{}, "", f, len(admins), func(ctx context.Context, w, i int) error {
-		var role v1.Role
-		if err := admins[w].Do(ctx, http.MethodGet, client.NodePath(nodes[i].name, "/role"), nil, &role); err != nil {
+		role, err := admins[w].Role(ctx, nodes[i].name)
+		if err != nil {
 			return fmt.Errorf("get role of %s: %w", nodes[i].name, err)
 		}
 		role.Cluster.VIP = fanoutVIP
-		list.Items[i] = role
+		roles[i] = *role
 		return nil
 	})
 	if err != nil {
@@ -199,15 +199,11 @@ func fanout(ctx context.Context, p *controllerProc, ws *watches, nodes []*node, 
 	}
 
 	t0 := time.Now()
-	// The answer is {"revision": N} for several roles and the role itself
-	// for one; both carry "revision".
-	var answer struct {
-		Revision int64 `json:"revision"`
-	}
-	if err := admins[0].Do(ctx, http.MethodPut, v1.PathRoles, list, &answer); err != nil {
+	revision, err := admins[0].SetRoles(ctx, roles)
+	if err != nil {
 		return fanoutResult{}, fmt.Errorf("put %d roles: %w", f, err)
 	}
-	res := fanoutResult{put: time.Since(t0), revision: answer.Revision}
+	res := fanoutResult{put: time.Since(t0), revision: revision}
 
 	lat := make([]time.Duration, 0, f)
 	for len(lat) < f {
@@ -218,9 +214,9 @@ func fanout(ctx context.Context, p *controllerProc, ws *watches, nodes []*node, 
 				return res, describeEnd(nodes, r)
 			case r.node >= f:
 				return res, fmt.Errorf("watch of %s, whose role did not change, returned revision %d", nodes[r.node].name, r.revision)
-			case r.revision != answer.Revision || r.vip != fanoutVIP:
+			case r.revision != revision || r.vip != fanoutVIP:
 				return res, fmt.Errorf("watch of %s returned revision %d with VIP %q, want %d with %s",
-					nodes[r.node].name, r.revision, r.vip, answer.Revision, fanoutVIP)
+					nodes[r.node].name, r.revision, r.vip, revision, fanoutVIP)
 			}
 			lat = append(lat, r.at.Sub(t0))
 		case <-ctx.Done():
