@@ -3,7 +3,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // basePath is the whole environment of a unit, besides Unit.Env.
@@ -88,12 +87,12 @@ func (p *proc) signalGroup(sig syscall.Signal) error {
 	if p.pid <= 1 {
 		return nil // never kill(0) or kill(-1)
 	}
-	st, err := readStat(p.pid)
+	st, err := procfs.ReadStat(p.pid)
 	if err == nil {
-		if st.startTicks != p.ticks {
+		if st.StartTime != p.ticks {
 			return nil // the PID was recycled: our group is empty
 		}
-		if st.pgrp != p.pid {
+		if st.PGRP != p.pid {
 			// Not a group leader (it left its session): only the process.
 			err := syscall.Kill(p.pid, sig)
 			if errors.Is(err, syscall.ESRCH) {
@@ -131,8 +130,8 @@ func (s *Supervisor) spawn(u *unit) (*proc, error) {
 	}
 	p := &proc{pid: cmd.Process.Pid, started: time.Now(), cmd: cmd, exited: make(chan struct{})}
 	// Not reaped yet, so /proc/<pid> is there even if it already exited.
-	st, statErr := readStat(p.pid)
-	p.ticks = st.startTicks
+	st, statErr := procfs.ReadStat(p.pid)
+	p.ticks = st.StartTime
 	go func() {
 		_ = cmd.Wait()
 		p.state, p.ended = cmd.ProcessState, time.Now()
@@ -340,58 +339,11 @@ func backoff(n int, base, ceiling time.Duration) time.Duration {
 	return lo + time.Duration(rand.Int64N(int64(d-lo)+1))
 }
 
-// procStat is what the Supervisor reads of /proc/<pid>/stat.
-type procStat struct {
-	state      byte   // field 3: R, S, D, Z, ...
-	pgrp       int    // field 5
-	startTicks uint64 // field 22: start time, clock ticks after boot
-}
-
-func readStat(pid int) (procStat, error) {
-	if pid <= 0 {
-		return procStat{}, fmt.Errorf("pid %d: %w", pid, os.ErrNotExist)
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	st, err := parseStat(b)
-	if err != nil {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return st, nil
-}
-
-// parseStat parses /proc/<pid>/stat. The command name (field 2) is in
-// parentheses and may itself hold spaces and parentheses, so fields are
-// counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, errors.New("no command name")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3.
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, errors.New("too few fields")
-	}
-	pgrp, err := strconv.Atoi(f[2])
-	if err != nil {
-		return procStat{}, fmt.Errorf("pgrp: %w", err)
-	}
-	ticks, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procStat{}, fmt.Errorf("starttime: %w", err)
-	}
-	return procStat{state: f[0][0], pgrp: pgrp, startTicks: ticks}, nil
-}
-
 // sameProcess reports whether pid is running and is the process that
 // started at ticks.
 func sameProcess(pid int, ticks uint64) bool {
 	if pid <= 1 {
 		return false
 	}
-	st, err := readStat(pid)
-	return err == nil && st.startTicks == ticks && st.state != 'Z' && st.state != 'X' && st.state != 'x'
+	return procfs.Proc{PID: pid, StartTime: ticks}.Alive()
 }

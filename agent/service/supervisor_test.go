@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harmonykaas/harmony/internal/procfs"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -143,12 +144,12 @@ func (h *harness) supervisor() *Supervisor {
 
 // track has pid killed at cleanup if it still runs.
 func (h *harness) track(pid int) {
-	st, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil || pid <= 1 || pid == os.Getpid() {
 		return
 	}
 	h.mu.Lock()
-	h.tracked = append(h.tracked, proc{pid: pid, ticks: st.startTicks})
+	h.tracked = append(h.tracked, proc{pid: pid, ticks: st.StartTime})
 	h.mu.Unlock()
 }
 
@@ -230,8 +231,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // running reports whether pid is a live process (not a zombie).
 func running(pid int) bool {
-	st, err := readStat(pid)
-	return err == nil && st.state != 'Z' && st.state != 'X'
+	st, err := procfs.ReadStat(pid)
+	return err == nil && !st.Exited()
 }
 
 func waitGone(t *testing.T, pid int) {
@@ -288,8 +289,8 @@ func TestSupervisorStartAndState(t *testing.T) {
 		t.Errorf("environment = %q, want %q", got, want)
 	}
 	// Its own session, so its own process group.
-	if ps, err := readStat(st.PID); err != nil || ps.pgrp != st.PID {
-		t.Errorf("process group of %d = %d (%v), want its own", st.PID, ps.pgrp, err)
+	if ps, err := procfs.ReadStat(st.PID); err != nil || ps.PGRP != st.PID {
+		t.Errorf("process group of %d = %d (%v), want its own", st.PID, ps.PGRP, err)
 	}
 	rec := readRecordFile(t, h.cfg, "web")
 	if rec["pid"] != float64(st.PID) || rec["hash"] == "" || rec["startTicks"] == float64(0) {
@@ -529,8 +530,8 @@ func TestSupervisorStopKillsProcessGroup(t *testing.T) {
 	h.ensure(s, Unit{Name: "tree", Command: h.script("tree", "sleep 1000 &\necho $! > \"$1/child\"\nwait\n")})
 	main := h.state(s, "tree").PID
 	child := h.markerPID("child")
-	if ps, _ := readStat(child); ps.pgrp != main || !running(child) {
-		t.Fatalf("child %d: group %d, want %d", child, ps.pgrp, main)
+	if ps, _ := procfs.ReadStat(child); ps.PGRP != main || !running(child) {
+		t.Fatalf("child %d: group %d, want %d", child, ps.PGRP, main)
 	}
 	if err := s.Stop(t.Context(), "tree"); err != nil {
 		t.Fatal(err)
@@ -1104,26 +1105,13 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestParseStat(t *testing.T) {
+func TestSameProcess(t *testing.T) {
 	t.Parallel()
-	fields := "S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100"
-	for _, comm := range []string{"sleep", "a b", "x) S 1 2 3 (y", ")"} {
-		st, err := parseStat([]byte("4242 (" + comm + ") " + fields + " 0 0 0\n"))
-		if err != nil || st.state != 'S' || st.pgrp != 4242 || st.startTicks != 987654 {
-			t.Errorf("comm %q: %+v, %v", comm, st, err)
-		}
+	st, err := procfs.ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 x 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21"} {
-		if _, err := parseStat([]byte(bad)); err == nil {
-			t.Errorf("parseStat(%q) succeeded", bad)
-		}
-	}
-	// And the real thing.
-	st, err := readStat(os.Getpid())
-	if err != nil || st.startTicks == 0 || st.state != 'R' && st.state != 'S' {
-		t.Errorf("readStat(self) = %+v, %v", st, err)
-	}
-	if sameProcess(os.Getpid(), st.startTicks+1) || !sameProcess(os.Getpid(), st.startTicks) {
+	if sameProcess(os.Getpid(), st.StartTime+1) || !sameProcess(os.Getpid(), st.StartTime) || sameProcess(1, 0) {
 		t.Error("sameProcess does not tell start times apart")
 	}
 }

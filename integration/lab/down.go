@@ -37,7 +37,7 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 	// Processes first, so that nothing rewrites files or holds a
 	// namespace while it goes.
 	for _, p := range r.Procs {
-		if p.alive() {
+		if p.Alive() {
 			log.Info("lab down: stop", "process", p.Name, "pid", p.PID)
 			killAll(ctx, []int{p.PID}, 10*time.Second)
 		}

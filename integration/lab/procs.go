@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // startDetached starts argv in its own session with output appended to
@@ -28,37 +28,10 @@ func startDetached(argv []string, logPath string) (procRecord, error) {
 		return procRecord{}, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	pid := cmd.Process.Pid
-	start, _ := procStartTime(pid)
 	// Reap it if it exits while we still run; afterwards init does.
 	go cmd.Wait()
-	return procRecord{PID: pid, StartTime: start}, nil
-}
-
-// procStartTime reads a process's start time, in clock ticks since boot
-// (field 22 of /proc/PID/stat).
-func procStartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses: fields start
-	// after the last ')'.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-// alive reports whether p still runs as the process the lab started.
-func (p procRecord) alive() bool {
-	st, err := procStartTime(p.PID)
-	return err == nil && st == p.StartTime
+	proc, _ := procfs.Of(pid)
+	return procRecord{Proc: proc}, nil
 }
 
 // killAll stops processes: SIGTERM to each process group, then SIGKILL
@@ -86,7 +59,7 @@ func terminate(ctx context.Context, pids []int, grace time.Duration) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		left := 0
 		for _, pid := range pids {
-			if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			if st, err := procfs.ReadStat(pid); err == nil && !st.Exited() {
 				left++
 			}
 		}
@@ -95,14 +68,4 @@ func terminate(ctx context.Context, pids []int, grace time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func zombie(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // record is lab.json: everything the lab made, written before each thing
@@ -41,12 +42,10 @@ type hostRecord struct {
 }
 
 // procRecord is a process the lab started outside any host namespace. Its
-// start time (in clock ticks since boot) tells it from a later process
-// that reused the PID.
+// start time tells it from a later process that reused the PID.
 type procRecord struct {
-	Name      string `json:"name"`
-	PID       int    `json:"pid"`
-	StartTime uint64 `json:"startTime"`
+	Name string `json:"name"`
+	procfs.Proc
 }
 
 const recordName = "lab.json"

@@ -162,7 +162,7 @@ func startController(ctx context.Context, cfg *Config, r *record) (*client.Clien
 	adminConf := filepath.Join(dataDir, "admin.conf")
 	var c *client.Client
 	err = poll(ctx, 30*time.Second, func() error {
-		if !proc.alive() {
+		if !proc.Alive() {
 			return errStop{errors.New("the controller exited; see logs/controller.log")}
 		}
 		conf, err := clientconfig.Load(adminConf)

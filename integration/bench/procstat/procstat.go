@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // Memory is a process's resident memory from /proc/PID/status.
@@ -54,22 +56,10 @@ func ReadMemory(pid int) (Memory, error) {
 
 // CPUTime is the user and system CPU time a process has used so far.
 func CPUTime(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
 	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14 and stime 15.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
 	const userHZ = 100 // USER_HZ is 100 on every Linux the kernel ABI allows
-	return time.Duration(utime+stime) * time.Second / userHZ, nil
+	return time.Duration(st.UTime+st.STime) * time.Second / userHZ, nil
 }

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // Files and directories in a body's state directory.
@@ -106,12 +108,12 @@ type Spec struct {
 
 // record is body.json: enough for another process to find the body.
 type record struct {
-	Name      string    `json:"name"`
-	Nspawn    Proc      `json:"nspawn"`
-	Init      Proc      `json:"init"`
-	ImageRoot string    `json:"imageRoot"`
-	Netns     string    `json:"netns"`
-	Started   time.Time `json:"started"`
+	Name      string      `json:"name"`
+	Nspawn    procfs.Proc `json:"nspawn"`
+	Init      procfs.Proc `json:"init"`
+	ImageRoot string      `json:"imageRoot"`
+	Netns     string      `json:"netns"`
+	Started   time.Time   `json:"started"`
 }
 
 // Body is a started body.
@@ -120,8 +122,8 @@ type Body struct {
 	StateDir string
 	// Nspawn is the systemd-nspawn process; Init is the body's PID 1, its
 	// child in a PID namespace of its own.
-	Nspawn Proc
-	Init   Proc
+	Nspawn procfs.Proc
+	Init   procfs.Proc
 	log    *slog.Logger
 }
 
@@ -277,7 +279,7 @@ func Start(ctx context.Context, s Spec) (*Body, error) {
 	go cmd.Wait()
 
 	b := &Body{Name: s.Name, StateDir: s.StateDir, log: log}
-	b.Nspawn, err = procOf(cmd.Process.Pid)
+	b.Nspawn, err = procfs.Of(cmd.Process.Pid)
 	if err != nil {
 		// It already ended: the console says why.
 		return nil, fmt.Errorf("body %s: systemd-nspawn exited at once: %s", s.Name, consoleTail(s.StateDir))
@@ -343,11 +345,11 @@ func (b *Body) Stop(ctx context.Context, timeout time.Duration) error {
 	if b.Nspawn.Alive() || b.Init.Alive() {
 		var err error
 		if b.Nspawn.Alive() {
-			err = b.Nspawn.signal(syscall.SIGTERM)
+			err = signal(b.Nspawn, syscall.SIGTERM)
 		} else {
 			// nspawn was killed and left the body running: ask its
 			// systemd directly, as nspawn would have.
-			err = b.Init.signal(sigPowerOff)
+			err = signal(b.Init, sigPowerOff)
 		}
 		if err != nil {
 			return err
@@ -380,7 +382,7 @@ func (b *Body) Kill(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, killTimeout)
 	defer cancel()
 	var errs []error
-	if err := pid1.signal(syscall.SIGKILL); err != nil {
+	if err := signal(pid1, syscall.SIGKILL); err != nil {
 		errs = append(errs, err)
 	}
 	// Let nspawn see its child end, reap it and exit by itself: killed
@@ -388,7 +390,7 @@ func (b *Body) Kill(ctx context.Context) error {
 	gctx, gcancel := context.WithTimeout(wctx, 3*time.Second)
 	b.waitGone(gctx)
 	gcancel()
-	if err := b.Nspawn.signal(syscall.SIGKILL); err != nil {
+	if err := signal(b.Nspawn, syscall.SIGKILL); err != nil {
 		errs = append(errs, err)
 	}
 	if err := b.waitGone(wctx); err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // labEnv is what a test that boots bodies needs, or a reason to skip.
@@ -122,10 +124,10 @@ func checkGone(t *testing.T, b *Body, ns, stateDir string) {
 			if _, err := fmt.Sscan(e.Name(), &pid); err != nil || ns == "" || pidNS(pid) != ns {
 				continue
 			}
-			st, _ := readProcStat(pid)
+			st, _ := procfs.ReadStat(pid)
 			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-			desc := fmt.Sprintf("%d (%s, state %c)", pid, strings.TrimSpace(string(comm)), st.state)
-			if st.state == 'Z' {
+			desc := fmt.Sprintf("%d (%s, state %c)", pid, strings.TrimSpace(string(comm)), st.State)
+			if st.State == 'Z' {
 				zombies = append(zombies, desc)
 			} else {
 				running = append(running, desc)

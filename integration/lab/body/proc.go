@@ -8,72 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
-// Proc names one process across restarts of the lab: a PID alone may be
-// reused, a PID with its start time may not.
-type Proc struct {
-	PID       int    `json:"pid"`
-	StartTime uint64 `json:"startTime"` // clock ticks since boot, /proc/PID/stat field 22
-}
-
-type procStat struct {
-	state byte
-	ppid  int
-	start uint64
-}
-
-func readProcStat(pid int) (procStat, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStat{}, err
-	}
-	// The command name may hold spaces and parentheses: fields start
-	// after the last ')'.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: ppid: %w", pid, err)
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	return procStat{state: f[0][0], ppid: ppid, start: start}, nil
-}
-
-// procOf returns the Proc of a running process.
-func procOf(pid int) (Proc, error) {
-	st, err := readProcStat(pid)
-	if err != nil {
-		return Proc{}, err
-	}
-	return Proc{PID: pid, StartTime: st.start}, nil
-}
-
-// Alive reports whether p still runs. A zombie does not: it has exited and
-// only waits to be reaped.
-func (p Proc) Alive() bool {
-	if p.PID <= 0 {
-		return false
-	}
-	st, err := readProcStat(p.PID)
-	if err != nil {
-		return false
-	}
-	return st.start == p.StartTime && st.state != 'Z' && st.state != 'X'
-}
-
 // signal sends sig to p if it is still the process we started.
-func (p Proc) signal(sig syscall.Signal) error {
+func signal(p procfs.Proc, sig syscall.Signal) error {
 	if !p.Alive() {
 		return nil
 	}
@@ -112,7 +52,7 @@ func children(pid int) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		if st, err := readProcStat(k); err == nil && st.ppid == pid {
+		if st, err := procfs.ReadStat(k); err == nil && st.PPID == pid {
 			kids = append(kids, k)
 		}
 	}
@@ -122,10 +62,10 @@ func children(pid int) ([]int, error) {
 // containerInit returns the child of nspawn that runs in a PID namespace of
 // its own: the container's PID 1. nspawn briefly has other children while
 // it sets the container up.
-func containerInit(nspawn int) (Proc, bool) {
+func containerInit(nspawn int) (procfs.Proc, bool) {
 	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", nspawn))
 	if err != nil {
-		return Proc{}, false
+		return procfs.Proc{}, false
 	}
 	kids, _ := children(nspawn)
 	for _, k := range kids {
@@ -141,11 +81,11 @@ func containerInit(nspawn int) (Proc, bool) {
 		}
 		for _, line := range strings.Split(string(status), "\n") {
 			if f := strings.Fields(line); len(f) >= 3 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
-				if p, err := procOf(k); err == nil {
+				if p, err := procfs.Of(k); err == nil {
 					return p, true
 				}
 			}
 		}
 	}
-	return Proc{}, false
+	return procfs.Proc{}, false
 }
