@@ -8,7 +8,6 @@ package staticnet
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -18,8 +17,8 @@ import (
 	"strings"
 
 	"github.com/harmonykaas/harmony/agent/bootstrap"
+	"github.com/harmonykaas/harmony/agent/files"
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/internal/atomicfile"
 )
 
 // Paths under the root the applier writes to.
@@ -89,7 +88,7 @@ func (a *Applier) Apply(ctx context.Context) (Outcome, error) {
 		return "", fmt.Errorf("%s: %w", v1.NetworkGuestinfoKey, err)
 	}
 	path := filepath.Join(a.Root, NetworkFile)
-	changed, err := writeIfChanged(path, unit, 0o644)
+	changed, err := files.Write(path, unit, 0o644, nil)
 	if err != nil {
 		return "", err
 	}
@@ -117,7 +116,7 @@ func (a *Applier) applyHostname(name string) {
 		return
 	}
 	path := filepath.Join(a.Root, HostnameFile)
-	if _, err := writeIfChanged(path, []byte(name+"\n"), 0o644); err != nil {
+	if _, err := files.Write(path, []byte(name+"\n"), 0o644, nil); err != nil {
 		a.Log.Warn("could not write the hostname file", "err", err)
 	}
 	if a.SetHostname == nil {
@@ -147,7 +146,7 @@ func (a *Applier) applyResolvConf(dns []string) {
 	for _, d := range dns {
 		b.WriteString("nameserver " + netip.MustParseAddr(d).String() + "\n")
 	}
-	if _, err := writeIfChanged(path, b.Bytes(), 0o644); err != nil {
+	if _, err := files.Write(path, b.Bytes(), 0o644, nil); err != nil {
 		a.Log.Warn("could not write resolv.conf", "err", err)
 	}
 }
@@ -197,22 +196,3 @@ Type=ether
 
 [Network]
 `
-
-// writeIfChanged writes data to path atomically unless the file already
-// holds it, so that a rerun leaves the file and its mtime alone.
-func writeIfChanged(path string, data []byte, perm os.FileMode) (bool, error) {
-	old, err := os.ReadFile(path)
-	if err == nil && bytes.Equal(old, data) {
-		return false, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return false, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
-	}
-	if err := atomicfile.Write(path, data, perm); err != nil {
-		return false, err
-	}
-	return true, nil
-}
