@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/harmonykaas/harmony/internal/ctxio"
 	"github.com/harmonykaas/harmony/ova/ovf"
 	"github.com/harmonykaas/harmony/ova/vmdk"
 )
@@ -75,7 +76,7 @@ type Contents struct {
 // MaxEntries entries.
 func Validate(ctx context.Context, r io.Reader) (*Contents, error) {
 	v := &validator{c: &Contents{Disks: map[string]*vmdk.Info{}}, sizes: map[string]int64{}, sums: map[string]sums{}}
-	tr := tar.NewReader(ctxReader{ctx, r})
+	tr := tar.NewReader(ctxio.Reader(ctx, r))
 	// Both stops below come after archive/tar has read the header (with a
 	// long name, up to 1 MiB), but before anything keeps or copies it.
 	for i := 0; ; i++ {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harmonykaas/harmony/internal/ctxio"
 	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
@@ -199,7 +200,7 @@ func digestDisk(ctx context.Context, h Hash, d Disk) ([]byte, int64, error) {
 	}
 	defer f.Close()
 	s := h.new()
-	n, err := io.Copy(s, ctxReader{ctx, f})
+	n, err := io.Copy(s, ctxio.Reader(ctx, f))
 	if err != nil {
 		return nil, 0, fmt.Errorf("ova: disk %q: read: %w", d.Name, err)
 	}
@@ -218,7 +219,7 @@ func copyDisk(ctx context.Context, tw *tar.Writer, h Hash, d Disk, mtime time.Ti
 		return fmt.Errorf("ova: disk %q: header: %w", d.Name, err)
 	}
 	s := h.new()
-	n, err := io.Copy(io.MultiWriter(tw, s), ctxReader{ctx, f})
+	n, err := io.Copy(io.MultiWriter(tw, s), ctxio.Reader(ctx, f))
 	if err != nil {
 		return fmt.Errorf("ova: disk %q: copy: %w", d.Name, err)
 	}
@@ -226,17 +227,4 @@ func copyDisk(ctx context.Context, tw *tar.Writer, h Hash, d Disk, mtime time.Ti
 		return fmt.Errorf("ova: disk %q: changed while packing (size %d, then %d)", d.Name, size, n)
 	}
 	return nil
-}
-
-// ctxReader stops a long copy when the context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/ctxio"
 	"github.com/harmonykaas/harmony/ova/vmdk"
 )
 
@@ -189,7 +190,7 @@ func ovaSum(ctx context.Context, ova, cacheDir string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+	if _, err := io.Copy(h, ctxio.Reader(ctx, f)); err != nil {
 		return "", fmt.Errorf("hash %s: %w", ova, err)
 	}
 	want.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -338,16 +339,4 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 	}
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
