@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,9 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller"
 	"github.com/harmonykaas/harmony/controller/client"
-	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/controller/controllertest"
 )
 
 // The output paths of the commands, through the commands, against a real
@@ -28,38 +26,8 @@ import (
 // the globals of a harmonyctl that talks to it as admin.
 func startTestController(t *testing.T) (*globals, *client.Client) {
 	t.Helper()
-	dir := t.TempDir()
-	c, err := controller.New(controller.Config{
-		DataDir: dir,
-		Listen:  "127.0.0.1:0",
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Serve(ctx); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.Close()
-	})
-	g := &globals{config: filepath.Join(dir, controller.AdminConfigFile), server: c.URL()}
-	cfg, err := clientconfig.Load(g.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(cfg, g.server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, admin
+	tc := controllertest.Start(t)
+	return &globals{config: tc.AdminConfig, server: tc.URL()}, tc.Admin
 }
 
 func nodeAdd(g *globals, name, out string) (string, error) {

@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 	"github.com/harmonykaas/harmony/controller"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/controller/controllertest"
 	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
@@ -34,41 +34,7 @@ import (
 // returns an admin client for it, loaded from the admin.conf it wrote.
 func startController(t *testing.T, mutate ...func(*controller.Config)) *client.Client {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := controller.Config{
-		DataDir: dir,
-		Listen:  "127.0.0.1:0",
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	c, err := controller.New(cfg)
-	if err != nil {
-		t.Fatalf("start controller: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.Serve(ctx); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.Close()
-	})
-	adminCfg, err := clientconfig.Load(filepath.Join(dir, controller.AdminConfigFile))
-	if err != nil {
-		t.Fatalf("load admin.conf: %v", err)
-	}
-	admin, err := client.New(adminCfg, c.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return admin
+	return controllertest.Start(t, mutate...).Admin
 }
 
 // wantAPIError fails unless err is an APIError with this status and code
