@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
 func TestClusterKubeconfig(t *testing.T) {
@@ -27,23 +26,9 @@ func TestClusterKubeconfig(t *testing.T) {
 	if kc.Server != "https://198.18.10.79:8443" {
 		t.Errorf("server %q, want the VIP on 8443", kc.Server)
 	}
-	var doc struct {
-		Clusters []struct {
-			Cluster struct {
-				Server string `json:"server"`
-				CA     []byte `json:"certificate-authority-data"`
-			} `json:"cluster"`
-		} `json:"clusters"`
-		Users []struct {
-			User struct {
-				Cert []byte `json:"client-certificate-data"`
-				Key  []byte `json:"client-key-data"`
-			} `json:"user"`
-		} `json:"users"`
-		CurrentContext string `json:"current-context"`
-	}
-	if err := yaml.Unmarshal([]byte(kc.Kubeconfig), &doc); err != nil {
-		t.Fatalf("kubeconfig is not YAML: %v\n%s", err, kc.Kubeconfig)
+	doc, err := kubeconfig.Parse([]byte(kc.Kubeconfig))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kc.Kubeconfig)
 	}
 	if len(doc.Clusters) != 1 || len(doc.Users) != 1 || doc.CurrentContext != "kc" || doc.Clusters[0].Cluster.Server != kc.Server {
 		t.Fatalf("kubeconfig shape: %+v", doc)
@@ -52,10 +37,10 @@ func TestClusterKubeconfig(t *testing.T) {
 	role := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/kc-m1/role", nil)
 	var master v1.Role
 	role.decode(t, &master)
-	if string(doc.Clusters[0].Cluster.CA) != master.PKI.ClusterCA.Certificate {
+	if string(doc.Clusters[0].Cluster.CAData) != master.PKI.ClusterCA.Certificate {
 		t.Error("the kubeconfig's CA is not the cluster CA of the masters' roles")
 	}
-	block, _ := pem.Decode(doc.Users[0].User.Cert)
+	block, _ := pem.Decode(doc.Users[0].User.CertData)
 	if block == nil {
 		t.Fatal("no client certificate PEM")
 	}
@@ -64,7 +49,7 @@ func TestClusterKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(doc.Clusters[0].Cluster.CA)
+	roots.AppendCertsFromPEM(doc.Clusters[0].Cluster.CAData)
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("client certificate does not verify against the cluster CA: %v", err)
 	}
@@ -77,7 +62,7 @@ func TestClusterKubeconfig(t *testing.T) {
 	if kc.ExpiresAt.Unix() != cert.NotAfter.Unix() {
 		t.Errorf("expiresAt %s, certificate %s", kc.ExpiresAt, cert.NotAfter)
 	}
-	if key, _ := pem.Decode(doc.Users[0].User.Key); key == nil {
+	if key, _ := pem.Decode(doc.Users[0].User.KeyData); key == nil {
 		t.Error("no client key PEM")
 	}
 

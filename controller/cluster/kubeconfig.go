@@ -9,11 +9,10 @@ import (
 	"fmt"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
 // Kubeconfig issues a cluster-admin kubeconfig for the cluster's API on
@@ -56,15 +55,9 @@ func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubec
 		return nil, err
 	}
 	out := &v1.Kubeconfig{Cluster: name, Server: v1.APIServerURL(rec.Spec.VIP), User: user, ExpiresAt: cert.NotAfter}
-	doc := kubeconfigDoc{APIVersion: "v1", Kind: "Config", CurrentContext: name,
-		Clusters: []namedCluster{{Name: name, Cluster: kubeCluster{Server: out.Server, CAData: []byte(sec.PKI.ClusterCA.Certificate)}}},
-		Users: []namedUser{{Name: user, User: kubeUser{
-			CertData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
-			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		}}},
-		Contexts: []namedContext{{Name: name, Context: kubeContext{Cluster: name, User: user}}},
-	}
-	data, err := yaml.Marshal(doc)
+	data, err := kubeconfig.New(name, out.Server, []byte(sec.PKI.ClusterCA.Certificate), user,
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})).Marshal()
 	if err != nil {
 		return nil, err
 	}
@@ -79,44 +72,4 @@ func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubec
 	}
 	s.log.Info("kubeconfig issued", "cluster", name, "user", user, "expires", cert.NotAfter)
 	return out, nil
-}
-
-// The kubeconfig file format (clientcmd's v1 Config), the fields used.
-type kubeconfigDoc struct {
-	APIVersion     string         `json:"apiVersion"`
-	Kind           string         `json:"kind"`
-	Clusters       []namedCluster `json:"clusters"`
-	Users          []namedUser    `json:"users"`
-	Contexts       []namedContext `json:"contexts"`
-	CurrentContext string         `json:"current-context"`
-}
-
-type namedCluster struct {
-	Name    string      `json:"name"`
-	Cluster kubeCluster `json:"cluster"`
-}
-
-type kubeCluster struct {
-	Server string `json:"server"`
-	CAData []byte `json:"certificate-authority-data"`
-}
-
-type namedUser struct {
-	Name string   `json:"name"`
-	User kubeUser `json:"user"`
-}
-
-type kubeUser struct {
-	CertData []byte `json:"client-certificate-data"`
-	KeyData  []byte `json:"client-key-data"`
-}
-
-type namedContext struct {
-	Name    string      `json:"name"`
-	Context kubeContext `json:"context"`
-}
-
-type kubeContext struct {
-	Cluster string `json:"cluster"`
-	User    string `json:"user"`
 }

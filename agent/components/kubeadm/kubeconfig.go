@@ -3,7 +3,6 @@ package kubeadm
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,42 +10,27 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	kubeconfigfile "github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
 // maxKubeconfig bounds what is read of a kubeconfig or manifest kubeadm
 // wrote.
 const maxKubeconfig = 1 << 20
 
-// kubeconfig is the part of a kubeadm kubeconfig the component reads:
-// kubeadm writes one cluster and one user, with embedded data.
-type kubeconfig struct {
-	Clusters []struct {
-		Cluster struct {
-			Server string `json:"server"`
-			CAData []byte `json:"certificate-authority-data"`
-		} `json:"cluster"`
-	} `json:"clusters"`
-	Users []struct {
-		User struct {
-			CertData []byte `json:"client-certificate-data"`
-			KeyData  []byte `json:"client-key-data"`
-		} `json:"user"`
-	} `json:"users"`
-}
+// kubeconfig is a kubeconfig kubeadm wrote: one cluster and one user,
+// with embedded data.
+type kubeconfig struct{ *kubeconfigfile.Config }
 
 func readKubeconfig(path string) (*kubeconfig, error) {
 	data, err := readBounded(path)
 	if err != nil {
 		return nil, err
 	}
-	var kc kubeconfig
-	if err := yaml.Unmarshal(data, &kc); err != nil {
-		return nil, fmt.Errorf("unreadable kubeconfig: %w", err)
+	kc, err := kubeconfigfile.Parse(data)
+	if err != nil {
+		return nil, err
 	}
-	if len(kc.Clusters) == 0 || len(kc.Users) == 0 {
-		return nil, errors.New("kubeconfig without a cluster or a user")
-	}
-	return &kc, nil
+	return &kubeconfig{kc}, nil
 }
 
 func (kc *kubeconfig) caCert() (*x509.Certificate, error) {

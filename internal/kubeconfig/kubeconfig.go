@@ -1,0 +1,82 @@
+// Package kubeconfig is the kubeconfig file format (clientcmd's v1
+// Config), the fields Harmony writes and reads: the controller issues
+// admin kubeconfigs in it, and the agent reads the ones kubeadm writes.
+package kubeconfig
+
+import (
+	"errors"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is a kubeconfig with embedded certificate data.
+type Config struct {
+	APIVersion     string         `json:"apiVersion,omitempty"`
+	Kind           string         `json:"kind,omitempty"`
+	Clusters       []NamedCluster `json:"clusters"`
+	Users          []NamedUser    `json:"users"`
+	Contexts       []NamedContext `json:"contexts,omitempty"`
+	CurrentContext string         `json:"current-context,omitempty"`
+}
+
+// NamedCluster is an API server and the CA that verifies it.
+type NamedCluster struct {
+	Name    string  `json:"name"`
+	Cluster Cluster `json:"cluster"`
+}
+
+// Cluster is where a cluster's API is, and its CA's certificates (PEM).
+type Cluster struct {
+	Server string `json:"server"`
+	CAData []byte `json:"certificate-authority-data,omitempty"`
+}
+
+// NamedUser is a client credential.
+type NamedUser struct {
+	Name string `json:"name"`
+	User User   `json:"user"`
+}
+
+// User is a client certificate and its key (PEM).
+type User struct {
+	CertData []byte `json:"client-certificate-data,omitempty"`
+	KeyData  []byte `json:"client-key-data,omitempty"`
+}
+
+// NamedContext pairs a cluster with a user.
+type NamedContext struct {
+	Name    string  `json:"name"`
+	Context Context `json:"context"`
+}
+
+// Context names a cluster and a user of the file.
+type Context struct {
+	Cluster string `json:"cluster"`
+	User    string `json:"user"`
+}
+
+// New is a kubeconfig with one cluster, one user and the context that
+// joins them, named for the cluster.
+func New(cluster, server string, caPEM []byte, user string, certPEM, keyPEM []byte) *Config {
+	return &Config{APIVersion: "v1", Kind: "Config", CurrentContext: cluster,
+		Clusters: []NamedCluster{{Name: cluster, Cluster: Cluster{Server: server, CAData: caPEM}}},
+		Users:    []NamedUser{{Name: user, User: User{CertData: certPEM, KeyData: keyPEM}}},
+		Contexts: []NamedContext{{Name: cluster, Context: Context{Cluster: cluster, User: user}}},
+	}
+}
+
+// Marshal encodes the file.
+func (c *Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// Parse decodes a kubeconfig that has at least one cluster and one user.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("unreadable kubeconfig: %w", err)
+	}
+	if len(c.Clusters) == 0 || len(c.Users) == 0 {
+		return nil, errors.New("kubeconfig without a cluster or a user")
+	}
+	return &c, nil
+}
