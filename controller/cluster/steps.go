@@ -129,20 +129,10 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 // token, so that a redone step leaves one valid token) and encodes it
 // with the node's network document.
 func (e *engine) guestinfo(p *pass, m *machine) (map[string]string, error) {
-	var pool v1.IPPool
-	err := e.cfg.Store.View(func(tx *store.Tx) error {
-		var provider v1.Provider
-		if err := tx.Get(store.Providers, p.rec.Spec.Provider, &provider); err != nil {
-			return err
-		}
-		if provider.IPPool == nil {
-			return fmt.Errorf("provider %s lost its ipPool", provider.Name)
-		}
-		pool = *provider.IPPool
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	// The provider as this pass read it, to connect its session.
+	pool := p.vc.Provider.IPPool
+	if pool == nil {
+		return nil, fmt.Errorf("provider %s lost its ipPool", p.vc.Provider.Name)
 	}
 	boot, err := e.cfg.Bootstrap.Bootstrap(m.Name, bootstrapTTL)
 	if err != nil {
