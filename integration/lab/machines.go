@@ -112,7 +112,7 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 		return nil, fmt.Errorf("VM %s was cloned from image %q, which the lab has not prepared", vm.Name, vm.Image)
 	}
 	m := &machine{vm: vm, netns: hostNetns(ms.r.ID, vm.Name)}
-	if err := ms.plug(ctx, vm.Name, m.netns); err != nil {
+	if err := ms.plugVM(ctx, vm.Name, m.netns); err != nil {
 		return nil, err
 	}
 	dir := ms.bodyDir(vm.Name)
@@ -169,26 +169,14 @@ func (ms *machines) stopAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// plug makes a VM's namespace with its NIC, eth0, on the lab's switch. The
-// NIC has no address: the body's own network unit gives it the one the
-// controller wrote into guestinfo.
-func (ms *machines) plug(ctx context.Context, name, netns string) error {
+// plugVM makes a VM's namespace on the lab's switch, replacing one a
+// crashed body left. The NIC has no address: the body's own network unit
+// gives it the one the controller wrote into guestinfo.
+func (ms *machines) plugVM(ctx context.Context, name, netns string) error {
 	if netnsExists(ctx, netns) {
-		_ = ip(ctx, "netns", "del", netns) // a body that crashed
+		_ = ip(ctx, "netns", "del", netns)
 	}
-	link := hostLink(ms.r.ID, name)
-	for _, s := range [][]string{
-		{"netns", "add", netns},
-		{"link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns},
-		{"link", "set", link, "netns", ms.r.Switch},
-		{"-n", ms.r.Switch, "link", "set", link, "master", "br0", "up"},
-		{"-n", netns, "link", "set", "lo", "up"},
-	} {
-		if err := ip(ctx, s...); err != nil {
-			return fmt.Errorf("plug %s: %w", name, err)
-		}
-	}
-	return nil
+	return plug(ctx, ms.r, name, netns)
 }
 
 func (ms *machines) bodyDir(name string) string {

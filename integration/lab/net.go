@@ -39,21 +39,35 @@ func makeSwitch(ctx context.Context, r *record, subnet netip.Prefix) error {
 	return nil
 }
 
+// plug makes a namespace with its NIC, eth0, on the lab's switch: what a
+// host and a VM body both start from.
+func plug(ctx context.Context, r *record, name, netns string) error {
+	link := hostLink(r.ID, name)
+	for _, s := range [][]string{
+		{"netns", "add", netns},
+		{"link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns},
+		{"link", "set", link, "netns", r.Switch},
+		{"-n", r.Switch, "link", "set", link, "master", "br0", "up"},
+		{"-n", netns, "link", "set", "lo", "up"},
+	} {
+		if err := ip(ctx, s...); err != nil {
+			return fmt.Errorf("plug %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // makeHost makes a host: a namespace plugged into the bridge, with its
 // address on eth0 and its default route through the machine.
 func makeHost(ctx context.Context, r *record, h hostRecord, subnet netip.Prefix) error {
-	link := hostLink(r.ID, h.Name)
-	steps := [][]string{
-		{"netns", "add", h.Netns},
-		{"link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", h.Netns},
-		{"link", "set", link, "netns", r.Switch},
-		{"-n", r.Switch, "link", "set", link, "master", "br0", "up"},
-		{"-n", h.Netns, "link", "set", "lo", "up"},
+	if err := plug(ctx, r, h.Name, h.Netns); err != nil {
+		return fmt.Errorf("lab host %s: %w", h.Name, err)
+	}
+	for _, s := range [][]string{
 		{"-n", h.Netns, "link", "set", "eth0", "up"},
 		{"-n", h.Netns, "addr", "add", h.IP + "/24", "dev", "eth0"},
 		{"-n", h.Netns, "route", "add", "default", "via", addr(subnet, 1).String()},
-	}
-	for _, s := range steps {
+	} {
 		if err := ip(ctx, s...); err != nil {
 			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
