@@ -4,6 +4,8 @@
 package kubeconfig
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 
@@ -79,4 +81,18 @@ func Parse(data []byte) (*Config, error) {
 		return nil, errors.New("kubeconfig without a cluster or a user")
 	}
 	return &c, nil
+}
+
+// TLSConfig is a client configuration for the file's first cluster and
+// user: the cluster's CA and the user's certificate.
+func (c *Config) TLSConfig() (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(c.Clusters[0].Cluster.CAData) {
+		return nil, fmt.Errorf("kubeconfig cluster %q: no CA certificate", c.Clusters[0].Name)
+	}
+	cert, err := tls.X509KeyPair(c.Users[0].User.CertData, c.Users[0].User.KeyData)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig user %q: %w", c.Users[0].Name, err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

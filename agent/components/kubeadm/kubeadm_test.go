@@ -369,3 +369,31 @@ func snapshotFiles(t *testing.T, root string) map[string]string {
 	}
 	return m
 }
+
+// TestClusterPhaseFlags: every flag the cluster phases pass is one the
+// real kubeadm's phase accepts (kubeadm refuses unknown flags, and the
+// kubelet-only phases run on no host here but a VM or a lab body).
+func TestClusterPhaseFlags(t *testing.T) {
+	kubeadm := filepath.Join(k8sBin(t), "kubeadm")
+	for _, args := range clusterPhaseArgs(true, true) {
+		var phase []string
+		var flags []string
+		for _, a := range args {
+			switch {
+			case strings.HasPrefix(a, "--"):
+				flags = append(flags, a)
+			case len(flags) == 0:
+				phase = append(phase, a)
+			}
+		}
+		help, err := exec.Command(kubeadm, append(phase, "--help")...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubeadm %s --help: %v\n%s", strings.Join(phase, " "), err, help)
+		}
+		for _, f := range flags {
+			if !strings.Contains(string(help), f+" ") {
+				t.Errorf("kubeadm %s takes no %s", strings.Join(phase, " "), f)
+			}
+		}
+	}
+}

@@ -123,21 +123,12 @@ func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *
 		st.Actions = append(st.Actions, "created ClusterRoleBinding "+clusterAdmins)
 	}
 
-	phases := [][]string{{"upload-config", "all"}}
-	if p.token != "" {
-		phases = append(phases, []string{"bootstrap-token"})
-	}
-	phases = append(phases, []string{"addon", "all"})
-	if c.cfg.Kubelet {
-		phases = append(phases, []string{"mark-control-plane"}, []string{"kubelet-finalize", "all"})
-	}
-	for _, ph := range phases {
-		args := append([]string{"init", "phase"}, ph...)
-		args = append(args, "--config", InitConfigFile, "--kubeconfig", LocalKubeconfig)
+	for _, args := range clusterPhaseArgs(p.token != "", c.cfg.Kubelet) {
 		if _, err := c.kubeadm(ctx, host, p.token, args...); err != nil {
 			return time.Time{}, err
 		}
-		st.Actions = append(st.Actions, "ran kubeadm init phase "+strings.Join(ph, " "))
+		name, _, _ := strings.Cut(strings.Join(args, " "), " --")
+		st.Actions = append(st.Actions, "ran kubeadm "+name)
 	}
 
 	rec = clusterRecord{Inputs: inputs, Completed: time.Now().UTC().Truncate(time.Second)}
@@ -228,4 +219,25 @@ func allExist(host *reconcile.Host, nodePaths []string) bool {
 		}
 	}
 	return true
+}
+
+// clusterPhaseArgs are kubeadm's command lines for the cluster phases, in
+// order. Each names InitConfigFile. The phases that take --kubeconfig use
+// the local admin kubeconfig (the apiserver on this master);
+// mark-control-plane and kubelet-finalize take no such flag and use
+// kubeadm's /etc/kubernetes/admin.conf, which the local phases wrote.
+func clusterPhaseArgs(token, kubelet bool) [][]string {
+	local := []string{"--kubeconfig", LocalKubeconfig}
+	phases := [][]string{append([]string{"upload-config", "all"}, local...)}
+	if token {
+		phases = append(phases, append([]string{"bootstrap-token"}, local...))
+	}
+	phases = append(phases, append([]string{"addon", "all"}, local...))
+	if kubelet {
+		phases = append(phases, []string{"mark-control-plane"}, []string{"kubelet-finalize", "all"})
+	}
+	for i, ph := range phases {
+		phases[i] = append(append([]string{"init", "phase"}, ph...), "--config", InitConfigFile)
+	}
+	return phases
 }
