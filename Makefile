@@ -117,9 +117,9 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
-bench: build kubernetes
+bench: build kubernetes images
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
 	$(GO) run ./integration/bench/ovavalidate
 	$(MAKE) bench-clusters
@@ -138,13 +138,15 @@ bench-images: build kubernetes packer
 	IMAGES_OUT=$(BENCH_IMAGES) scripts/build-images.sh
 	$(GO) run ./integration/bench/boot -images $(BENCH_IMAGES) $(BOOT_BENCH_FLAGS)
 
-# The node-stack lab: hosts as network namespaces, real daemons. It prints
-# a JSON summary and keeps running; `make lab-down` (or `bin/harmonyctl lab
-# down --state $(LAB_STATE)`) removes it.
+# The whole system on this machine (root): vcsim as the vCenter, the
+# controller importing the node OVA and creating a 3+2 cluster through
+# its API, and every VM it powers on booted from the node image. It prints
+# where everything is and keeps running; `make lab-down` (or
+# `bin/harmonyctl lab down --state $(LAB_STATE)`) removes it.
 LAB_STATE ?= $(CURDIR)/.cache/lab
-LAB_FLAGS ?= --masters 3 --workers 2
-lab: build kubernetes
-	bin/harmonyctl lab up --state $(LAB_STATE) --kubernetes-bin-dir $(K8S_BIN) $(LAB_FLAGS)
+LAB_FLAGS ?= --masters 3 --workers 2 --detach
+lab: build images
+	bin/harmonyctl lab up --state $(LAB_STATE) $(LAB_FLAGS)
 
 lab-down: build
 	bin/harmonyctl lab down --state $(LAB_STATE)

@@ -182,8 +182,16 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconci
 	ha := haproxy.New(haproxy.Config{})
 	ka := keepalived.New(keepalived.Config{TrackScript: track})
 	et := etcd.New(etcd.Config{})
-	ku := kubeadm.New(kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
-		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet})
+	kcfg := kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
+		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet}
+	if kcfg.Kubelet {
+		// A node with a kubelet is a systemd host, and the agent runs in
+		// its unit's sandbox: kubeadm reset goes through systemd.
+		kcfg.Unconfined = func(argv []string, maxRuntime time.Duration) []string {
+			return service.TransientCommand("kubeadm", maxRuntime, argv)
+		}
+	}
+	ku := kubeadm.New(kcfg)
 	components := []reconcile.Component{network.New(network.Config{}), ha, ka, et, ku, cni.New(cni.Config{})}
 	return components, []reconcile.Leaver{ku.Drain(), ka, ha, ku, et}, nil
 }

@@ -423,7 +423,11 @@ func renderUnit(u Unit, cfg SystemdConfig, env []byte) ([]byte, error) {
 	line("Type=simple")
 	line("ExecStart=", exec)
 	if u.ReloadSignal != 0 {
-		line("ExecReload=/bin/kill -s ", signalName(u.ReloadSignal), " $MAINPID")
+		// The shell's kill, not /bin/kill: procps is not in the images,
+		// and systemd 252 (bookworm) has no ReloadSignal=. "$$" is a
+		// literal "$": the shell reads MAINPID, which systemd sets for
+		// ExecReload.
+		line("ExecReload=/bin/sh -c \"kill -", signalName(u.ReloadSignal), " $$MAINPID\"")
 	}
 	if env != nil {
 		sum := sha256.Sum256(env)

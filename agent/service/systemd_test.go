@@ -1023,7 +1023,7 @@ func TestRenderUnit(t *testing.T) {
 	}
 	for _, want := range []string{
 		"\nExecStart=\"/usr/sbin/haproxy\" \"-W\" \"-db\" \"-f\" \"/etc/haproxy/haproxy.cfg\"\n",
-		"\nExecReload=/bin/kill -s USR2 $MAINPID\n",
+		"\nExecReload=/bin/sh -c \"kill -USR2 $$MAINPID\"\n",
 		"\nRestart=always\n", "\nRestartSec=2000ms\n", "\nTimeoutStopSec=10000ms\n",
 		"\nStartLimitIntervalSec=0\n", "\nNoNewPrivileges=yes\n", "\nProtectSystem=full\n",
 		"\nWantedBy=multi-user.target\n",
@@ -1362,4 +1362,14 @@ vrrp_instance harmony_t {
 		last, _ = sd.httpGet("127.0.0.1:2379", "/health")
 		return httpOK(last) && strings.Contains(last, `"health":"true"`)
 	})
+}
+
+func TestTransientCommand(t *testing.T) {
+	got := TransientCommand("kubeadm-reset", 90*time.Second, []string{"/usr/bin/kubeadm", "reset", "--force"})
+	want := []string{"systemd-run", "--wait", "--pipe", "--quiet", "--collect", "--service-type=exec",
+		"--unit=harmony-kubeadm-reset.service", "--property=RuntimeMaxSec=90", "--",
+		"/usr/bin/kubeadm", "reset", "--force"}
+	if !slices.Equal(got, want) {
+		t.Errorf("TransientCommand =\n%q\nwant\n%q", got, want)
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/harmonykaas/harmony/integration/lab/body"
 )
 
 // Down removes everything a lab in stateDir made: its processes, network
@@ -35,11 +37,21 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 	}
 
 	// Processes first, so that nothing rewrites files or holds a
-	// namespace while it goes.
+	// namespace while it goes: lab serve stops its bodies on SIGTERM.
 	for _, p := range r.Procs {
 		if p.Alive() {
 			log.Info("lab down: stop", "process", p.Name, "pid", p.PID)
-			killAll(ctx, []int{p.PID}, 10*time.Second)
+			killAll(ctx, []int{p.PID}, 30*time.Second)
+		}
+	}
+	var errs []error
+	// Bodies that outlived a killed lab serve, from their own records.
+	if found {
+		bodies, _ := filepath.Glob(filepath.Join(r.vmsDir(), "*", bodyDirName))
+		for _, dir := range bodies {
+			if err := body.Cleanup(ctx, dir, log); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	namespaces := labNamespaces(ctx, r.ID)
@@ -49,7 +61,6 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 			killAll(ctx, pids, 10*time.Second)
 		}
 	}
-	var errs []error
 	for _, ns := range namespaces {
 		if err := ip(ctx, "netns", "del", ns); err != nil {
 			errs = append(errs, err)
@@ -66,6 +77,13 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 	// Files only with a record: without one, the directory may be
 	// anything (a mistyped --state /etc holds an "hosts" entry too).
 	if found {
+		if err := body.ReleaseImages(ctx, r.imagesDir()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Never remove files something may still use: a body that would not
+	// stop has its data disk bound in.
+	if found && len(errs) == 0 {
 		if err := removeFiles(abs, r.CreatedDir); err != nil {
 			errs = append(errs, err)
 		}
@@ -90,7 +108,7 @@ func linkExists(ctx context.Context, name string) bool {
 }
 
 // labEntries are what Up makes inside the state directory.
-var labEntries = []string{"hosts", "controller", "prometheus", "credentials", "logs", "summary.json", recordName}
+var labEntries = []string{"vms", "datastores", "images", "images.json", "controller", "prometheus", "credentials", "logs", "summary.json", recordName}
 
 // removeFiles removes the lab's files: the whole directory if the lab
 // made it, else only the lab's own entries.

@@ -1,53 +1,70 @@
-// Package lab builds the node-stack lab: every "VM" is a network namespace
-// on a bridge, with addresses in 198.18.0.0/15 (reserved for network
-// testing) and its own root directory. A real controller enrolls a real
-// agent per host, and the agents drive real keepalived, HAProxy, etcd,
-// kubeadm and kube-apiserver. A real Prometheus scrapes them over mutual
-// TLS. `harmonyctl lab up` and `down` are thin wrappers around Up and Down.
+// Package lab runs Harmony on one machine as a user runs it on vSphere.
+// govmomi's vCenter simulator (vcsim) is the vCenter; a real controller
+// imports the node OVA into it and creates a cluster through its normal
+// API; and every VM the controller powers on gets a body: the node
+// image's own root file system booted by systemd-nspawn (package body)
+// in a network namespace on the lab's bridge. The image's systemd, its
+// units and its harmony-agent run as on a VM; the agent reads its
+// bootstrap from guestinfo through a stand-in vmware-rpctool, the one
+// part that is not the image's (the real tool talks to the hypervisor).
+// A real Prometheus scrapes every agent and the controller.
 //
-// There is no kubelet and no container runtime in the lab: the agents run
-// with --stand-in-for-kubelet, which runs the kube-apiserver static pod
-// that kubeadm wrote as a plain process in the host's namespace.
+// Nothing in the lab makes a role, a CA or a token: the controller does.
+// The controller runs on the machine, not in an appliance body.
+//
+// Up builds a lab and returns once the cluster is ready; the lab runs on
+// in detached processes (the controller, Prometheus, and `harmonyctl lab
+// serve`, which runs vcsim and the bodies) until Down.
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // Config says what lab to build.
 type Config struct {
-	// StateDir holds everything the lab makes: per-host roots, logs,
+	// StateDir holds everything the lab makes: the bodies, logs,
 	// credentials, the controller's data, Prometheus's storage, and
 	// lab.json, the record Down works from. Required.
 	StateDir string
 	Masters  int
 	Workers  int
 	// Subnet is the lab's IPv4 /24, inside 198.18.0.0/15. The machine
-	// gets .1 (the controller and Prometheus listen there), the VIP is
-	// .10, masters .11 up, workers .31 up. Default 198.18.100.0/24.
+	// gets .1 (vCenter, the controller and Prometheus listen there);
+	// nodes and the VIP come from the provider's pool, .10 to .99.
+	// Default 198.18.100.0/24.
 	Subnet netip.Prefix
-	// BinDir holds harmony-agent and harmony-controller.
+	// BinDir holds harmony-controller, harmonyctl and vmware-rpctool
+	// (make build).
 	BinDir string
-	// KubernetesBinDir holds kubeadm and kube-apiserver (and kubectl),
-	// built by `make kubernetes`.
-	KubernetesBinDir string
-	// Timeout bounds the wait for a converged cluster; default 5m.
+	// OVA is the node image; default the newest harmony-node-*.ova in
+	// ImagesDir.
+	OVA string
+	// ImagesDir is where make images puts the OVAs; default
+	// BinDir/../out/images.
+	ImagesDir string
+	// Timeout bounds the wait for a ready cluster; default 10m.
 	Timeout time.Duration
 	// Log receives progress.
 	Log *slog.Logger
+	// Progress, if set, receives the cluster's view each time it changes
+	// while Up waits for it, for a status table.
+	Progress func(*v1.Cluster, []v1.Node)
 }
 
 // Default sizes and addresses.
 const (
 	DefaultMasters = 3
 	DefaultWorkers = 2
-	MaxMasters     = 7
 	MaxWorkers     = 16
-	DefaultTimeout = 5 * time.Minute
+	DefaultTimeout = 10 * time.Minute
 )
 
 // DefaultSubnet is the lab's network unless Config.Subnet says otherwise.
@@ -56,44 +73,57 @@ var DefaultSubnet = netip.MustParsePrefix("198.18.100.0/24")
 // testRange is the only range the lab may use (RFC 2544).
 var testRange = netip.MustParsePrefix("198.18.0.0/15")
 
+// The lab's names and the cluster's networks. The pod and service
+// networks sit inside 198.18.0.0/15 too, like every address the lab uses.
+const (
+	ClusterName  = "lab"
+	ProviderName = "lab"
+	podCIDR      = "198.19.0.0/17"
+	serviceCIDR  = "198.19.128.0/20"
+)
+
 // Summary is what `lab up` prints: everything needed to use the lab.
 type Summary struct {
-	Hosts      []HostSummary `json:"hosts"`
+	Cluster    string        `json:"cluster"`
+	Image      string        `json:"image"`
+	Nodes      []NodeSummary `json:"nodes"`
 	VIP        string        `json:"vip"`
 	APIServer  string        `json:"apiserver"`
 	Kubeconfig string        `json:"kubeconfig"`
-	Etcd       EtcdSummary   `json:"etcd"`
 	Controller string        `json:"controller"`
-	Prometheus string        `json:"prometheus"`
-	StateDir   string        `json:"stateDir"`
+	// AdminConfig is harmonyctl's configuration for the controller:
+	// harmonyctl --config ADMINCONFIG cluster get lab.
+	AdminConfig string `json:"adminConfig"`
+	// VCenter is the simulator's URL; VCenterCredentials the file with
+	// its user, password and thumbprint (0600).
+	VCenter            string `json:"vcenter"`
+	VCenterCredentials string `json:"vcenterCredentials"`
+	Prometheus         string `json:"prometheus"`
+	StateDir           string `json:"stateDir"`
 
-	// AgentsStarted and Ready time the convergence, for make bench: when
-	// the agents were started, and when each node was first seen Ready.
-	AgentsStarted time.Time            `json:"-"`
-	Ready         map[string]time.Time `json:"-"`
+	// Timings for make bench: when Up started, when the cluster was
+	// created, and when each node was first seen enrolled and Ready.
+	Started  time.Time            `json:"-"`
+	Created  time.Time            `json:"-"`
+	Enrolled map[string]time.Time `json:"-"`
+	Ready    map[string]time.Time `json:"-"`
 }
 
-// HostSummary is one host of the lab.
-type HostSummary struct {
-	Name  string `json:"name"`
+// NodeSummary is one VM of the lab.
+type NodeSummary struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	IP   string `json:"ip"`
+	// Netns is the body's network namespace: ip netns exec NETNS ...
 	Netns string `json:"netns"`
-	IP    string `json:"ip"`
-	Role  string `json:"role"`
-	// Root is the host's root directory: its /etc, /var/lib and logs.
-	Root string `json:"root"`
-}
-
-// EtcdSummary says how to reach the cluster's etcd.
-type EtcdSummary struct {
-	Endpoints []string `json:"endpoints"`
-	CA        string   `json:"ca"`
-	Cert      string   `json:"cert"`
-	Key       string   `json:"key"`
+	// Body is the body's state directory: its console log, its upper
+	// layer (everything the VM wrote).
+	Body string `json:"body"`
 }
 
 func (c *Config) defaults() error {
 	if c.StateDir == "" {
-		return fmt.Errorf("state dir: required")
+		return errors.New("state dir: required")
 	}
 	abs, err := filepath.Abs(c.StateDir)
 	if err != nil {
@@ -103,8 +133,8 @@ func (c *Config) defaults() error {
 	if c.Masters == 0 {
 		c.Masters = DefaultMasters
 	}
-	if c.Masters < 1 || c.Masters > MaxMasters {
-		return fmt.Errorf("masters: must be between 1 and %d, got %d", MaxMasters, c.Masters)
+	if c.Masters < 1 || c.Masters > v1.MaxMasters || c.Masters%2 == 0 {
+		return fmt.Errorf("masters: must be odd, between 1 and %d, got %d", v1.MaxMasters, c.Masters)
 	}
 	if c.Workers < 0 || c.Workers > MaxWorkers {
 		return fmt.Errorf("workers: must be between 0 and %d, got %d", MaxWorkers, c.Workers)
@@ -112,14 +142,14 @@ func (c *Config) defaults() error {
 	if !c.Subnet.IsValid() {
 		c.Subnet = DefaultSubnet
 	}
-	if c.Subnet.Bits() != 24 || !c.Subnet.Addr().Is4() || c.Subnet.Masked() != c.Subnet || !testRange.Contains(c.Subnet.Addr()) {
-		return fmt.Errorf("subnet: must be an IPv4 /24 inside %s, got %s", testRange, c.Subnet)
+	if err := checkSubnet(c.Subnet); err != nil {
+		return err
 	}
 	if c.BinDir == "" {
-		return fmt.Errorf("bin dir: required (the directory of harmony-agent and harmony-controller)")
+		return errors.New("bin dir: required (the directory of harmony-controller, harmonyctl and vmware-rpctool)")
 	}
-	if c.KubernetesBinDir == "" {
-		return fmt.Errorf("kubernetes bin dir: required (run make kubernetes)")
+	if c.ImagesDir == "" {
+		c.ImagesDir = filepath.Join(c.BinDir, "..", "out", "images")
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
@@ -130,9 +160,25 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+func checkSubnet(s netip.Prefix) error {
+	if s.Bits() != 24 || !s.Addr().Is4() || s.Masked() != s || !testRange.Contains(s.Addr()) {
+		return fmt.Errorf("subnet: must be an IPv4 /24 inside %s, got %s", testRange, s)
+	}
+	return nil
+}
+
 // addr returns the subnet's address ending in last.
 func addr(subnet netip.Prefix, last byte) netip.Addr {
 	a := subnet.Addr().As4()
 	a[3] = last
 	return netip.AddrFrom4(a)
+}
+
+// ipPool is the provider's pool: every node address and the VIP.
+func ipPool(subnet netip.Prefix) *v1.IPPool {
+	return &v1.IPPool{
+		Network: subnet.String(),
+		Ranges:  []string{addr(subnet, 10).String() + "-" + addr(subnet, 99).String()},
+		Gateway: addr(subnet, 1).String(),
+	}
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -10,10 +11,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 func TestConfigRefusesAddressesOutsideTheTestRange(t *testing.T) {
-	base := Config{StateDir: t.TempDir(), BinDir: "/bin", KubernetesBinDir: "/bin"}
+	base := Config{StateDir: t.TempDir(), BinDir: "/bin"}
 	for name, tc := range map[string]struct {
 		mut   func(*Config)
 		field string
@@ -22,10 +25,12 @@ func TestConfigRefusesAddressesOutsideTheTestRange(t *testing.T) {
 		"not a /24":             {func(c *Config) { c.Subnet = netip.MustParsePrefix("198.18.0.0/16") }, "subnet"},
 		"not masked":            {func(c *Config) { c.Subnet = netip.MustParsePrefix("198.18.1.5/24") }, "subnet"},
 		"IPv6":                  {func(c *Config) { c.Subnet = netip.MustParsePrefix("fd00::/120") }, "subnet"},
-		"too many masters":      {func(c *Config) { c.Masters = MaxMasters + 1 }, "masters"},
+		"too many masters":      {func(c *Config) { c.Masters = v1.MaxMasters + 2 }, "masters"},
+		"even masters":          {func(c *Config) { c.Masters = 2 }, "masters"},
+		"too many workers":      {func(c *Config) { c.Workers = MaxWorkers + 1 }, "workers"},
 		"negative workers":      {func(c *Config) { c.Workers = -1 }, "workers"},
 		"no state dir":          {func(c *Config) { c.StateDir = "" }, "state dir"},
-		"no kubernetes":         {func(c *Config) { c.KubernetesBinDir = "" }, "kubernetes bin dir"},
+		"no bin dir":            {func(c *Config) { c.BinDir = "" }, "bin dir"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := base
@@ -40,8 +45,8 @@ func TestConfigRefusesAddressesOutsideTheTestRange(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Masters != DefaultMasters || c.Subnet != DefaultSubnet {
-		t.Fatalf("defaults: %d masters, subnet %s", c.Masters, c.Subnet)
+	if c.Masters != DefaultMasters || c.Subnet != DefaultSubnet || c.ImagesDir != "/out/images" {
+		t.Fatalf("defaults: %d masters, subnet %s, images dir %s", c.Masters, c.Subnet, c.ImagesDir)
 	}
 }
 
@@ -76,14 +81,61 @@ func TestRecordOfAnotherDirIsRefused(t *testing.T) {
 	if _, err := loadRecord(dir); err == nil || !strings.Contains(err.Error(), "does not belong") {
 		t.Fatalf("foreign record: %v", err)
 	}
-	own := newRecord(dir)
-	own.Hosts = []hostRecord{{Name: "m1", Netns: "somebody-elses-netns"}}
-	if err := own.save(); err != nil {
+}
+
+// The lab's pool hands out only its own subnet, and never the machine's
+// .1, which the gateway is.
+func TestIPPoolStaysInTheLabSubnet(t *testing.T) {
+	p := ipPool(DefaultSubnet)
+	if p.Network != DefaultSubnet.String() || p.Gateway != "198.18.100.1" {
+		t.Fatalf("pool %+v", p)
+	}
+	for _, r := range p.Ranges {
+		first, last, _ := strings.Cut(r, "-")
+		for _, a := range []string{first, last} {
+			ip := netip.MustParseAddr(a)
+			if !DefaultSubnet.Contains(ip) || ip.As4()[3] <= 1 {
+				t.Errorf("range %s: %s is not a VM address of %s", r, a, DefaultSubnet)
+			}
+		}
+	}
+	spec := clusterSpec(&Config{Masters: 3, Workers: 2, Subnet: DefaultSubnet}, "harmony-node-x")
+	for _, c := range []string{spec.PodCIDR, spec.ServiceCIDR} {
+		if !testRange.Overlaps(netip.MustParsePrefix(c)) || netip.MustParsePrefix(c).Bits() < testRange.Bits() {
+			t.Errorf("cluster network %s is outside %s", c, testRange)
+		}
+		if netip.MustParsePrefix(c).Overlaps(DefaultSubnet) {
+			t.Errorf("cluster network %s overlaps the lab subnet", c)
+		}
+	}
+	if _, err := v1.DecodeClusterSpec(strings.NewReader(mustJSON(t, spec))); err != nil {
+		t.Errorf("the lab's cluster spec is refused: %v", err)
+	}
+}
+
+// A VM's link name fits the kernel's 15 bytes whatever the VM's name, and
+// two names never share one.
+func TestVMLinkNamesFit(t *testing.T) {
+	seen := map[string]string{}
+	for _, name := range []string{"lab-m1", "lab-m2", "a-cluster-with-a-long-name-w100"} {
+		l := vmLink("abcdef", name)
+		if len(l) > 15 {
+			t.Errorf("%s: link %q is longer than 15 bytes", name, l)
+		}
+		if other, ok := seen[l]; ok {
+			t.Errorf("%s and %s share link %s", name, other, l)
+		}
+		seen[l] = name
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadRecord(dir); err == nil || !strings.Contains(err.Error(), "hosts[0].netns") {
-		t.Fatalf("record with a foreign namespace: %v", err)
-	}
+	return string(data)
 }
 
 // Up can die after making a namespace and before recording it; Down finds
@@ -98,7 +150,7 @@ func TestDownAfterAnInterruptedUp(t *testing.T) {
 	if err := r.save(); err != nil {
 		t.Fatal(err)
 	}
-	ns := hostNetns(r.ID, "m1")
+	ns := vmNetns(r.ID, "m1")
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}

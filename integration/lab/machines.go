@@ -29,7 +29,7 @@ type machines struct {
 	r   *record
 	log *slog.Logger
 	// images are the prepared node images by name, the name the
-	// controller tags its clones with.
+	// controller tags its clones with; filled from images.json.
 	images  map[string]*body.Image
 	rpcTool string
 
@@ -107,15 +107,15 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 	if !vmName.MatchString(vm.Name) {
 		return nil, fmt.Errorf("VM name %q: the lab runs VMs named [a-z0-9-], at most 31", vm.Name)
 	}
-	img, ok := ms.images[vm.Image]
-	if !ok {
-		return nil, fmt.Errorf("VM %s was cloned from image %q, which the lab has not prepared", vm.Name, vm.Image)
+	img, err := ms.image(ctx, vm.Image)
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: %w", vm.Name, err)
 	}
-	m := &machine{vm: vm, netns: hostNetns(ms.r.ID, vm.Name)}
+	m := &machine{vm: vm, netns: vmNetns(ms.r.ID, vm.Name)}
 	if err := ms.plugVM(ctx, vm.Name, m.netns); err != nil {
 		return nil, err
 	}
-	dir := ms.bodyDir(vm.Name)
+	dir := ms.r.vmDir(vm.Name)
 	giDir := filepath.Join(dir, "guestinfo")
 	gi, err := body.ListenGuestinfo(filepath.Join(giDir, body.GuestinfoSocketName), vmGuestinfo{c: ms.vc, ref: vm.Ref}, ms.log)
 	if err != nil {
@@ -137,8 +137,17 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 			binds = append(binds, body.Bind{Host: host, Body: etcd.DefaultDataDir})
 		}
 	}
+	// containerd's snapshots are overlayfs mounts, which cannot sit on
+	// the body's own overlay root: its store is a directory of the VM's,
+	// as on a VM it is a directory of the VM's disk.
+	containerd := filepath.Join(dir, "containerd")
+	if err := os.MkdirAll(containerd, 0o700); err != nil {
+		gi.Close()
+		return nil, err
+	}
+	binds = append(binds, body.Bind{Host: containerd, Body: "/var/lib/containerd"})
 	m.body, err = body.Start(ctx, body.Spec{
-		Name: vm.Name, ImageRoot: img.Root, StateDir: filepath.Join(dir, "body"), Netns: m.netns,
+		Name: vm.Name, UUID: vm.UUID, ImageRoot: img.Root, StateDir: filepath.Join(dir, bodyDirName), Netns: m.netns,
 		GuestinfoDir: giDir, RPCTool: ms.rpcTool, Binds: binds, Log: ms.log,
 	})
 	if err != nil {
@@ -179,8 +188,25 @@ func (ms *machines) plugVM(ctx context.Context, name, netns string) error {
 	return plug(ctx, ms.r, name, netns)
 }
 
-func (ms *machines) bodyDir(name string) string {
-	return filepath.Join(filepath.Dir(ms.r.path), "vms", name)
+// image returns the prepared image a VM was cloned from.
+func (ms *machines) image(ctx context.Context, name string) (*body.Image, error) {
+	if img, ok := ms.images[name]; ok {
+		return img, nil
+	}
+	idx, err := readImageIndex(ms.r)
+	if err != nil {
+		return nil, err
+	}
+	ova, ok := idx[name]
+	if !ok {
+		return nil, fmt.Errorf("cloned from image %q, whose OVA the lab does not know (images.json)", name)
+	}
+	img, err := body.PrepareImage(ctx, ova, ms.r.imagesDir(), ms.log)
+	if err != nil {
+		return nil, err
+	}
+	ms.images[name] = img
+	return img, nil
 }
 
 // diskDir is the directory that stands for a disk, from its datastore
@@ -192,6 +218,6 @@ func (ms *machines) diskDir(path string) (string, error) {
 	if !ok || ds == "" || strings.ContainsAny(ds, "/\x00") || clean == "/" || clean != "/"+rel {
 		return "", fmt.Errorf("disk %q: not a datastore path the lab can keep", path)
 	}
-	dir := filepath.Join(filepath.Dir(ms.r.path), "datastores", ds, clean)
+	dir := filepath.Join(ms.r.dir(), "datastores", ds, clean)
 	return dir, os.MkdirAll(dir, 0o700)
 }

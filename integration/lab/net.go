@@ -39,10 +39,11 @@ func makeSwitch(ctx context.Context, r *record, subnet netip.Prefix) error {
 	return nil
 }
 
-// plug makes a namespace with its NIC, eth0, on the lab's switch: what a
-// host and a VM body both start from.
+// plug makes a VM's network namespace with its NIC, eth0, on the lab's
+// switch. The NIC has no address: the body's own network unit gives it
+// the one the controller wrote into guestinfo.
 func plug(ctx context.Context, r *record, name, netns string) error {
-	link := hostLink(r.ID, name)
+	link := vmLink(r.ID, name)
 	for _, s := range [][]string{
 		{"netns", "add", netns},
 		{"link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", netns},
@@ -52,24 +53,6 @@ func plug(ctx context.Context, r *record, name, netns string) error {
 	} {
 		if err := ip(ctx, s...); err != nil {
 			return fmt.Errorf("plug %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// makeHost makes a host: a namespace plugged into the bridge, with its
-// address on eth0 and its default route through the machine.
-func makeHost(ctx context.Context, r *record, h hostRecord, subnet netip.Prefix) error {
-	if err := plug(ctx, r, h.Name, h.Netns); err != nil {
-		return fmt.Errorf("lab host %s: %w", h.Name, err)
-	}
-	for _, s := range [][]string{
-		{"-n", h.Netns, "link", "set", "eth0", "up"},
-		{"-n", h.Netns, "addr", "add", h.IP + "/24", "dev", "eth0"},
-		{"-n", h.Netns, "route", "add", "default", "via", addr(subnet, 1).String()},
-	} {
-		if err := ip(ctx, s...); err != nil {
-			return fmt.Errorf("lab host %s: %w", h.Name, err)
 		}
 	}
 	return nil

@@ -33,7 +33,9 @@ type prometheusParams struct {
 
 // startPrometheus issues a scraper certificate, writes the scrape config,
 // checks it with promtool and starts Debian's Prometheus on the lab's .1.
-func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Client) error {
+// Its targets are the cluster's nodes, at the addresses the controller
+// allocated.
+func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Client, nodes []NodeSummary) error {
 	dir := filepath.Join(cfg.StateDir, "prometheus")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("lab: %w", err)
@@ -43,7 +45,7 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 		return fmt.Errorf("lab: scraper certificate: %w", err)
 	}
 	params := prometheusParams{
-		Cluster:    clusterName,
+		Cluster:    ClusterName,
 		CA:         filepath.Join(dir, "ca.crt"),
 		Cert:       filepath.Join(dir, "scraper.crt"),
 		Key:        filepath.Join(dir, "scraper.key"),
@@ -58,9 +60,13 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 			return fmt.Errorf("lab: %w", err)
 		}
 	}
-	for _, h := range r.Hosts {
+	for _, n := range nodes {
+		ip, err := netip.ParseAddr(n.IP)
+		if err != nil {
+			return fmt.Errorf("lab: node %s: address %q: %w", n.Name, n.IP, err)
+		}
 		params.Agents = append(params.Agents, scrapeTarget{
-			Target: netip.AddrPortFrom(netip.MustParseAddr(h.IP), agentMetricPort).String(), Node: h.Name, Role: h.Role,
+			Target: netip.AddrPortFrom(ip, agentMetricPort).String(), Node: n.Name, Role: n.Role,
 		})
 	}
 	var buf bytes.Buffer
@@ -81,7 +87,7 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
 		"--web.listen-address=" + listen,
 		"--storage.tsdb.retention.time=1d",
-	}, filepath.Join(cfg.StateDir, "logs", "prometheus.log"))
+	}, filepath.Join(r.logsDir(), "prometheus.log"))
 	if err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}

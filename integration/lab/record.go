@@ -24,21 +24,11 @@ type record struct {
 	Switch     string `json:"switch"`
 	// Uplink is the machine's end of the link to the lab's bridge.
 	Uplink string       `json:"uplink"`
-	Hosts  []hostRecord `json:"hosts"`
 	Procs  []procRecord `json:"procs"`
-	// The binaries, so that a host's agent can be started again.
-	BinDir           string `json:"binDir"`
-	KubernetesBinDir string `json:"kubernetesBinDir"`
+	// BinDir holds vmware-rpctool, bound into every body.
+	BinDir string `json:"binDir"`
 
 	path string
-}
-
-type hostRecord struct {
-	Name  string `json:"name"`
-	Netns string `json:"netns"`
-	IP    string `json:"ip"`
-	Role  string `json:"role"`
-	Root  string `json:"root"`
 }
 
 // procRecord is a process the lab started outside any host namespace. Its
@@ -86,11 +76,6 @@ func loadRecord(stateDir string) (*record, error) {
 	if r.ID != want || r.Switch != "hlab-"+want+"-sw" || r.Uplink != "hl"+want {
 		return nil, fmt.Errorf("lab record %s: id %q does not belong to this state dir (want %s)", path, r.ID, want)
 	}
-	for i, h := range r.Hosts {
-		if h.Netns != hostNetns(want, h.Name) {
-			return nil, fmt.Errorf("lab record %s: hosts[%d].netns %q is not this lab's", path, i, h.Netns)
-		}
-	}
 	r.path = path
 	return &r, nil
 }
@@ -103,7 +88,29 @@ func (r *record) save() error {
 	return atomicfile.Write(r.path, append(data, '\n'), 0o600)
 }
 
-func hostNetns(id, name string) string { return "hlab-" + id + "-" + name }
+// dir is the lab's state directory.
+func (r *record) dir() string { return filepath.Dir(r.path) }
 
-// hostLink is the switch's end of a host's link.
-func hostLink(id, name string) string { return "h" + id + name }
+// Paths in the state directory.
+func (r *record) vmsDir() string      { return filepath.Join(r.dir(), "vms") }
+func (r *record) imagesDir() string   { return filepath.Join(r.dir(), "images") }
+func (r *record) logsDir() string     { return filepath.Join(r.dir(), "logs") }
+func (r *record) credsDir() string    { return filepath.Join(r.dir(), "credentials") }
+func (r *record) vcenterFile() string { return filepath.Join(r.credsDir(), "vcenter.json") }
+
+// vmDir is a VM's directory: its body's state is in vmDir/body, its
+// guestinfo socket in vmDir/guestinfo.
+func (r *record) vmDir(name string) string { return filepath.Join(r.vmsDir(), name) }
+
+// bodyDirName is the body's state directory under a VM's directory.
+const bodyDirName = "body"
+
+// vmNetns is a VM body's network namespace.
+func vmNetns(id, name string) string { return "hlab-" + id + "-" + name }
+
+// vmLink is the switch's end of a VM's link: at most 15 bytes, whatever
+// the VM's name.
+func vmLink(id, name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "h" + id + hex.EncodeToString(sum[:4])
+}

@@ -2,43 +2,60 @@ package lab
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/integration/lab/body"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/ctxio"
+	"github.com/harmonykaas/harmony/internal/kubeconfig"
+	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
-// Ports on the machine's lab address (.1) and on each host.
+// Ports on the machine's lab address (.1) and on each node.
 const (
 	controllerPort  = 9443
 	prometheusPort  = 9090
 	agentMetricPort = 9101
 )
 
-// hostRoot is a host's root directory: what / is to a real VM's agent.
-func hostRoot(stateDir, name string) string { return filepath.Join(stateDir, "hosts", name) }
+// kubeconfigLifetime is the lab user's kubeconfig's, the longest the
+// controller issues.
+const kubeconfigLifetime = 7 * 24 * time.Hour
 
-// Up builds the lab and waits until it has converged: every agent
-// enrolled and Ready, and the apiserver answering /readyz through the
-// VIP. A lab already in StateDir is taken down first, so Up twice works.
-// On error the lab is left as it is, for its logs; Down removes it.
+// Up builds the lab as a user builds Harmony on vSphere, and returns once
+// the cluster is ready: every node Ready and /readyz answering through
+// the VIP. A lab already in StateDir is taken down first. On error the
+// lab is left as it is, for its logs; Down removes it.
 func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	log := cfg.Log
+	sum := &Summary{Started: time.Now(), StateDir: cfg.StateDir, Cluster: ClusterName,
+		Enrolled: map[string]time.Time{}, Ready: map[string]time.Time{}}
+	if cfg.OVA == "" {
+		ova, err := body.FindOVA(cfg.ImagesDir, "harmony-node")
+		if err != nil {
+			return nil, fmt.Errorf("lab: node image: %w (make images builds it)", err)
+		}
+		cfg.OVA = ova
+	}
 	if err := checkTools(cfg); err != nil {
 		return nil, err
 	}
@@ -49,108 +66,178 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if _, err := os.Stat(cfg.StateDir); errors.Is(err, os.ErrNotExist) {
 		created = true
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
-	}
 	r := newRecord(cfg.StateDir)
-	r.Subnet, r.CreatedDir = cfg.Subnet.String(), created
-	r.BinDir, r.KubernetesBinDir = cfg.BinDir, cfg.KubernetesBinDir
-	r.Hosts = plan(&cfg, r)
+	r.Subnet, r.CreatedDir, r.BinDir = cfg.Subnet.String(), created, cfg.BinDir
+	for _, dir := range []string{r.logsDir(), r.credsDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+	}
 	// The record comes first: whatever exists after this, Down can find.
 	if err := r.save(); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 
-	log.Info("lab: network", "subnet", cfg.Subnet, "switch", r.Switch, "hosts", len(r.Hosts))
+	log.Info("lab: network", "subnet", cfg.Subnet, "switch", r.Switch)
 	if err := makeSwitch(ctx, r, cfg.Subnet); err != nil {
 		return nil, err
 	}
-	for _, h := range r.Hosts {
-		if err := makeHost(ctx, r, h, cfg.Subnet); err != nil {
-			return nil, err
-		}
+	// The image's root file system, ready before any VM powers on.
+	log.Info("lab: node image", "ova", cfg.OVA)
+	if _, err := body.PrepareImage(ctx, cfg.OVA, r.imagesDir(), log); err != nil {
+		return nil, fmt.Errorf("lab: node image: %w", err)
+	}
+	ep, err := startServe(ctx, &cfg, r)
+	if err != nil {
+		return nil, err
+	}
+	sum.VCenter, sum.VCenterCredentials = ep.URL, r.vcenterFile()
+	ctl, err := startController(ctx, &cfg, r, sum)
+	if err != nil {
+		return nil, err
 	}
 
-	ctl, err := startController(ctx, &cfg, r)
+	// From here on, what a user does against a real vCenter.
+	prov := ep.Provider(ProviderName, ipPool(cfg.Subnet))
+	if _, err := ctl.ApplyProvider(ctx, &prov); err != nil {
+		return nil, fmt.Errorf("lab: apply provider: %w", err)
+	}
+	img, err := importImage(ctx, &cfg, ctl)
 	if err != nil {
 		return nil, err
 	}
-	k8sVersion, err := kubernetesVersion(ctx, cfg.KubernetesBinDir)
+	sum.Image = img.Name
+	if err := addImage(r, img.Name, cfg.OVA); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	spec := clusterSpec(&cfg, img.Name)
+	log.Info("lab: create cluster", "cluster", spec.Name, "masters", cfg.Masters, "workers", cfg.Workers, "image", img.Name)
+	if _, err := ctl.CreateCluster(ctx, &spec); err != nil {
+		return nil, fmt.Errorf("lab: create cluster: %w", err)
+	}
+	sum.Created = time.Now()
+	sum.VIP = spec.VIP
+	sum.APIServer = v1.APIServerURL(spec.VIP)
+	sum.Kubeconfig = filepath.Join(r.credsDir(), "admin.kubeconfig")
+	kc, err := ctl.Kubeconfig(ctx, ClusterName, kubeconfigLifetime)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lab: kubeconfig: %w", err)
 	}
-	p, err := clusterPKI()
+	if err := atomicfile.Write(sum.Kubeconfig, []byte(kc.Kubeconfig), 0o600); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	c, err := ctl.Cluster(ctx, ClusterName)
 	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	for _, n := range c.Status.Nodes {
+		sum.Nodes = append(sum.Nodes, NodeSummary{Name: n.Name, Role: string(n.Role), IP: n.IP,
+			Netns: vmNetns(r.ID, n.Name), Body: filepath.Join(r.vmDir(n.Name), bodyDirName)})
+	}
+	if err := startPrometheus(ctx, &cfg, r, ctl, sum.Nodes); err != nil {
 		return nil, err
 	}
-	log.Info("lab: nodes and roles", "kubernetes", k8sVersion)
-	for _, h := range r.Hosts {
-		var res v1.NodeWithBootstrap
-		spec := v1.NodeSpec{Name: h.Name, Cluster: clusterName, Role: v1.NodeRole(h.Role), IPs: []string{h.IP}}
-		if err := ctl.Do(ctx, "POST", v1.PathNodes, spec, &res); err != nil {
-			return nil, fmt.Errorf("lab: add node %s: %w", h.Name, err)
-		}
-		if err := writeJSON(filepath.Join(h.Root, "etc", "harmony", "bootstrap.json"), res.Bootstrap, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	rs, err := roles(&cfg, r.Hosts, p, k8sVersion)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctl.Do(ctx, "PUT", v1.PathRoles, v1.RoleList{Items: rs}, nil); err != nil {
-		return nil, fmt.Errorf("lab: set roles: %w", err)
-	}
-
-	if err := startPrometheus(ctx, &cfg, r, ctl); err != nil {
-		return nil, err
-	}
-	sum, err := summarize(&cfg, r, p)
-	if err != nil {
-		return nil, err
-	}
-	sum.AgentsStarted = time.Now()
-	for _, h := range r.Hosts {
-		if err := startAgent(r, h); err != nil {
-			return nil, err
-		}
-	}
+	sum.Prometheus = "http://" + netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort).String()
 	if err := writeJSON(filepath.Join(cfg.StateDir, "summary.json"), sum, 0o600); err != nil {
 		return nil, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	if err := waitConverged(waitCtx, log, ctl, r, sum); err != nil {
-		return sum, fmt.Errorf("lab: not converged after %s: %w (logs under %s)", cfg.Timeout, err, cfg.StateDir)
+	if err := waitReady(waitCtx, &cfg, ctl, sum, []byte(kc.Kubeconfig)); err != nil {
+		return sum, fmt.Errorf("lab: cluster not ready after %s: %w (logs under %s)", cfg.Timeout, err, cfg.StateDir)
 	}
-	log.Info("lab: converged", "apiserver", sum.APIServer)
+	log.Info("lab: ready", "apiserver", sum.APIServer, "took", time.Since(sum.Started).Round(time.Second))
 	return sum, nil
 }
 
-// checkTools fails early, naming what is missing.
+// checkTools fails early, naming what is missing and how to get it.
 func checkTools(cfg Config) error {
-	need := []string{
-		filepath.Join(cfg.BinDir, "harmony-agent"), filepath.Join(cfg.BinDir, "harmony-controller"),
-		filepath.Join(cfg.KubernetesBinDir, "kubeadm"), filepath.Join(cfg.KubernetesBinDir, "kube-apiserver"),
-		"/usr/sbin/keepalived", "/usr/sbin/haproxy", "/usr/bin/etcd", "/usr/bin/prometheus",
+	if os.Geteuid() != 0 {
+		return errors.New("lab: must run as root (it makes network namespaces, mounts and containers)")
 	}
-	for _, p := range need {
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("lab: %s is missing (scripts/install-deps.sh installs the daemons, make build and make kubernetes the binaries)", p)
+	for _, p := range []struct{ path, how string }{
+		{filepath.Join(cfg.BinDir, "harmony-controller"), "make build"},
+		{filepath.Join(cfg.BinDir, "harmonyctl"), "make build"},
+		{filepath.Join(cfg.BinDir, "vmware-rpctool"), "make build"},
+		{cfg.OVA, "make images"},
+	} {
+		if _, err := os.Stat(p.path); err != nil {
+			return fmt.Errorf("lab: %s is missing (%s makes it)", p.path, p.how)
 		}
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("lab: must run as root (it makes network namespaces)")
+	if err := checkInotify(); err != nil {
+		return err
+	}
+	for _, tool := range []struct{ name, pkg string }{
+		{"systemd-nspawn", "systemd-container"}, {"ip", "iproute2"},
+		{"prometheus", "prometheus"}, {"promtool", "prometheus"},
+	} {
+		if _, err := exec.LookPath(tool.name); err != nil {
+			return fmt.Errorf("lab: %s is missing (scripts/install-deps.sh, or apt-get install %s)", tool.name, tool.pkg)
+		}
 	}
 	return nil
 }
 
-func startController(ctx context.Context, cfg *Config, r *record) (*client.Client, error) {
+// minInotifyInstances is what the lab needs of the machine's per-user
+// inotify instances: every body's systemd, journald, udev, containerd
+// and kubelet hold some, all as root, and the default 128 runs out at
+// about six bodies; then systemd in a new body cannot start, and
+// anything else on the machine that needs one fails too. kind documents
+// the same limit.
+const minInotifyInstances = 1024
+
+const inotifyInstancesFile = "/proc/sys/fs/inotify/max_user_instances"
+
+func checkInotify() error {
+	data, err := os.ReadFile(inotifyInstancesFile)
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("lab: %s: %w", inotifyInstancesFile, err)
+	}
+	if n < minInotifyInstances {
+		return fmt.Errorf("lab: fs.inotify.max_user_instances is %d; the bodies need at least %d (scripts/install-deps.sh raises it, or sysctl -w fs.inotify.max_user_instances=%d)",
+			n, minInotifyInstances, minInotifyInstances)
+	}
+	return nil
+}
+
+// startServe starts `harmonyctl lab serve`, the lab's vCenter and its
+// bodies, and waits until vCenter answers.
+func startServe(ctx context.Context, cfg *Config, r *record) (ep vcsim.Endpoint, err error) {
+	proc, err := startDetached([]string{filepath.Join(cfg.BinDir, "harmonyctl"), "lab", "serve", "--state", cfg.StateDir},
+		filepath.Join(r.logsDir(), "serve.log"))
+	if err != nil {
+		return ep, fmt.Errorf("lab: %w", err)
+	}
+	proc.Name = "serve"
+	r.Procs = append(r.Procs, proc)
+	if err := r.save(); err != nil {
+		return ep, err
+	}
+	err = poll(ctx, time.Minute, func() error {
+		if !proc.Alive() {
+			return errStop{errors.New("lab serve exited; see logs/serve.log")}
+		}
+		ep, err = readEndpoint(r)
+		return err
+	})
+	if err != nil {
+		return ep, fmt.Errorf("lab: vCenter: %w", err)
+	}
+	cfg.Log.Info("lab: vCenter simulator", "url", ep.URL)
+	return ep, nil
+}
+
+func startController(ctx context.Context, cfg *Config, r *record, sum *Summary) (*client.Client, error) {
 	dataDir := filepath.Join(cfg.StateDir, "controller")
-	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort).String()
+	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort)
 	cfg.Log.Info("lab: controller", "listen", listen)
 	proc, err := startDetached([]string{filepath.Join(cfg.BinDir, "harmony-controller"), "serve",
-		"--data-dir", dataDir, "--listen", listen}, filepath.Join(cfg.StateDir, "logs", "controller.log"))
+		"--data-dir", dataDir, "--listen", listen.String()}, filepath.Join(r.logsDir(), "controller.log"))
 	if err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
@@ -159,20 +246,21 @@ func startController(ctx context.Context, cfg *Config, r *record) (*client.Clien
 	if err := r.save(); err != nil {
 		return nil, err
 	}
-	adminConf := filepath.Join(dataDir, "admin.conf")
+	sum.Controller = "https://" + listen.String()
+	sum.AdminConfig = filepath.Join(dataDir, "admin.conf")
 	var c *client.Client
 	err = poll(ctx, 30*time.Second, func() error {
 		if !proc.Alive() {
 			return errStop{errors.New("the controller exited; see logs/controller.log")}
 		}
-		conf, err := clientconfig.Load(adminConf)
+		conf, err := clientconfig.Load(sum.AdminConfig)
 		if err != nil {
 			return err
 		}
 		if c, err = client.New(conf, ""); err != nil {
 			return err
 		}
-		return c.Do(ctx, "GET", v1.PathNodes, nil, nil)
+		return c.Health(ctx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lab: controller: %w", err)
@@ -180,135 +268,131 @@ func startController(ctx context.Context, cfg *Config, r *record) (*client.Clien
 	return c, nil
 }
 
-func startAgent(r *record, h hostRecord) error {
-	argv := []string{"ip", "netns", "exec", h.Netns,
-		filepath.Join(r.BinDir, "harmony-agent"),
-		"--no-guestinfo",
-		"--bootstrap-file", filepath.Join(h.Root, "etc", "harmony", "bootstrap.json"),
-		"--state-dir", filepath.Join(h.Root, "var", "lib", "harmony"),
-		"--address", h.IP,
-		"--metrics-listen", netip.AddrPortFrom(netip.MustParseAddr(h.IP), agentMetricPort).String(),
-		"--node-stack", "--root", h.Root,
-		"--stand-in-for-kubelet",
-		"--kubeadm", filepath.Join(r.KubernetesBinDir, "kubeadm"),
-		"--kube-apiserver", filepath.Join(r.KubernetesBinDir, "kube-apiserver"),
-		"--reconcile-interval", "5s",
+// importImage imports the node OVA into the lab's provider, as
+// `harmonyctl image import` does, and returns the image once Ready.
+func importImage(ctx context.Context, cfg *Config, ctl *client.Client) (*v1.Image, error) {
+	f, err := os.Open(cfg.OVA)
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(h.Root, "var", "log", "harmony"), 0o755); err != nil {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	cfg.Log.Info("lab: import image", "ova", cfg.OVA, "mib", fi.Size()>>20)
+	h := sha256.New()
+	op, _, err := ctl.ImportImage(ctx, ProviderName, io.TeeReader(ctxio.Reader(ctx, f), h), fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("lab: import %s: %w", cfg.OVA, err)
+	}
+	if op != nil {
+		done, err := ctl.WaitOperation(ctx, op.ID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("lab: import %s: %w", cfg.OVA, err)
+		}
+		if done.State != v1.OperationSucceeded {
+			return nil, fmt.Errorf("lab: import %s: %s: %s", cfg.OVA, done.State, done.Message)
+		}
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	images, err := ctl.Images(ctx, ProviderName)
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	for _, img := range images {
+		if img.SHA256 == sum && img.State == v1.ImageReady {
+			return &img, nil
+		}
+	}
+	return nil, fmt.Errorf("lab: import %s: no Ready image with its SHA-256 %s", cfg.OVA, sum)
+}
+
+// clusterSpec is the lab's cluster: what a user would ask for, with every
+// address inside 198.18.0.0/15.
+func clusterSpec(cfg *Config, image string) v1.ClusterSpec {
+	masters := cfg.Masters
+	return v1.ClusterSpec{
+		APIVersion: v1.APIVersion, Kind: "Cluster", Name: ClusterName, Provider: ProviderName, Image: image,
+		Masters: &masters, Workers: cfg.Workers,
+		VIP:     addr(cfg.Subnet, 10).String(),
+		PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
+		// The bodies share this machine: a data disk's size is only a
+		// number in vCenter, but keep it plausible.
+		MasterDataDiskGiB: 2,
+	}
+}
+
+// waitReady waits until the controller calls the cluster Running with
+// every node Ready, and /readyz answers through the VIP.
+func waitReady(ctx context.Context, cfg *Config, ctl *client.Client, sum *Summary, kc []byte) error {
+	conf, err := kubeconfig.Parse(kc)
+	if err != nil {
 		return err
 	}
-	// The agent's PID is found again through its namespace, like every
-	// process of the host.
-	if _, err := startDetached(argv, filepath.Join(h.Root, "var", "log", "harmony", "agent.log")); err != nil {
-		return fmt.Errorf("lab: agent on %s: %w", h.Name, err)
+	tlsConf, err := conf.TLSConfig()
+	if err != nil {
+		return err
+	}
+	readyz := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	var last []any
+	for {
+		c, cerr := ctl.Cluster(ctx, ClusterName)
+		nodes, nerr := ctl.Nodes(ctx)
+		err := errors.Join(cerr, nerr)
+		if err == nil {
+			now := time.Now()
+			for _, n := range c.Status.Nodes {
+				switch n.Phase {
+				case "Ready":
+					if _, ok := sum.Ready[n.Name]; !ok {
+						sum.Ready[n.Name] = now
+					}
+					fallthrough
+				case "Enrolled":
+					if _, ok := sum.Enrolled[n.Name]; !ok {
+						sum.Enrolled[n.Name] = now
+					}
+				}
+			}
+			if view := []any{c.Status, nodes}; cfg.Progress != nil && !reflect.DeepEqual(view, last) {
+				cfg.Progress(c, nodes)
+				last = view
+			}
+			err = clusterReady(c)
+			if err == nil {
+				err = readyzOK(ctx, readyz, sum.APIServer)
+			}
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func clusterReady(c *v1.Cluster) error {
+	if c.Status.Phase != v1.PhaseRunning {
+		return fmt.Errorf("cluster %s is %s", c.Spec.Name, c.Status.Phase)
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == v1.ConditionNodesReady && cond.Status != "True" {
+			return fmt.Errorf("cluster %s: %s", c.Spec.Name, cond.Message)
+		}
 	}
 	return nil
 }
 
-func kubernetesVersion(ctx context.Context, binDir string) (string, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "kubeadm"), "version", "-o", "short").Output()
-	if err != nil {
-		return "", fmt.Errorf("lab: kubeadm version: %w", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-// summarize issues the lab user's credentials and says where everything is.
-func summarize(cfg *Config, r *record, p *v1.ClusterPKI) (*Summary, error) {
-	credDir := filepath.Join(cfg.StateDir, "credentials")
-	etcdCred, err := clientCert(p.EtcdCA, filepath.Join(credDir, "etcd"), "lab-etcd-client")
-	if err != nil {
-		return nil, err
-	}
-	admin, err := clientCert(p.ClusterCA, filepath.Join(credDir, "kubernetes"), "lab-admin", "system:masters")
-	if err != nil {
-		return nil, err
-	}
-	v := vip(cfg.Subnet)
-	sum := &Summary{
-		VIP:        v.String(),
-		APIServer:  "https://" + netip.AddrPortFrom(v, 8443).String(),
-		Kubeconfig: filepath.Join(credDir, "admin.kubeconfig"),
-		Etcd:       EtcdSummary{CA: etcdCred.CA, Cert: etcdCred.Cert, Key: etcdCred.Key},
-		Controller: "https://" + netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort).String(),
-		Prometheus: "http://" + netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort).String(),
-		StateDir:   cfg.StateDir,
-	}
-	if err := writeKubeconfig(sum.Kubeconfig, sum.APIServer, admin); err != nil {
-		return nil, err
-	}
-	for _, h := range r.Hosts {
-		sum.Hosts = append(sum.Hosts, HostSummary{Name: h.Name, Netns: h.Netns, IP: h.IP, Role: h.Role, Root: h.Root})
-		if h.Role == string(v1.RoleMaster) {
-			sum.Etcd.Endpoints = append(sum.Etcd.Endpoints, "https://"+netip.AddrPortFrom(netip.MustParseAddr(h.IP), 2379).String())
-		}
-	}
-	return sum, nil
-}
-
-// waitConverged waits until every node reports Ready and the apiserver
-// answers /readyz through the VIP, logging each node's progress.
-func waitConverged(ctx context.Context, log interface{ Info(string, ...any) }, ctl *client.Client, r *record, sum *Summary) error {
-	ca, err := os.ReadFile(filepath.Join(filepath.Dir(sum.Kubeconfig), "kubernetes", "ca.crt"))
+func readyzOK(ctx context.Context, hc *http.Client, apiserver string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", apiserver+"/readyz", nil)
 	if err != nil {
 		return err
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	readyz := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	seen := map[string]string{}
-	sum.Ready = map[string]time.Time{}
-	var last error
-	for {
-		last = converged(ctx, ctl, readyz, sum, func(node, state string) {
-			if seen[node] != state {
-				seen[node] = state
-				log.Info("lab: node", "node", node, "state", state)
-			}
-			if _, ok := sum.Ready[node]; !ok && state == string(v1.PhaseReady) {
-				sum.Ready[node] = time.Now()
-			}
-		})
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func converged(ctx context.Context, ctl *client.Client, readyz *http.Client, sum *Summary, report func(node, state string)) error {
-	var nodes v1.NodeList
-	if err := ctl.Do(ctx, "GET", v1.PathNodes, nil, &nodes); err != nil {
-		return err
-	}
-	var notReady []string
-	for _, n := range nodes.Items {
-		state := "waiting for enrollment"
-		if n.Status != nil {
-			state = string(n.Status.Phase)
-			for _, c := range n.Status.Components {
-				if !c.Healthy {
-					state += fmt.Sprintf(", %s: %s", c.Name, c.Message)
-				}
-			}
-		}
-		report(n.Name, state)
-		if n.Status == nil || n.Status.Phase != v1.PhaseReady {
-			notReady = append(notReady, n.Name)
-		}
-	}
-	if len(notReady) > 0 {
-		return fmt.Errorf("nodes not ready: %s", strings.Join(notReady, ", "))
-	}
-	req, err := http.NewRequestWithContext(ctx, "GET", sum.APIServer+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := readyz.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("readyz through the VIP: %w", err)
 	}
@@ -345,7 +429,7 @@ func writeJSON(path string, v any, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	return atomicfile.Write(path, data, perm)

@@ -21,6 +21,8 @@ import (
 type vmState struct {
 	Ref  types.ManagedObjectReference
 	Name string
+	// UUID is the VM's BIOS UUID: the body's machine ID derives from it.
+	UUID string
 	On   bool
 	// Image is the image the controller cloned it from (its tag).
 	Image string
@@ -38,7 +40,7 @@ func listVMs(ctx context.Context, c *vim25.Client) ([]vmState, error) {
 	}
 	defer v.Destroy(context.WithoutCancel(ctx))
 	var vms []mo.VirtualMachine
-	err = v.Retrieve(ctx, []string{"VirtualMachine"}, []string{"name", "runtime.powerState", "config.template", "config.extraConfig", "config.hardware.device"}, &vms)
+	err = v.Retrieve(ctx, []string{"VirtualMachine"}, []string{"name", "runtime.powerState", "config.template", "config.uuid", "config.extraConfig", "config.hardware.device"}, &vms)
 	if err != nil {
 		return nil, fmt.Errorf("read VMs: %w", err)
 	}
@@ -47,7 +49,7 @@ func listVMs(ctx context.Context, c *vim25.Client) ([]vmState, error) {
 		if vm.Config == nil || vm.Config.Template {
 			continue
 		}
-		s := vmState{Ref: vm.Self, Name: vm.Name, On: vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn}
+		s := vmState{Ref: vm.Self, Name: vm.Name, UUID: vm.Config.Uuid, On: vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn}
 		for _, o := range vm.Config.ExtraConfig {
 			if ov := o.GetOptionValue(); ov.Key == vsphere.TagImage {
 				s.Image, _ = ov.Value.(string)

@@ -40,10 +40,13 @@ type NamedUser struct {
 	User User   `json:"user"`
 }
 
-// User is a client certificate and its key (PEM).
+// User is a client certificate and its key (PEM), embedded or, as in
+// the kubelet's kubeconfig after TLS bootstrap, in files.
 type User struct {
 	CertData []byte `json:"client-certificate-data,omitempty"`
 	KeyData  []byte `json:"client-key-data,omitempty"`
+	CertFile string `json:"client-certificate,omitempty"`
+	KeyFile  string `json:"client-key,omitempty"`
 }
 
 // NamedContext pairs a cluster with a user.

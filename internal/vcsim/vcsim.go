@@ -45,15 +45,21 @@ type Options struct {
 	MethodDelay map[string]int
 }
 
+// Endpoint is how a client reaches a simulator: what a process that did
+// not start it (the lab's) needs to know.
+type Endpoint struct {
+	// URL has no credentials; Username and Password log in.
+	URL        string `json:"url"`
+	Username   string `json:"username"`
+	Password   string `json:"password"`
+	Thumbprint string `json:"thumbprint"`
+}
+
 // Sim is a running simulator.
 type Sim struct {
 	Model  *simulator.Model
 	Server *simulator.Server
-	// URL has no credentials; Username and Password log in.
-	URL        string
-	Username   string
-	Password   string
-	Thumbprint string
+	Endpoint
 }
 
 // Start creates the model and serves it over TLS.
@@ -87,7 +93,7 @@ func Start(o Options) (*Sim, error) {
 	m.Service.Listen = &url.URL{Host: o.Listen, User: url.UserPassword(o.Username, o.Password)}
 	m.Service.TLS = new(tls.Config)
 	m.Service.RegisterEndpoints = true
-	sim := &Sim{Model: m, Username: o.Username, Password: o.Password}
+	sim := &Sim{Model: m, Endpoint: Endpoint{Username: o.Username, Password: o.Password}}
 	sim.resizeHosts(o)
 	sim.Server = m.Service.NewServer()
 	u := *sim.Server.URL
@@ -103,12 +109,12 @@ func (s *Sim) Close() {
 	s.Model.Remove()
 }
 
-// Provider is a provider document for this simulator: the cluster's root
+// Provider is a provider document for the simulator: the cluster's root
 // pool, LocalDS_0 for all disks, "VM Network", and the given pool.
-func (s *Sim) Provider(name string, pool *v1.IPPool) v1.Provider {
+func (e Endpoint) Provider(name string, pool *v1.IPPool) v1.Provider {
 	return v1.Provider{
 		APIVersion: v1.APIVersion, Kind: "Provider", Name: name,
-		VCenter:    v1.VCenter{URL: s.URL, Username: s.Username, Password: s.Password, Thumbprint: s.Thumbprint},
+		VCenter:    v1.VCenter{URL: e.URL, Username: e.Username, Password: e.Password, Thumbprint: e.Thumbprint},
 		Datacenter: "DC0", ComputeCluster: "DC0_C0", Folder: "harmony",
 		Datastores: v1.Datastores{OS: []string{"LocalDS_0"}}, Network: "VM Network", IPPool: pool,
 	}

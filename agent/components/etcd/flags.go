@@ -218,3 +218,10 @@ func Unit(p unitParams) service.Unit {
 		ReloadSignal: 0,
 	}
 }
+
+// ClientCredentials are the paths on a master of the etcd CA and of the
+// client certificate and key the agent presents to the members: what
+// etcdctl on the node needs (--cacert, --cert, --key).
+func ClientCredentials() (ca, cert, key string) {
+	return PKIDir + "/" + caFile, PKIDir + "/" + clientCert, PKIDir + "/" + clientKey
+}

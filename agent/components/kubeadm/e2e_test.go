@@ -129,6 +129,7 @@ func TestFirstMasterInNetns(t *testing.T) {
 		t.Fatalf("apiserver unit: %+v, %v", first, err)
 	}
 	checkMetrics(t, c)
+	checkDrain(t, host, dial, cl, role, api, superAdmin)
 
 	// The same role: nothing to do, the same process.
 	st := c.Reconcile(ctx, host, role)
@@ -308,15 +309,31 @@ func testAPI(t *testing.T, host *reconcile.Host, dial func(ctx context.Context, 
 
 func (a *apiClient) get(t *testing.T, cert *tls.Certificate, path string) (int, string) {
 	t.Helper()
+	return a.send(t, cert, http.MethodGet, path, "")
+}
+
+// send sends body (JSON, when not empty) with method to path.
+func (a *apiClient) send(t *testing.T, cert *tls.Certificate, method, path, body string) (int, string) {
+	t.Helper()
 	conf := &tls.Config{RootCAs: a.ca, ServerName: "kubernetes"}
 	if cert != nil {
 		conf.Certificates = []tls.Certificate{*cert}
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: a.dial, TLSClientConfig: conf}}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get("https://127.0.0.1:6443" + path)
+	req, err := http.NewRequest(method, "https://127.0.0.1:6443"+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		t.Fatal(err)
+	}
+	switch {
+	case method == http.MethodPatch:
+		req.Header.Set("Content-Type", "application/merge-patch+json")
+	case body != "":
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -53,6 +53,21 @@ func (c *Component) apiClient(host *reconcile.Host, cert *tls.Certificate) (*htt
 	}}, nil
 }
 
+// kubeletHealthy asks the kubelet's own health endpoint: a node whose
+// kubelet joined but then keeps failing (its container manager cannot
+// start, say) is not a healthy node, whatever kubeadm join said.
+func (c *Component) kubeletHealthy(ctx context.Context) error {
+	dial := c.cfg.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: readyzTimeout}).DialContext
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: dial, DisableKeepAlives: true}}
+	if err := healthCheck(ctx, client, c.cfg.KubeletHealthURL); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
+	return nil
+}
+
 // ready asks the local apiserver's /readyz, anonymously (kubeadm leaves
 // anonymous health checks allowed), verified with the role's cluster CA.
 func (c *Component) ready(ctx context.Context, host *reconcile.Host) error {
@@ -60,9 +75,19 @@ func (c *Component) ready(ctx context.Context, host *reconcile.Host) error {
 	if err != nil {
 		return err
 	}
+	return healthCheck(ctx, client, localAPI+"/readyz")
+}
+
+// healthCheck GETs a Kubernetes health endpoint (/readyz, /healthz): nil
+// for 200, else an error with the failing checks it lists.
+func healthCheck(ctx context.Context, client *http.Client, endpoint string) error {
+	name := endpoint
+	if u, err := url.Parse(endpoint); err == nil {
+		name = u.Path
+	}
 	ctx, cancel := context.WithTimeout(ctx, readyzTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, localAPI+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
 		return err
 	}
@@ -72,12 +97,12 @@ func (c *Component) ready(ctx context.Context, host *reconcile.Host) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("GET /readyz: %w", err)
+		return fmt.Errorf("GET %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxReadyzAnswer))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /readyz: %s: %s", resp.Status, failingChecks(string(body)))
+		return fmt.Errorf("GET %s: %s: %s", name, resp.Status, failingChecks(string(body)))
 	}
 	return nil
 }

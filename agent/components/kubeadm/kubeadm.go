@@ -100,13 +100,24 @@ type Config struct {
 	// Kubelet: a kubelet (and container runtime) exists on this host, so
 	// the node really joins.
 	Kubelet bool
+	// KubeletHealthURL is the kubelet's health endpoint, asked where
+	// Kubelet is set; default http://127.0.0.1:10248/healthz (the
+	// kubelet's default, which kubeadm keeps).
+	KubeletHealthURL string
 	// DialContext reaches the local apiserver (/readyz, and the first
-	// master's one API call); a plain dialer when nil. Tests use it to
+	// master's one API call) and the kubelet; a plain dialer when nil. Tests use it to
 	// reach an apiserver inside a network namespace.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Command builds every kubeadm command; exec.CommandContext when nil.
 	// Tests use it to run kubeadm inside a network namespace.
 	Command func(ctx context.Context, argv []string) *exec.Cmd
+	// Unconfined wraps a kubeadm command that needs more than the agent's
+	// sandbox allows: reset unmounts the kubelet's pod volumes, which takes
+	// CAP_SYS_ADMIN in the node's own mount namespace. The wrapped command
+	// must end within maxRuntime even if the agent is killed meanwhile.
+	// nil runs it like every other command (tests, and a host with no
+	// sandbox).
+	Unconfined func(argv []string, maxRuntime time.Duration) []string
 	// CommandTimeout bounds one kubeadm run; default 5m (a join waits for
 	// discovery and the kubelet's TLS bootstrap).
 	CommandTimeout time.Duration
@@ -143,6 +154,9 @@ func New(cfg Config) *Component {
 		cfg.Command = func(ctx context.Context, argv []string) *exec.Cmd {
 			return exec.CommandContext(ctx, argv[0], argv[1:]...)
 		}
+	}
+	if cfg.KubeletHealthURL == "" {
+		cfg.KubeletHealthURL = "http://127.0.0.1:10248/healthz"
 	}
 	if cfg.CommandTimeout == 0 {
 		cfg.CommandTimeout = 5 * time.Minute
@@ -218,17 +232,20 @@ func (c *Component) reconcileWorker(ctx context.Context, host *reconcile.Host, p
 		st.Message = "join configuration validated; no kubelet on this host, so it does not join"
 		return st
 	}
-	if exists(host.Path(KubeletKubeconfig)) {
-		st.Healthy = true
-		st.Message = "joined (" + KubeletKubeconfig + " exists)"
+	st.Message = "joined (" + KubeletKubeconfig + " exists)"
+	if !exists(host.Path(KubeletKubeconfig)) {
+		if _, err := c.kubeadm(ctx, host, p.token, "join", "--config", JoinConfigFile); err != nil {
+			return c.fail(ctx, host, st, err)
+		}
+		st.Actions = append(st.Actions, "ran kubeadm join")
+		st.Message = "joined"
+	}
+	if err := c.kubeletHealthy(ctx); err != nil {
+		st.Message += "; " + err.Error()
 		return st
 	}
-	if _, err := c.kubeadm(ctx, host, p.token, "join", "--config", JoinConfigFile); err != nil {
-		return c.fail(ctx, host, st, err)
-	}
-	st.Actions = append(st.Actions, "ran kubeadm join")
 	st.Healthy = true
-	st.Message = "joined"
+	st.Message += "; kubelet healthy"
 	return st
 }
 

@@ -6,11 +6,14 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -395,5 +398,49 @@ func TestClusterPhaseFlags(t *testing.T) {
 				t.Errorf("kubeadm %s takes no %s", strings.Join(phase, " "), f)
 			}
 		}
+	}
+}
+
+// A joined worker is healthy only while its kubelet answers /healthz: a
+// kubelet that bootstrapped and then keeps failing makes the node
+// unhealthy, with the kubelet's own answer in the message.
+func TestJoinedWorkerIsHealthyOnlyWithItsKubelet(t *testing.T) {
+	bin := k8sBin(t)
+	var failing atomic.Bool
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		if failing.Load() {
+			http.Error(w, "[-]syncloop failed: reason withheld", http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer kubelet.Close()
+	role := newTestCluster(t).role(t, "w1", 0)
+	host := &reconcile.Host{Root: t.TempDir(), Services: servicetest.New()}
+	// Joined already: kubeadm join left the kubelet's kubeconfig.
+	if err := os.MkdirAll(filepath.Dir(host.Path(KubeletKubeconfig)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(host.Path(KubeletKubeconfig), []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Binary: filepath.Join(bin, "kubeadm"), Kubelet: true, KubeletHealthURL: kubelet.URL + "/healthz"})
+	st := c.Reconcile(context.Background(), host, role)
+	if st.Phase != reconcile.PhaseConverged || !st.Healthy || !strings.Contains(st.Message, "kubelet healthy") {
+		t.Errorf("joined worker, kubelet healthy: %+v", st)
+	}
+	failing.Store(true)
+	st = c.Reconcile(context.Background(), host, role)
+	if st.Phase != reconcile.PhaseConverged || st.Healthy || !strings.Contains(st.Message, "500") {
+		t.Errorf("joined worker, kubelet failing: %+v", st)
+	}
+	kubelet.Close()
+	st = c.Reconcile(context.Background(), host, role)
+	if st.Healthy || !strings.Contains(st.Message, "kubelet: GET /healthz") {
+		t.Errorf("joined worker, no kubelet: %+v", st)
 	}
 }

@@ -16,7 +16,8 @@ var _ reconcile.Leaver = (*Component)(nil)
 // Leave undoes what kubeadm made of the node: the stand-in apiserver (the
 // agent's own unit, which kubeadm reset knows nothing of) stops, then
 // `kubeadm reset --force` runs with the same root handling as every other
-// kubeadm command (--rootfs in the lab), then the agent's own kubeadm
+// kubeadm command (--rootfs in the lab) but outside the agent's sandbox
+// (Config.Unconfined: it unmounts pod volumes), then the agent's own kubeadm
 // files go (the configurations hold the bootstrap token). reset skips
 // remove-etcd-member: etcd is the agent's (external to kubeadm), and that
 // phase would otherwise delete /var/lib/etcd, the running member's data,
@@ -44,7 +45,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 		st.Phase, st.Healthy, st.Message = reconcile.PhaseLeft, true, "not a Kubernetes node: nothing to reset"
 		return st
 	}
-	if _, err := c.kubeadm(ctx, host, "", "reset", "--force", "--skip-phases=remove-etcd-member", "--cleanup-tmp-dir"); err != nil {
+	if _, err := c.kubeadmUnconfined(ctx, host, "reset", "--force", "--skip-phases=remove-etcd-member", "--cleanup-tmp-dir"); err != nil {
 		return failed(st, err)
 	}
 	st.Actions = append(st.Actions, "ran kubeadm reset")
@@ -70,26 +71,9 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	return st
 }
 
-// Drain is the first step of the leave sequence: the hook where a node
-// with a kubelet is cordoned and drained through the API (still served on
-// the VIP) before any of its services stop. No host runs a kubelet under
-// the agent yet (the next issue adds it), so it drains nothing and says
-// so; cordon and drain go here.
-func (c *Component) Drain() reconcile.Leaver { return drainStep{kubelet: c.cfg.Kubelet} }
-
-type drainStep struct{ kubelet bool }
-
-func (drainStep) Name() string { return "drain" }
-
-func (d drainStep) Leave(_ context.Context, _ *reconcile.Host, role *v1.Role) reconcile.Status {
-	st := reconcile.Status{Component: "drain", Phase: reconcile.PhaseLeft, Healthy: true}
-	switch {
-	case role.Role != v1.RoleMaster && role.Role != v1.RoleWorker:
-		st.Message = "not a Kubernetes node: nothing to drain"
-	case !d.kubelet:
-		st.Message = "no kubelet on this host: nothing to cordon or drain"
-	default:
-		st.Message = "cordon and drain are not implemented yet: the node's pods were not evicted"
-	}
-	return st
+// Drain is the first step of the leave sequence (drainStep): the node
+// cordons itself and has its pods evicted through the API, still served
+// on the VIP, before any of its services stop.
+func (c *Component) Drain() reconcile.Leaver {
+	return drainStep{kubelet: c.cfg.Kubelet, dial: c.cfg.DialContext}
 }

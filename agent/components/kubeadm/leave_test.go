@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,9 +25,16 @@ func TestMasterLeaveResets(t *testing.T) {
 	rec := servicetest.New()
 	root := t.TempDir()
 	host := &reconcile.Host{Root: root, Services: rec, Log: slog.New(slog.DiscardHandler)}
+	// Only reset goes through Unconfined (on a node, systemd-run), with
+	// the command timeout as its bound; this wrapper notes what it ran.
+	unconfined := filepath.Join(t.TempDir(), "unconfined")
 	newComponent := func() *Component {
 		return New(Config{Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
-			StandInForKubelet: true, DialContext: refuseDial})
+			StandInForKubelet: true, DialContext: refuseDial, CommandTimeout: 90 * time.Second,
+			Unconfined: func(argv []string, maxRuntime time.Duration) []string {
+				script := fmt.Sprintf(`echo "%s $*" >> %s && exec "$@"`, maxRuntime, unconfined)
+				return append([]string{"sh", "-c", script, "sh"}, argv...)
+			}})
 	}
 	c := newComponent()
 	role := newTestCluster(t).role(t, "m1", 0)
@@ -55,6 +63,10 @@ func TestMasterLeaveResets(t *testing.T) {
 	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"stop " + APIServerUnit}) {
 		t.Errorf("unit calls %q", calls)
 	}
+	ran, _ := os.ReadFile(unconfined)
+	if want := fmt.Sprintf("1m30s %s --rootfs %s reset --force --skip-phases=remove-etcd-member --cleanup-tmp-dir\n", filepath.Join(bin, "kubeadm"), root); string(ran) != want {
+		t.Errorf("unconfined commands:\n%q\nwant\n%q", ran, want)
+	}
 	for _, gone := range []string{APIServerManifest, CACertFile, "/etc/kubernetes/admin.conf", InitConfigFile, LocalKubeconfig} {
 		if _, err := os.Stat(host.Path(gone)); err == nil {
 			t.Errorf("%s survived the reset", gone)
@@ -81,13 +93,16 @@ func TestMasterLeaveResets(t *testing.T) {
 	}
 }
 
-func TestDrainHookSaysWhatItDid(t *testing.T) {
+// Where there is nothing to drain, the drain says why and lets the node
+// leave at once; draining itself is tested against a real apiserver
+// (checkDrain, in TestFirstMasterInNetns).
+func TestDrainWithNothingToDrain(t *testing.T) {
 	role := newTestCluster(t).role(t, "w1", 0)
 	for _, tc := range []struct {
 		kubelet bool
 		want    string
-	}{{false, "no kubelet on this host: nothing to cordon or drain"}, {true, "cordon and drain are not implemented yet: the node's pods were not evicted"}} {
-		st := New(Config{Kubelet: tc.kubelet}).Drain().Leave(context.Background(), &reconcile.Host{}, role)
+	}{{false, "no kubelet on this host: nothing to cordon or drain"}, {true, "never joined (no /etc/kubernetes/kubelet.conf): nothing to drain"}} {
+		st := New(Config{Kubelet: tc.kubelet}).Drain().Leave(context.Background(), &reconcile.Host{Root: t.TempDir()}, role)
 		if st.Phase != reconcile.PhaseLeft || st.Message != tc.want {
 			t.Errorf("kubelet %v: %+v", tc.kubelet, st)
 		}

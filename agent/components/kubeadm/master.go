@@ -104,6 +104,14 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	} else {
 		msg = append(msg, fmt.Sprintf("%s not ready: %v", apiserver, readyErr))
 	}
+	var kubeletErr error
+	if c.cfg.Kubelet {
+		if kubeletErr = c.kubeletHealthy(ctx); kubeletErr != nil {
+			msg = append(msg, kubeletErr.Error())
+		} else {
+			msg = append(msg, "kubelet healthy")
+		}
+	}
 
 	var clusterDone time.Time
 	switch {
@@ -125,7 +133,7 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	c.metrics.snapshot(host, kubeconfigFiles(p))
 
 	st.Phase = reconcile.PhaseConverged
-	st.Healthy = readyErr == nil
+	st.Healthy = readyErr == nil && kubeletErr == nil
 	st.Message = strings.Join(msg, "; ")
 	return st
 }

@@ -18,21 +18,48 @@ import (
 // /etc/kubernetes, and every path in args and the configs is as seen from
 // inside the root. secret is redacted from any output reported.
 func (c *Component) kubeadm(ctx context.Context, host *reconcile.Host, secret string, args ...string) (string, error) {
+	argv, err := c.argv(host, args)
+	if err != nil {
+		return "", err
+	}
+	return c.run(ctx, argv, secret)
+}
+
+// kubeadmUnconfined runs kubeadm like kubeadm does, but through
+// Config.Unconfined: outside the agent's sandbox.
+func (c *Component) kubeadmUnconfined(ctx context.Context, host *reconcile.Host, args ...string) (string, error) {
+	argv, err := c.argv(host, args)
+	if err != nil {
+		return "", err
+	}
+	name := commandName(argv)
+	if c.cfg.Unconfined != nil {
+		argv = c.cfg.Unconfined(argv, c.cfg.CommandTimeout)
+	}
+	return c.runNamed(ctx, name, argv, "")
+}
+
+func (c *Component) argv(host *reconcile.Host, args []string) ([]string, error) {
 	argv := []string{c.cfg.Binary}
 	root, err := filepath.Abs(host.Root)
 	if err != nil {
-		return "", fmt.Errorf("host root %q: %w", host.Root, err)
+		return nil, fmt.Errorf("host root %q: %w", host.Root, err)
 	}
 	if root != "/" {
 		argv = append(argv, "--rootfs", root)
 	}
-	return c.run(ctx, append(argv, args...), secret)
+	return append(argv, args...), nil
 }
 
 // run runs one kubeadm command with a minimal environment, bounded by
 // CommandTimeout. Its error names the command (never a secret: those are
 // only in the config files) and keeps kubeadm's own error lines.
 func (c *Component) run(ctx context.Context, argv []string, secret string) (string, error) {
+	return c.runNamed(ctx, commandName(argv), argv, secret)
+}
+
+// runNamed is run, its errors naming the command name.
+func (c *Component) runNamed(ctx context.Context, name string, argv []string, secret string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CommandTimeout)
 	defer cancel()
 	cmd := c.cfg.Command(ctx, argv)
@@ -41,7 +68,6 @@ func (c *Component) run(ctx context.Context, argv []string, secret string) (stri
 	if err == nil {
 		return string(out), nil
 	}
-	name := commandName(argv)
 	if ctx.Err() != nil {
 		return "", fmt.Errorf("%s: %w (after %s)", name, ctx.Err(), c.cfg.CommandTimeout)
 	}

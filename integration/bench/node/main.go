@@ -1,13 +1,18 @@
-// Command node benchmarks the node stack in the network-namespace lab: it
-// builds a lab (3 masters, 1 worker), and measures
+// Command node benchmarks the whole lab, as `make lab` builds it: vcsim,
+// the controller, and a 3+2 cluster whose VMs boot the node image. It
+// measures
 //
-//   - convergence: from starting the agents (enrollment included) to each
-//     node first reported Ready, with kube-apiserver's start included;
+//   - the lab's wall time from start to a ready cluster (caches warm: the
+//     node image is built; its root file system is prepared per run);
+//   - each VM's time from power-on (its body started) to enrolled and to
+//     Ready, as the controller reports them (read once a second);
+//   - the machine's CPU and memory with the lab idle, next to the same
+//     readings taken before the lab started;
 //   - the agent's RSS and CPU when converged and idle, next to Debian's
-//     prometheus-node-exporter run idle in the same host namespace and
+//     prometheus-node-exporter run idle in the same VM's namespace and
 //     scraped as often as Prometheus scrapes the agent, in the same run;
-//   - the VIP failover gap: the VIP holder is stopped as a whole host, and
-//     the gap is the time until /readyz answers again through the VIP.
+//   - the VIP failover gap: the VIP holder is powered off through vCenter,
+//     and the gap is the time until /readyz answers again through the VIP.
 //
 // Each target is printed next to its figure; nothing is asserted. A phase
 // that fails ends the run with a non-zero exit status.
@@ -16,33 +21,32 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/integration/bench/procstat"
 	"github.com/harmonykaas/harmony/integration/lab"
+	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
-// Targets from the node-stack issue.
+// Targets from the issues.
 const (
+	targetLab        = 3 * time.Minute
 	targetRSSRatio   = 1.5
-	targetConverge   = 20 * time.Second
 	targetFailover   = 5 * time.Second
 	nodeExporterPort = 9100
 )
@@ -55,12 +59,12 @@ func main() {
 }
 
 func run() error {
-	var binDir, k8sBin, subnet string
+	var binDir, imagesDir, subnet string
 	var idle time.Duration
-	flag.StringVar(&binDir, "bin", os.Getenv("HARMONY_BIN"), "directory of harmony-agent and harmony-controller")
-	flag.StringVar(&k8sBin, "kubernetes-bin", os.Getenv("HARMONY_K8S_BIN"), "directory of kubeadm and kube-apiserver")
+	flag.StringVar(&binDir, "bin", os.Getenv("HARMONY_BIN"), "directory of harmony-controller, harmonyctl and vmware-rpctool")
+	flag.StringVar(&imagesDir, "images", os.Getenv("HARMONY_IMAGES"), "directory of the node OVA (make images)")
 	flag.StringVar(&subnet, "subnet", "198.18.120.0/24", "the bench lab's /24 inside 198.18.0.0/15")
-	flag.DurationVar(&idle, "idle", 30*time.Second, "how long the converged lab idles before RSS and CPU are read")
+	flag.DurationVar(&idle, "idle", 30*time.Second, "how long the ready lab idles before CPU and memory are read")
 	flag.Parse()
 	prefix, err := netip.ParsePrefix(subnet)
 	if err != nil {
@@ -73,24 +77,34 @@ func run() error {
 	ctx := context.Background()
 	defer lab.Down(ctx, stateDir, nil)
 
-	fmt.Printf("node-stack benchmark: %s, %d CPUs, %s\n", runtime.GOOS, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	sum, err := lab.Up(ctx, lab.Config{StateDir: stateDir, Masters: 3, Workers: 1, Subnet: prefix,
-		BinDir: binDir, KubernetesBinDir: k8sBin, Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	fmt.Printf("lab benchmark: %s, %d CPUs, %s\n", runtime.GOOS, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+	baseline, err := machineIdle(idle / 3)
 	if err != nil {
 		return err
 	}
+	sum, err := lab.Up(ctx, lab.Config{StateDir: stateDir, Masters: 3, Workers: 2, Subnet: prefix,
+		BinDir: binDir, ImagesDir: imagesDir, Log: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		return err
+	}
+	took := time.Since(sum.Started)
+	fmt.Printf("\nlab up, start to a ready 3+2 cluster: %.1f s, target < %s: %s\n", took.Seconds(), targetLab, verdict(took < targetLab))
 
-	fmt.Println("\nconvergence, agent start to node Ready (enrollment and kube-apiserver start included)")
-	for _, h := range sum.Hosts {
-		d := sum.Ready[h.Name].Sub(sum.AgentsStarted)
-		met := ""
-		if h.Role == "master" {
-			met = fmt.Sprintf("   target < %s: %s", targetConverge, verdict(d < targetConverge))
+	fmt.Println("\neach VM, from power-on (its body started) to enrolled and to Ready (read once a second)")
+	for _, n := range sum.Nodes {
+		vm, err := lab.OpenVM(stateDir, n.Name)
+		if err != nil {
+			return err
 		}
-		fmt.Printf("  %-3s %-6s %6.1f s%s\n", h.Name, h.Role, d.Seconds(), met)
+		b, err := vm.Body()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %-8s %-6s enrolled %5.1f s   Ready %5.1f s\n", n.Name, n.Role,
+			sum.Enrolled[n.Name].Sub(b.Started).Seconds(), sum.Ready[n.Name].Sub(b.Started).Seconds())
 	}
 
-	m1 := sum.Hosts[0]
+	m1 := sum.Nodes[0]
 	exporter, err := startNodeExporter(m1)
 	if err != nil {
 		return err
@@ -98,56 +112,148 @@ func run() error {
 	defer exporter.Process.Kill()
 	fmt.Printf("\nidle for %s (Prometheus scrapes the agents every 5s; node_exporter is scraped as often)\n", idle)
 	agentPIDs := map[string]int{}
-	for _, h := range sum.Hosts {
-		pid, err := agentPID(h)
+	cpuBefore := map[int]time.Duration{}
+	for _, n := range sum.Nodes {
+		pid, err := agentPID(n)
 		if err != nil {
 			return err
 		}
-		agentPIDs[h.Name] = pid
-	}
-	cpuBefore := map[int]time.Duration{}
-	for _, pid := range append(slices.Collect(maps.Values(agentPIDs)), exporter.Process.Pid) {
+		agentPIDs[n.Name] = pid
 		cpuBefore[pid], _ = procstat.CPUTime(pid)
 	}
-	start := time.Now()
+	cpuBefore[exporter.Process.Pid], _ = procstat.CPUTime(exporter.Process.Pid)
 	scrapeURL := "http://" + netip.AddrPortFrom(netip.MustParseAddr(m1.IP), nodeExporterPort).String() + "/metrics"
-	for time.Since(start) < idle {
-		scrape(scrapeURL)
-		time.Sleep(5 * time.Second)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			scrape(scrapeURL)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
+	during, err := machineIdle(idle)
+	close(stop)
+	if err != nil {
+		return err
 	}
-	window := time.Since(start)
-	fmt.Println("  process                 VmRSS      CPU (share of one core)")
+	fmt.Println("  the machine           memory used      CPU busy (share of all cores)")
+	fmt.Printf("  before the lab        %8.0f MiB   %6.2f %%\n", mib(baseline.memUsed), 100*baseline.busy)
+	fmt.Printf("  the lab idle          %8.0f MiB   %6.2f %%   (+%.0f MiB for 5 VMs, the controller, vcsim and Prometheus)\n",
+		mib(during.memUsed), 100*during.busy, mib(during.memUsed-min(during.memUsed, baseline.memUsed)))
+
+	fmt.Println("\n  process                       VmRSS      CPU (share of one core)")
 	exporterMem, err := procstat.ReadMemory(exporter.Process.Pid)
 	if err != nil {
 		return err
 	}
-	for _, h := range sum.Hosts {
-		pid := agentPIDs[h.Name]
+	for _, n := range sum.Nodes {
+		pid := agentPIDs[n.Name]
 		mem, err := procstat.ReadMemory(pid)
 		if err != nil {
 			return err
 		}
 		cpu, _ := procstat.CPUTime(pid)
 		ratio := float64(mem.RSS) / float64(exporterMem.RSS)
-		fmt.Printf("  harmony-agent %-3s %-6s %6.1f MiB %6.2f %%   %.2f× node_exporter, target ≤ %.1f×: %s\n", h.Name, h.Role,
-			mib(mem.RSS), 100*float64(cpu-cpuBefore[pid])/float64(window), ratio, targetRSSRatio, verdict(ratio <= targetRSSRatio))
+		fmt.Printf("  harmony-agent %-8s %-6s %6.1f MiB %6.2f %%   %.2f× node_exporter, target ≤ %.1f×: %s\n", n.Name, n.Role,
+			mib(mem.RSS), 100*float64(cpu-cpuBefore[pid])/float64(during.window), ratio, targetRSSRatio, verdict(ratio <= targetRSSRatio))
 	}
 	cpu, _ := procstat.CPUTime(exporter.Process.Pid)
-	fmt.Printf("  node_exporter (reference) %6.1f MiB %6.2f %%\n", mib(exporterMem.RSS),
-		100*float64(cpu-cpuBefore[exporter.Process.Pid])/float64(window))
+	fmt.Printf("  node_exporter (reference)     %6.1f MiB %6.2f %%\n", mib(exporterMem.RSS),
+		100*float64(cpu-cpuBefore[exporter.Process.Pid])/float64(during.window))
 
 	gap, from, to, err := failover(ctx, stateDir, sum)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nVIP failover (holder %s stopped as a whole host, VIP to %s): /readyz through the VIP back after %.2f s, target < %s: %s\n",
+	fmt.Printf("\nVIP failover (holder %s powered off through vCenter, VIP to %s): /readyz through the VIP back after %.2f s, target < %s: %s\n",
 		from, to, gap.Seconds(), targetFailover, verdict(gap < targetFailover))
 	return nil
 }
 
-func startNodeExporter(h lab.HostSummary) (*exec.Cmd, error) {
-	listen := netip.AddrPortFrom(netip.MustParseAddr(h.IP), nodeExporterPort).String()
-	cmd := exec.Command("ip", "netns", "exec", h.Netns, "/usr/bin/prometheus-node-exporter", "--web.listen-address="+listen)
+// idleReading is the machine over a window: memory in use at its end
+// (MemTotal - MemAvailable) and the share of all cores busy during it.
+type idleReading struct {
+	memUsed uint64
+	busy    float64
+	window  time.Duration
+}
+
+func machineIdle(window time.Duration) (idleReading, error) {
+	busy0, total0, err := cpuTicks()
+	if err != nil {
+		return idleReading{}, err
+	}
+	start := time.Now()
+	time.Sleep(window)
+	busy1, total1, err := cpuTicks()
+	if err != nil {
+		return idleReading{}, err
+	}
+	used, err := memUsed()
+	if err != nil {
+		return idleReading{}, err
+	}
+	r := idleReading{memUsed: used, window: time.Since(start)}
+	if total1 > total0 {
+		r.busy = float64(busy1-busy0) / float64(total1-total0)
+	}
+	return r, nil
+}
+
+// cpuTicks reads the machine's busy and total ticks from /proc/stat.
+func cpuTicks() (busy, total uint64, err error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total, nil
+}
+
+func memUsed() (uint64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	vals := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		vals[k] = n * 1024
+	}
+	if vals["MemTotal"] == 0 || vals["MemAvailable"] > vals["MemTotal"] {
+		return 0, fmt.Errorf("/proc/meminfo: no MemTotal or MemAvailable")
+	}
+	return vals["MemTotal"] - vals["MemAvailable"], nil
+}
+
+// startNodeExporter runs the machine's node_exporter in a VM's namespace,
+// where it answers on the VM's address as the agent does.
+func startNodeExporter(n lab.NodeSummary) (*exec.Cmd, error) {
+	listen := netip.AddrPortFrom(netip.MustParseAddr(n.IP), nodeExporterPort).String()
+	cmd := exec.Command("ip", "netns", "exec", n.Netns, "/usr/bin/prometheus-node-exporter", "--web.listen-address="+listen)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start node_exporter: %w", err)
@@ -164,9 +270,9 @@ func scrape(url string) {
 	}
 }
 
-// agentPID finds the harmony-agent process of a host.
-func agentPID(h lab.HostSummary) (int, error) {
-	out, err := exec.Command("ip", "netns", "pids", h.Netns).Output()
+// agentPID finds the harmony-agent process of a VM's body.
+func agentPID(n lab.NodeSummary) (int, error) {
+	out, err := exec.Command("ip", "netns", "pids", n.Netns).Output()
 	if err != nil {
 		return 0, err
 	}
@@ -177,24 +283,30 @@ func agentPID(h lab.HostSummary) (int, error) {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("no harmony-agent in %s", h.Netns)
+	return 0, fmt.Errorf("no harmony-agent in %s", n.Netns)
 }
 
-// failover stops the VIP holder and times /readyz through the VIP.
+// failover powers the VIP holder off and times /readyz through the VIP.
 func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Duration, string, string, error) {
 	holder := vipHolder(sum)
 	if holder == "" {
 		return 0, "", "", fmt.Errorf("no master holds the VIP")
 	}
-	ca, err := os.ReadFile(filepath.Join(filepath.Dir(sum.Kubeconfig), "kubernetes", "ca.crt"))
+	data, err := os.ReadFile(sum.Kubeconfig)
 	if err != nil {
 		return 0, "", "", err
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
+	kc, err := kubeconfig.Parse(data)
+	if err != nil {
+		return 0, "", "", err
+	}
+	tlsConf, err := kc.TLSConfig()
+	if err != nil {
+		return 0, "", "", err
+	}
 	// Short attempts: one hanging on the dead holder must not hide the
 	// moment the VIP answers again.
-	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{TLSClientConfig: tlsConf, DisableKeepAlives: true}}
 	ready := func() bool {
 		resp, err := c.Get(sum.APIServer + "/readyz")
 		if err != nil {
@@ -203,24 +315,31 @@ func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Dura
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
-	stopped := time.Now()
-	if err := lab.StopHost(ctx, stateDir, holder); err != nil {
+	vm, err := lab.OpenVM(stateDir, holder)
+	if err != nil {
+		return 0, "", "", err
+	}
+	off := time.Now()
+	if err := vm.Power(ctx, false); err != nil {
 		return 0, "", "", err
 	}
 	for !ready() {
-		if time.Since(stopped) > time.Minute {
+		if time.Since(off) > time.Minute {
 			return 0, "", "", fmt.Errorf("/readyz through the VIP did not recover within a minute")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return time.Since(stopped), holder, vipHolder(sum), nil
+	return time.Since(off), holder, vipHolder(sum), nil
 }
 
 func vipHolder(sum *lab.Summary) string {
-	for _, h := range sum.Hosts {
-		out, err := exec.Command("ip", "-n", h.Netns, "-o", "-4", "addr", "show", "dev", "eth0", "up").Output()
+	for _, n := range sum.Nodes {
+		if n.Role != string(v1.RoleMaster) {
+			continue
+		}
+		out, err := exec.Command("ip", "-n", n.Netns, "-o", "-4", "addr", "show", "dev", "eth0", "up").Output()
 		if err == nil && strings.Contains(string(out), " "+sum.VIP+"/") {
-			return h.Name
+			return n.Name
 		}
 	}
 	return ""

@@ -114,6 +114,8 @@ type record struct {
 	ImageRoot string      `json:"imageRoot"`
 	Netns     string      `json:"netns"`
 	Started   time.Time   `json:"started"`
+	// Cgroups are the body's own, one per hierarchy.
+	Cgroups []string `json:"cgroups"`
 }
 
 // Body is a started body.
@@ -124,7 +126,10 @@ type Body struct {
 	// child in a PID namespace of its own.
 	Nspawn procfs.Proc
 	Init   procfs.Proc
-	log    *slog.Logger
+	// Started is when nspawn was started: the VM's power-on.
+	Started time.Time
+	cgroups []string
+	log     *slog.Logger
 }
 
 var machineName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$`)
@@ -188,7 +193,10 @@ func (s *Spec) nspawnArgs() []string {
 		hostname = s.Name
 	}
 	args := []string{
-		"--boot",
+		// Not --boot: the body's first process prepares what a VM's
+		// guest has, then execs the image's systemd (bodyInit). As with
+		// --boot, stopping nspawn asks that systemd to power off.
+		"--kill-signal=SIGRTMIN+3",
 		"--directory=" + s.ImageRoot,
 		// The copy-on-write layer, mounted by nspawn in the container's
 		// mount namespace: it cannot outlive the body.
@@ -196,6 +204,13 @@ func (s *Spec) nspawnArgs() []string {
 		"--machine=" + s.Name,
 		"--hostname=" + hostname,
 		"--network-namespace-path=" + netnsPath(s.Netns),
+		// The namespace is the body's own, as a VM's NICs are: its
+		// networkd, keepalived and agent configure it. nspawn keeps
+		// CAP_NET_ADMIN only for --private-network.
+		"--capability=CAP_NET_ADMIN",
+		// runc, under the image's containerd, gives each container a
+		// session keyring; nspawn's default filter refuses keyctl.
+		"--system-call-filter=@keyring",
 		// No systemd on the lab host to register with or to make a scope.
 		"--register=no",
 		"--keep-unit",
@@ -210,6 +225,7 @@ func (s *Spec) nspawnArgs() []string {
 	if s.UUID != "" {
 		args = append(args, "--uuid="+s.UUID)
 	}
+	args = append(args, "--bind-ro="+escapeColon(filepath.Join(s.StateDir, kernelDir))+":"+kernelDirInBody)
 	for _, b := range s.binds() {
 		opt := "--bind="
 		if b.ReadOnly {
@@ -217,7 +233,8 @@ func (s *Spec) nspawnArgs() []string {
 		}
 		args = append(args, opt+escapeColon(b.Host)+":"+escapeColon(b.Body))
 	}
-	return append(args, s.Args...)
+	args = append(args, s.Args...)
+	return append(append(args, "--"), bodyInit()...)
 }
 
 // escapeColon escapes what nspawn's path lists treat specially.
@@ -266,8 +283,21 @@ func Start(ctx context.Context, s Spec) (*Body, error) {
 	defer console.Close()
 	fmt.Fprintf(console, "\n=== harmony lab: starting body %s at %s\n", s.Name, time.Now().UTC().Format(time.RFC3339))
 
-	// Not CommandContext: the body outlives ctx.
-	cmd := exec.Command(nspawn, s.nspawnArgs()...)
+	if err := writeTunables(s.StateDir); err != nil {
+		return nil, fmt.Errorf("body %s: %w", s.Name, err)
+	}
+	cgroups, err := makeCgroups(s.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("body %s: %w", s.Name, err)
+	}
+	// Not CommandContext: the body outlives ctx. The shell joins the
+	// body's cgroups, then becomes nspawn.
+	argv := []string{"-c", joinScript, "sh"}
+	for _, dir := range cgroups {
+		argv = append(argv, filepath.Join(dir, "cgroup.procs"))
+	}
+	argv = append(append(argv, "--", nspawn), s.nspawnArgs()...)
+	cmd := exec.Command("/bin/sh", argv...)
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.Env = append([]string{bodyPath}, s.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -278,13 +308,14 @@ func Start(ctx context.Context, s Spec) (*Body, error) {
 	// Reap it if it ends while this process runs; after that, init does.
 	go cmd.Wait()
 
-	b := &Body{Name: s.Name, StateDir: s.StateDir, log: log}
+	b := &Body{Name: s.Name, StateDir: s.StateDir, cgroups: cgroups, log: log}
 	b.Nspawn, err = procfs.Of(cmd.Process.Pid)
 	if err != nil {
 		// It already ended: the console says why.
 		return nil, fmt.Errorf("body %s: systemd-nspawn exited at once: %s", s.Name, consoleTail(s.StateDir))
 	}
-	rec := record{Name: s.Name, Nspawn: b.Nspawn, ImageRoot: s.ImageRoot, Netns: s.Netns, Started: time.Now().UTC()}
+	b.Started = time.Now().UTC()
+	rec := record{Name: s.Name, Nspawn: b.Nspawn, ImageRoot: s.ImageRoot, Netns: s.Netns, Started: b.Started, Cgroups: cgroups}
 	if err := writeRecord(s.StateDir, rec); err != nil {
 		b.Kill(ctx)
 		return nil, err
@@ -302,12 +333,14 @@ func Start(ctx context.Context, s Spec) (*Body, error) {
 	return b, nil
 }
 
-// waitInit waits until nspawn has started the body's PID 1.
+// waitInit waits until nspawn has started the body's PID 1: until it
+// has left nspawn's executable, it is nspawn's own child, still setting
+// the body up.
 func (b *Body) waitInit(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	for {
-		if p, ok := containerInit(b.Nspawn.PID); ok {
+		if p, ok := containerInit(b.Nspawn.PID); ok && !sameExecutable(p.PID, b.Nspawn.PID) {
 			b.Init = p
 			return nil
 		}
@@ -329,7 +362,7 @@ func Open(stateDir string, log *slog.Logger) (*Body, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Body{Name: rec.Name, StateDir: stateDir, Nspawn: rec.Nspawn, Init: rec.Init, log: log.With("body", rec.Name)}, nil
+	return &Body{Name: rec.Name, StateDir: stateDir, Nspawn: rec.Nspawn, Init: rec.Init, Started: rec.Started, cgroups: rec.Cgroups, log: log.With("body", rec.Name)}, nil
 }
 
 // Running reports whether the body's nspawn still runs.
@@ -397,7 +430,7 @@ func (b *Body) Kill(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("body %s: still running after SIGKILL: %w", b.Name, err))
 		return errors.Join(errs...)
 	}
-	errs = append(errs, cleanupState(ctx, b.StateDir), removePropagateDir(b.Name))
+	errs = append(errs, cleanupState(ctx, b.StateDir, b.cgroups), removePropagateDir(b.Name))
 	return errors.Join(errs...)
 }
 
@@ -439,11 +472,11 @@ func Cleanup(ctx context.Context, stateDir string, log *slog.Logger) error {
 	rec, err := readRecord(stateDir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return cleanupState(ctx, stateDir)
+		return cleanupState(ctx, stateDir, nil)
 	case err != nil:
 		return err
 	}
-	b := &Body{Name: rec.Name, StateDir: stateDir, Nspawn: rec.Nspawn, Init: rec.Init, log: log.With("body", rec.Name)}
+	b := &Body{Name: rec.Name, StateDir: stateDir, Nspawn: rec.Nspawn, Init: rec.Init, cgroups: rec.Cgroups, log: log.With("body", rec.Name)}
 	if b.Nspawn.Alive() || b.Init.Alive() {
 		log.Info("killing a body left running", "body", rec.Name, "nspawn_pid", rec.Nspawn.PID)
 	}
@@ -453,9 +486,24 @@ func Cleanup(ctx context.Context, stateDir string, log *slog.Logger) error {
 // cleanupState removes what may remain of a body that no longer runs:
 // mounts under the state directory (none, unless something other than
 // nspawn made them), the overlay work directories a killed nspawn leaves
-// (".#upper…"), and the record.
-func cleanupState(ctx context.Context, stateDir string) error {
+// (".#upper…"), its cgroups (those recorded, and those this process would
+// have made for it), and the record.
+func cleanupState(ctx context.Context, stateDir string, cgroups []string) error {
 	var errs []error
+	if _, own, err := cgroupDirs(stateDir); err == nil {
+		cgroups = append(cgroups, own...)
+	}
+	// The body's last processes may take a moment to leave them.
+	for try := 0; ; try++ {
+		err := removeCgroups(cgroups)
+		if err == nil {
+			break
+		}
+		if try == 20 || sleep(ctx, 250*time.Millisecond) != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
 	if err := unmountAll(ctx, stateDir); err != nil {
 		errs = append(errs, err)
 	}
@@ -494,6 +542,13 @@ func writeRecord(stateDir string, rec record) error {
 
 // Console returns the path of the body's console log.
 func (b *Body) Console() string { return filepath.Join(b.StateDir, consoleFile) }
+
+// Path is where the body's path p (absolute) is seen from the machine:
+// through its PID 1's root, so a file the body wrote is read as the body
+// sees it, in its overlay.
+func (b *Body) Path(p string) string {
+	return filepath.Join(fmt.Sprintf("/proc/%d/root", b.Init.PID), p)
+}
 
 // consoleTail returns the last lines of a body's console, for errors.
 func consoleTail(stateDir string) string {
@@ -546,7 +601,7 @@ func (b *Body) Output(ctx context.Context, argv ...string) ([]byte, error) {
 // Type=notify unit that waits for something outside the body (the agent
 // waits for its controller) keeps systemd "starting" for as long.
 func (b *Body) WaitSettled(ctx context.Context, pending ...string) (string, error) {
-	var last string
+	var last, jobs string
 	for {
 		if !b.Running() {
 			return last, fmt.Errorf("body %s: ended while booting: %s", b.Name, consoleTail(b.StateDir))
@@ -561,12 +616,14 @@ func (b *Body) WaitSettled(ctx context.Context, pending ...string) (string, erro
 		case "maintenance", "stopping":
 			return last, fmt.Errorf("body %s: systemd is %s: %s", b.Name, last, consoleTail(b.StateDir))
 		case "starting":
-			if out, err := b.Output(ctx, "systemctl", "list-jobs", "--no-legend", "--no-pager", "--plain"); err == nil && onlyRunning(out, pending) {
+			out, err := b.Output(ctx, "systemctl", "list-jobs", "--no-legend", "--no-pager", "--plain")
+			if err == nil && onlyRunning(out, pending) {
 				return last, nil
 			}
+			jobs = strings.TrimSpace(string(out))
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
-			return last, fmt.Errorf("body %s: waiting for its boot (systemd %q): %w", b.Name, last, err)
+			return last, fmt.Errorf("body %s: waiting for its boot (systemd %q, jobs %q): %w", b.Name, last, jobs, err)
 		}
 	}
 }

@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
@@ -231,7 +233,27 @@ func TestBody(t *testing.T) {
 	if !isStatic(t, tool) {
 		t.Fatal("the stand-in vmware-rpctool is not static")
 	}
-	store := newMapStore("guestinfo.x", "from the lab")
+	// The body gets what the controller gives a VM: its static address in
+	// guestinfo.harmony.network. Without it networkd waits for a DHCP
+	// server that is not there, and boot waits with it.
+	netns, bodyIP := testNet(t)
+	name := fmt.Sprintf("hbody-%d", rand.IntN(100000))
+	machineTunables := map[string]string{}
+	for name := range kubeletTunables {
+		v, err := os.ReadFile("/proc/sys/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		machineTunables[name] = string(v)
+	}
+	netcfg, err := (&v1.NetworkConfig{
+		APIVersion: v1.APIVersion, Kind: "NetworkConfig",
+		Address: bodyIP + "/24", Gateway: strings.TrimSuffix(bodyIP, ".2") + ".1", Hostname: name,
+	}).EncodeGuestinfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newMapStore("guestinfo.x", "from the lab", v1.NetworkGuestinfoKey, netcfg)
 	giDir := shortTempDir(t, "hbgi")
 	srv, err := ListenGuestinfo(filepath.Join(giDir, GuestinfoSocketName), store, log)
 	if err != nil {
@@ -242,14 +264,13 @@ func TestBody(t *testing.T) {
 	go func() { srvDone <- srv.Serve(srvCtx) }()
 	t.Cleanup(func() { srvCancel(); <-srvDone })
 
-	netns, bodyIP := testNet(t)
 	roDir, rwDir := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(roDir, "hello"), []byte("read me\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
 	spec := Spec{
-		Name:         fmt.Sprintf("hbody-%d", rand.IntN(100000)),
+		Name:         name,
 		ImageRoot:    img.Root,
 		StateDir:     stateDir,
 		Netns:        netns,
@@ -276,7 +297,7 @@ func TestBody(t *testing.T) {
 	if _, err := Start(ctx, spec); !errors.Is(err, ErrRunning) {
 		t.Errorf("a second Start in the same state dir: %v, want ErrRunning", err)
 	}
-	bootCtx, bootCancel := context.WithTimeout(ctx, 60*time.Second)
+	bootCtx, bootCancel := context.WithTimeout(ctx, 3*time.Minute)
 	state, err := b.WaitSettled(bootCtx, "harmony-agent.service")
 	bootCancel()
 	if err != nil {
@@ -326,14 +347,10 @@ func TestBody(t *testing.T) {
 	})
 
 	t.Run("machine", func(t *testing.T) {
-		// nspawn sets the name; systemd then takes the image's
-		// /etc/hostname, as a VM would.
-		want := spec.Name
-		if data, err := os.ReadFile(filepath.Join(img.Root, "etc/hostname")); err == nil && len(strings.TrimSpace(string(data))) > 0 {
-			want = strings.TrimSpace(string(data))
-		}
-		if got := out("cat", "/proc/sys/kernel/hostname"); got != want {
-			t.Errorf("hostname %q, want %q", got, want)
+		// The hostname is the one in guestinfo.harmony.network, set by
+		// harmony-network.service as on a VM.
+		if got := out("cat", "/proc/sys/kernel/hostname"); got != name {
+			t.Errorf("hostname %q, want %q", got, name)
 		}
 		var nsfs syscall.Stat_t
 		if err := syscall.Stat(netnsPath(netns), &nsfs); err != nil {
@@ -345,6 +362,42 @@ func TestBody(t *testing.T) {
 		}
 		if got := out("ip", "-4", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(got, bodyIP+"/24") {
 			t.Errorf("eth0 in the body: %q, want %s", got, bodyIP)
+		}
+	})
+
+	t.Run("what a VM's guest has", func(t *testing.T) {
+		// Every cgroup controller writable, in the body's own cgroup: the
+		// kubelet makes kubepods there.
+		mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", b.Init.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		controllers := 0
+		for _, line := range strings.Split(string(mi), "\n") {
+			m, err := parseMountinfo(line)
+			if err != nil || m.FSType != "cgroup" {
+				continue
+			}
+			controllers++
+			if !slices.Contains(strings.Split(m.Options, ","), "rw") {
+				t.Errorf("cgroup %s is mounted %s in the body", m.Point, m.Options)
+			}
+		}
+		if controllers == 0 {
+			t.Error("no cgroup controller mounted in the body")
+		}
+		// Each tunable reads in the body as the kubelet wants it, and the
+		// machine's own value is what it was before the body.
+		for name, want := range kubeletTunables {
+			if got := out("cat", "/proc/sys/"+name); got != want {
+				t.Errorf("/proc/sys/%s = %q in the body, want %q", name, got, want)
+			}
+			if got, _ := os.ReadFile("/proc/sys/" + name); string(got) != machineTunables[name] {
+				t.Errorf("the machine's /proc/sys/%s is %q, was %q before the body", name, got, machineTunables[name])
+			}
+		}
+		if got := out("stat", "-c", "%F", "/dev/kmsg"); got != "regular empty file" && got != "regular file" {
+			t.Errorf("/dev/kmsg in the body is a %s", got)
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestParseMountinfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.ID != 42 || m.Major != 7 || m.Minor != 3 || m.Point != "/tmp/a b/root" || m.FSType != "ext4" || m.Source != "/dev/loop3" {
+	if m.ID != 42 || m.Major != 7 || m.Minor != 3 || m.Point != "/tmp/a b/root" || m.Options != "ro,relatime" || m.FSType != "ext4" || m.Source != "/dev/loop3" {
 		t.Errorf("parsed %+v", m)
 	}
 	for _, bad := range []string{"", "1 2 3", "x 27 7:3 / /a ro - ext4 src ro", "1 27 73 / /a ro - ext4 src ro", "1 27 7:3 / /a ro ext4 src ro"} {
@@ -111,7 +112,7 @@ func TestSpecArgs(t *testing.T) {
 		Binds: []Bind{{Host: "/data", ReadOnly: true}, {Host: "/h/rw", Body: "/var/rw"}}}
 	got := strings.Join(s.nspawnArgs(), " ")
 	for _, want := range []string{
-		"--boot", "--directory=/c/root", `--overlay=/c/root:/s/m\:1/upper:/`, "--machine=m1", "--hostname=m1",
+		"--kill-signal=SIGRTMIN+3", "--directory=/c/root", `--overlay=/c/root:/s/m\:1/upper:/`, "--machine=m1", "--hostname=m1",
 		"--network-namespace-path=/run/netns/ns1", "--register=no", "--keep-unit",
 		"--bind=/s/gi:/run/harmony-lab", "--bind-ro=/bin/tool:/usr/bin/vmware-rpctool",
 		"--bind-ro=/data:/data", "--bind=/h/rw:/var/rw",
@@ -119,6 +120,11 @@ func TestSpecArgs(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("nspawn args %q lack %q", got, want)
 		}
+	}
+	// The body's init comes last, after the options.
+	args := s.nspawnArgs()
+	if i := slices.Index(args, "--"); i < 0 || !slices.Equal(args[i+1:], bodyInit()) || slices.Contains(args, "--boot") {
+		t.Errorf("nspawn args %q do not end in -- and the body's init", args)
 	}
 	for _, bad := range []string{"", "-x", "a b", "a/b", strings.Repeat("a", 65)} {
 		s := Spec{Name: bad}

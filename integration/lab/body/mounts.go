@@ -16,12 +16,18 @@ import (
 
 // Mount is one line of /proc/self/mountinfo, the fields we use.
 type Mount struct {
-	ID     int
-	Major  int
-	Minor  int
-	Point  string
-	FSType string
-	Source string
+	ID    int
+	Major int
+	Minor int
+	// Root is the mounted directory within its file system.
+	Root  string
+	Point string
+	// Options are the mount's own options ("ro,nosuid").
+	Options string
+	FSType  string
+	Source  string
+	// SuperOptions are the file system's options ("rw,memory").
+	SuperOptions string
 }
 
 // Mounts reads this process's mount table.
@@ -75,9 +81,14 @@ func parseMountinfo(line string) (Mount, error) {
 	if m.Minor, err = strconv.Atoi(min); err != nil {
 		return Mount{}, fmt.Errorf("mountinfo line %q: minor: %w", line, err)
 	}
+	m.Root = unescapeMount(f[3])
 	m.Point = unescapeMount(f[4])
+	m.Options = f[5]
 	m.FSType = f[sep+1]
 	m.Source = unescapeMount(f[sep+2])
+	if sep+3 < len(f) {
+		m.SuperOptions = f[sep+3]
+	}
 	return m, nil
 }
 

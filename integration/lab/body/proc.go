@@ -89,3 +89,13 @@ func containerInit(nspawn int) (procfs.Proc, bool) {
 	}
 	return procfs.Proc{}, false
 }
+
+// sameExecutable reports whether two processes run the same file, or
+// either is gone.
+func sameExecutable(a, b int) bool {
+	var sa, sb syscall.Stat_t
+	if syscall.Stat(fmt.Sprintf("/proc/%d/exe", a), &sa) != nil || syscall.Stat(fmt.Sprintf("/proc/%d/exe", b), &sb) != nil {
+		return true
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}

@@ -1,0 +1,278 @@
+package kubeadm
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// drainReserve is the part of a leave window the drain leaves to the
+// steps after it (the VIP, HAProxy, kubeadm reset, the etcd member): past
+// Deadline minus drainReserve it stops waiting for pods and lets the
+// node leave with them still on it, as the controller will power it off
+// at Deadline anyway.
+const drainReserve = 3 * time.Minute
+
+// drainStep is the first step of the leave sequence: where a kubelet runs,
+// the node is cordoned and its pods evicted through the API, while every
+// other part of the node still runs. It acts as the node itself, with the
+// kubelet's own credential (kubelet.conf): the Node authorizer lets a node
+// mark itself unschedulable and evict the pods bound to it (NodeRestriction
+// allows no other), so no new credential is handed out for it.
+type drainStep struct {
+	kubelet bool
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	now     func() time.Time
+}
+
+func (drainStep) Name() string { return "drain" }
+
+func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
+	st := reconcile.Status{Component: "drain", Phase: reconcile.PhaseLeft, Healthy: true}
+	switch {
+	case role.Role != v1.RoleMaster && role.Role != v1.RoleWorker:
+		st.Message = "not a Kubernetes node: nothing to drain"
+		return st
+	case !d.kubelet:
+		st.Message = "no kubelet on this host: nothing to cordon or drain"
+		return st
+	case !exists(host.Path(KubeletKubeconfig)):
+		st.Message = "never joined (no " + KubeletKubeconfig + "): nothing to drain"
+		return st
+	}
+	api, err := d.nodeClient(host)
+	if err != nil {
+		return d.retryOrGiveUp(st, role, fmt.Errorf("the node's API client: %w", err))
+	}
+	if err := api.cordon(ctx, role.NodeName); err != nil {
+		return d.retryOrGiveUp(st, role, err)
+	}
+	st.Actions = append(st.Actions, "cordoned "+role.NodeName)
+	left, err := api.evictAll(ctx, role.NodeName)
+	if err != nil {
+		return d.retryOrGiveUp(st, role, err)
+	}
+	if len(left) > 0 {
+		return d.retryOrGiveUp(st, role, fmt.Errorf("%d pods still on the node: %s", len(left), strings.Join(left, ", ")))
+	}
+	st.Message = "cordoned and drained"
+	return st
+}
+
+// retryOrGiveUp reports Leaving (the next pass drains again) until the
+// drain's share of the leave window is used up; then Left, unhealthy, so
+// that the node still hands over its VIP and etcd member in time.
+func (d drainStep) retryOrGiveUp(st reconcile.Status, role *v1.Role, err error) reconcile.Status {
+	now := time.Now
+	if d.now != nil {
+		now = d.now
+	}
+	if role.Leave != nil && !role.Leave.Deadline.IsZero() && now().After(role.Leave.Deadline.Add(-drainReserve)) {
+		st.Phase, st.Healthy = reconcile.PhaseLeft, false
+		st.Message = fmt.Sprintf("drain given up %s before the leave deadline: %v", drainReserve, err)
+		return st
+	}
+	st.Phase, st.Healthy = reconcile.PhaseLeaving, true
+	st.Message = "draining: " + err.Error()
+	return st
+}
+
+// nodeAPI is the node's own access to its cluster's API.
+type nodeAPI struct {
+	server string
+	client *http.Client
+}
+
+// nodeClient reads kubelet.conf: the API server and CA it names, and the
+// client certificate the kubelet rotates (a file after TLS bootstrap,
+// read under the host's root).
+func (d drainStep) nodeClient(host *reconcile.Host) (*nodeAPI, error) {
+	kc, err := readKubeconfig(host.Path(KubeletKubeconfig))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", KubeletKubeconfig, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(kc.Clusters[0].Cluster.CAData) {
+		return nil, fmt.Errorf("%s: no CA certificate", KubeletKubeconfig)
+	}
+	user := kc.Users[0].User
+	certPEM, keyPEM := user.CertData, user.KeyData
+	if len(certPEM) == 0 && user.CertFile != "" {
+		if certPEM, err = readBounded(host.Path(user.CertFile)); err != nil {
+			return nil, fmt.Errorf("%s: client certificate: %w", KubeletKubeconfig, err)
+		}
+	}
+	if len(keyPEM) == 0 && user.KeyFile != "" {
+		if keyPEM, err = readBounded(host.Path(user.KeyFile)); err != nil {
+			return nil, fmt.Errorf("%s: client key: %w", KubeletKubeconfig, err)
+		}
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: client certificate: %w", KubeletKubeconfig, err)
+	}
+	dial := d.dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: readyzTimeout}).DialContext
+	}
+	return &nodeAPI{server: strings.TrimSuffix(kc.Clusters[0].Cluster.Server, "/"), client: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{Proxy: nil, DialContext: dial, DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}},
+	}}, nil
+}
+
+// call sends one request; out, when not nil, gets a 2xx answer's JSON.
+// It returns the status code, and an error for a status not in ok.
+func (a *nodeAPI) call(ctx context.Context, method, path string, contentType string, body any, out any, ok ...int) (int, error) {
+	var r io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.server+path, r)
+	if err != nil {
+		return 0, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if !slices.Contains(ok, resp.StatusCode) {
+		return resp.StatusCode, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, apiMessage(data))
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// apiMessage is a Status answer's message, else the answer, bounded.
+func apiMessage(data []byte) string {
+	var status struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &status) == nil && status.Message != "" {
+		return status.Message
+	}
+	msg := strings.TrimSpace(string(data))
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
+	}
+	return msg
+}
+
+// cordon marks the node unschedulable.
+func (a *nodeAPI) cordon(ctx context.Context, node string) error {
+	_, err := a.call(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
+		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil, http.StatusOK)
+	return err
+}
+
+// pod is what the drain reads of a pod.
+type pod struct {
+	Metadata struct {
+		Name              string            `json:"name"`
+		Namespace         string            `json:"namespace"`
+		Annotations       map[string]string `json:"annotations"`
+		DeletionTimestamp *time.Time        `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
+			Kind       string `json:"kind"`
+			Controller *bool  `json:"controller"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
+}
+
+// mirrorAnnotation marks the API's copy of a static pod, which lives as
+// long as its manifest, not through the API.
+const mirrorAnnotation = "kubernetes.io/config.mirror"
+
+// evictable reports whether a drain moves the pod, as kubectl drain
+// --ignore-daemonsets does: not a static pod's mirror, not a DaemonSet's
+// pod (its controller would put it straight back), not one that has ended.
+func (p *pod) evictable() bool {
+	if _, ok := p.Metadata.Annotations[mirrorAnnotation]; ok {
+		return false
+	}
+	for _, o := range p.Metadata.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return false
+		}
+	}
+	return p.Status.Phase != "Succeeded" && p.Status.Phase != "Failed"
+}
+
+// evictAll asks for the eviction of every evictable pod on the node and
+// returns those still there ("namespace/name", with why when an eviction
+// was refused): evicted pods that are still terminating, and pods a
+// disruption budget keeps for now.
+func (a *nodeAPI) evictAll(ctx context.Context, node string) ([]string, error) {
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	q := url.Values{"fieldSelector": {"spec.nodeName=" + node}}
+	if _, err := a.call(ctx, http.MethodGet, "/api/v1/pods?"+q.Encode(), "", nil, &list, http.StatusOK); err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, p := range list.Items {
+		if !p.evictable() {
+			continue
+		}
+		name := p.Metadata.Namespace + "/" + p.Metadata.Name
+		if p.Metadata.DeletionTimestamp != nil {
+			left = append(left, name+" (terminating)")
+			continue
+		}
+		eviction := map[string]any{
+			"apiVersion": "policy/v1", "kind": "Eviction",
+			"metadata": map[string]any{"name": p.Metadata.Name, "namespace": p.Metadata.Namespace},
+		}
+		path := "/api/v1/namespaces/" + url.PathEscape(p.Metadata.Namespace) + "/pods/" + url.PathEscape(p.Metadata.Name) + "/eviction"
+		code, err := a.call(ctx, http.MethodPost, path, "application/json", eviction, nil,
+			http.StatusCreated, http.StatusOK, http.StatusNotFound, http.StatusTooManyRequests)
+		switch {
+		case err != nil:
+			return nil, err
+		case code == http.StatusNotFound:
+			// Gone meanwhile.
+		case code == http.StatusTooManyRequests:
+			left = append(left, name+" (its disruption budget allows no eviction now)")
+		default:
+			left = append(left, name+" (evicted, terminating)")
+		}
+	}
+	return left, nil
+}

@@ -1,0 +1,206 @@
+//go:build linux
+
+package kubeadm
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/agent/pki"
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	internalkc "github.com/harmonykaas/harmony/internal/kubeconfig"
+)
+
+// checkDrain drains node m1 against the real apiserver of
+// TestFirstMasterInNetns (kubeadm's Node,RBAC authorization and
+// NodeRestriction admission), as the node itself: a kubelet.conf whose
+// client certificate is a file, as after the kubelet's TLS bootstrap.
+// The node is cordoned; its plain pod is evicted, its mirror pod and its
+// DaemonSet's pod stay, another node's pod is untouched, and a pod its
+// disruption budget protects is reported, not forced. While pods remain
+// the step is Leaving; past its share of the leave window it gives up and
+// lets the node leave; once the pods are gone it has drained.
+func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	cl *testCluster, role *v1.Role, api *apiClient, admin *tls.Certificate) {
+	t.Helper()
+	// The node's files go under a root of their own: the master's
+	// component under test must not see a kubelet.conf.
+	host = &reconcile.Host{Root: t.TempDir(), Services: host.Services, Log: host.Log}
+	node := role.NodeName
+	writeNodeKubeconfig(t, host, cl, node, "https://"+net.JoinHostPort(role.Addresses.IPs[0], "6443"))
+	nodeCert := kubeletCert(t, host)
+
+	// The node registers itself, as its kubelet would.
+	mustSend(t, api, nodeCert, http.MethodPost, "/api/v1/nodes", fmt.Sprintf(`{"metadata":{"name":%q}}`, node), http.StatusCreated)
+	mustSend(t, api, admin, http.MethodPost, "/api/v1/nodes", `{"metadata":{"name":"other"}}`, http.StatusCreated)
+	// No controller manager runs here to make the namespace's default
+	// service account, which admission wants for every pod.
+	mustSend(t, api, admin, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", `{"metadata":{"name":"default"}}`, http.StatusCreated)
+	pod := func(name, onNode, meta string) {
+		body := fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"default"%s},"spec":{"nodeName":%q,"containers":[{"name":"c","image":"registry.k8s.io/pause:3.10.1"}]}}`, name, meta, onNode)
+		mustSend(t, api, admin, http.MethodPost, "/api/v1/namespaces/default/pods", body, http.StatusCreated)
+	}
+	pod("plain", node, "")
+	pod("protected", node, `,"labels":{"app":"protected"}`)
+	pod("mirror", node, `,"annotations":{"kubernetes.io/config.mirror":"x"}`)
+	pod("daemon", node, `,"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"6e0d1cf4-63d1-4a5b-9d43-1d7f1b4a1f2a","controller":true}]`)
+	pod("elsewhere", "other", "")
+	// A budget guards only running pods (a pending one may always go),
+	// and no kubelet here runs it: its status says so instead.
+	mustSend(t, api, admin, http.MethodPatch, "/api/v1/namespaces/default/pods/protected/status", `{"status":{"phase":"Running"}}`, http.StatusOK)
+	mustSend(t, api, admin, http.MethodPost, "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+		`{"metadata":{"name":"protected"},"spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"protected"}}}}`, http.StatusCreated)
+	// The disruption controller does not run here: the budget's status
+	// says what it would of a pod not yet healthy, no disruption allowed.
+	mustSend(t, api, admin, http.MethodPut, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/protected/status",
+		pdbStatus(t, api, admin), http.StatusOK)
+
+	d := drainStep{kubelet: true, dial: dial}
+	leave := *role
+	leave.Leave = &v1.LeaveSettings{Deadline: time.Now().Add(10 * time.Minute)}
+	st := d.Leave(context.Background(), host, &leave)
+	if st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "default/plain (evicted, terminating)") ||
+		!strings.Contains(st.Message, "default/protected (its disruption budget allows no eviction now)") ||
+		strings.Contains(st.Message, "mirror") || strings.Contains(st.Message, "daemon") || strings.Contains(st.Message, "elsewhere") {
+		t.Errorf("drain with pods left: %+v", st)
+	}
+	var n struct {
+		Spec struct {
+			Unschedulable bool `json:"unschedulable"`
+		} `json:"spec"`
+	}
+	getJSON(t, api, admin, "/api/v1/nodes/"+node, &n)
+	if !n.Spec.Unschedulable {
+		t.Error("the node was not cordoned")
+	}
+	for name, wantDeleting := range map[string]bool{"plain": true, "protected": false, "mirror": false, "daemon": false, "elsewhere": false} {
+		var p struct {
+			Metadata struct {
+				DeletionTimestamp *time.Time `json:"deletionTimestamp"`
+			} `json:"metadata"`
+		}
+		getJSON(t, api, admin, "/api/v1/namespaces/default/pods/"+name, &p)
+		if got := p.Metadata.DeletionTimestamp != nil; got != wantDeleting {
+			t.Errorf("pod %s being deleted: %v, want %v", name, got, wantDeleting)
+		}
+	}
+
+	// Past its share of the window: the node leaves with the pods on it.
+	late := d
+	late.now = func() time.Time { return leave.Leave.Deadline.Add(-drainReserve + time.Second) }
+	if st := late.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || st.Healthy || !strings.Contains(st.Message, "drain given up") {
+		t.Errorf("drain past its share of the window: %+v", st)
+	}
+
+	// The pods gone (no kubelet here confirms the plain pod's end, so it
+	// is removed at once; the budget's pod is removed by hand): drained.
+	for _, name := range []string{"plain", "protected"} {
+		mustSend(t, api, admin, http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, `{"gracePeriodSeconds":0}`, http.StatusOK)
+	}
+	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || !st.Healthy || st.Message != "cordoned and drained" {
+		t.Errorf("drain of an empty node: %+v", st)
+	}
+
+	// Another node's credential cannot drain this one: NodeRestriction.
+	writeNodeKubeconfig(t, host, cl, "other", "https://"+net.JoinHostPort(role.Addresses.IPs[0], "6443"))
+	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "403") {
+		t.Errorf("drain of %s with another node's credential: %+v", node, st)
+	}
+	os.Remove(host.Path(KubeletKubeconfig))
+	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || !strings.Contains(st.Message, "never joined") {
+		t.Errorf("drain of a node that never joined: %+v", st)
+	}
+}
+
+// writeNodeKubeconfig writes kubelet.conf for node as kubeadm's TLS
+// bootstrap leaves it: the client certificate and key in one file that
+// the kubeconfig names.
+func writeNodeKubeconfig(t *testing.T, host *reconcile.Host, cl *testCluster, node, server string) {
+	t.Helper()
+	ca, err := pki.LoadCA(cl.clusterCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "crt"), filepath.Join(dir, "key")
+	if _, err := ca.Ensure(certFile, keyFile, pki.Leaf{CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatal(err)
+	}
+	const current = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	pem := append(readFile(t, certFile), readFile(t, keyFile)...)
+	if err := os.MkdirAll(filepath.Dir(host.Path(current)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(host.Path(current), pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc := internalkc.New("kubernetes", server, []byte(cl.clusterCA.Certificate), "default-auth", nil, nil)
+	kc.Users[0].User.CertFile, kc.Users[0].User.KeyFile = current, current
+	data, err := kc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(host.Path(KubeletKubeconfig)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(host.Path(KubeletKubeconfig), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func kubeletCert(t *testing.T, host *reconcile.Host) *tls.Certificate {
+	t.Helper()
+	pem := readFile(t, host.Path("/var/lib/kubelet/pki/kubelet-client-current.pem"))
+	cert, err := tls.X509KeyPair(pem, pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cert
+}
+
+func mustSend(t *testing.T, api *apiClient, cert *tls.Certificate, method, path, body string, want int) {
+	t.Helper()
+	if code, answer := api.send(t, cert, method, path, body); code != want {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, code, want, tail(answer, 400))
+	}
+}
+
+func getJSON(t *testing.T, api *apiClient, cert *tls.Certificate, path string, out any) {
+	t.Helper()
+	code, body := api.get(t, cert, path)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, tail(body, 300))
+	}
+	if err := json.Unmarshal([]byte(body), out); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// pdbStatus is the budget "protected" with a status that allows no
+// disruption (and, its pod not healthy, no eviction of an unhealthy pod
+// either), its observedGeneration current so the apiserver trusts it.
+func pdbStatus(t *testing.T, api *apiClient, admin *tls.Certificate) string {
+	t.Helper()
+	var pdb map[string]any
+	getJSON(t, api, admin, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/protected", &pdb)
+	meta := pdb["metadata"].(map[string]any)
+	pdb["status"] = map[string]any{"observedGeneration": meta["generation"], "disruptionsAllowed": 0,
+		"currentHealthy": 0, "desiredHealthy": 1, "expectedPods": 1}
+	data, err := json.Marshal(pdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}

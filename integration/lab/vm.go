@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/harmonykaas/harmony/controller/vsphere"
+	"github.com/harmonykaas/harmony/integration/lab/body"
+)
+
+// VM is one VM of a running lab, as a user (or a test) reaches it from
+// the machine: through the lab's vCenter, its body and its namespace.
+type VM struct {
+	Name string
+	// Netns is the body's network namespace (ip -n NETNS ...).
+	Netns string
+	// Dir is the VM's directory in the state directory; its body's state
+	// (upper layer, console log) is in Dir/body.
+	Dir      string
+	stateDir string
+}
+
+// OpenVM names a VM of the lab in stateDir; the VM need not exist yet.
+func OpenVM(stateDir, name string) (*VM, error) {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := loadRecord(abs)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("no lab in %s", abs)
+	}
+	if !vmName.MatchString(name) {
+		return nil, fmt.Errorf("VM name %q: the lab runs VMs named [a-z0-9-], at most 31", name)
+	}
+	return &VM{Name: name, Netns: vmNetns(r.ID, name), Dir: r.vmDir(name), stateDir: abs}, nil
+}
+
+// Body is the VM's running body; an error if it is powered off.
+func (v *VM) Body() (*body.Body, error) {
+	b, err := body.Open(filepath.Join(v.Dir, bodyDirName), nil)
+	if err != nil {
+		return nil, fmt.Errorf("VM %s: no body: %w", v.Name, err)
+	}
+	if !b.Running() {
+		return nil, fmt.Errorf("VM %s: its body is not running", v.Name)
+	}
+	return b, nil
+}
+
+// Power turns the VM on or off through the lab's vCenter, as a user would
+// with govc or the vSphere client; the lab's machines follow within a
+// second: power off kills the body at once, as a VM losing power, and
+// power on boots it again with the same disks.
+func (v *VM) Power(ctx context.Context, on bool) error {
+	return v.withVM(ctx, func(s *vsphere.Session, vm vmState) error {
+		if on {
+			return s.PowerOn(ctx, vm.Ref)
+		}
+		return s.PowerOff(ctx, vm.Ref)
+	})
+}
+
+// Guestinfo reads one of the VM's guestinfo keys in vCenter: what the
+// controller wrote, or the guest wrote back. ok is false when the key is
+// absent.
+func (v *VM) Guestinfo(ctx context.Context, key string) (value string, ok bool, err error) {
+	err = v.withVM(ctx, func(s *vsphere.Session, vm vmState) error {
+		value, ok, err = vmGuestinfo{c: s.Client.Client, ref: vm.Ref}.Get(ctx, key)
+		return err
+	})
+	return value, ok, err
+}
+
+// Exists reports whether the lab's vCenter has the VM.
+func (v *VM) Exists(ctx context.Context) (bool, error) {
+	err := v.withVM(ctx, func(*vsphere.Session, vmState) error { return nil })
+	if _, missing := err.(errNoVM); missing {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+type errNoVM struct{ name string }
+
+func (e errNoVM) Error() string { return fmt.Sprintf("no VM %q in the lab's vCenter", e.name) }
+
+// withVM logs in to the lab's vCenter and calls f with the VM.
+func (v *VM) withVM(ctx context.Context, f func(*vsphere.Session, vmState) error) error {
+	r, err := loadRecord(v.stateDir)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("no lab in %s", v.stateDir)
+	}
+	ep, err := readEndpoint(r)
+	if err != nil {
+		return fmt.Errorf("lab vCenter: %w", err)
+	}
+	s, err := vsphere.Connect(ctx, ep.Provider(ProviderName, nil))
+	if err != nil {
+		return err
+	}
+	defer s.Logout(context.WithoutCancel(ctx))
+	vms, err := listVMs(ctx, s.Client.Client)
+	if err != nil {
+		return err
+	}
+	for _, vm := range vms {
+		if vm.Name == v.Name {
+			return f(s, vm)
+		}
+	}
+	return errNoVM{v.Name}
+}
