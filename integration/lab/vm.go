@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/harmonykaas/harmony/controller/vsphere"
 	"github.com/harmonykaas/harmony/integration/lab/body"
@@ -53,17 +54,37 @@ func (v *VM) Body() (*body.Body, error) {
 }
 
 // Power turns the VM on or off through the lab's vCenter, as a user would
-// with govc or the vSphere client; the lab's machines follow within a
-// second: power off kills the body at once, as a VM losing power, and
-// power on boots it again with the same disks.
+// with govc or the vSphere client. Power off kills the body, as a VM
+// losing power, and returns once it has ended: as on vSphere, where the
+// task completes with the VM off (the lab's machines follow vCenter
+// within a second). Power on returns at once; the body boots again with
+// the same disks.
 func (v *VM) Power(ctx context.Context, on bool) error {
-	return v.withVM(ctx, func(s *vsphere.Session, vm vmState) error {
+	err := v.withVM(ctx, func(s *vsphere.Session, vm vmState) error {
 		if on {
 			return s.PowerOn(ctx, vm.Ref)
 		}
 		return s.PowerOff(ctx, vm.Ref)
 	})
+	if err != nil || on {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, powerOffTimeout)
+	defer cancel()
+	for {
+		if _, err := v.Body(); err != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("VM %s: powered off, but its body still runs after %s (is harmonyctl lab serve running? logs/serve.log)", v.Name, powerOffTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
+
+// powerOffTimeout bounds the wait for a powered-off VM's body to end.
+const powerOffTimeout = 30 * time.Second
 
 // Guestinfo reads one of the VM's guestinfo keys in vCenter: what the
 // controller wrote, or the guest wrote back. ok is false when the key is
