@@ -66,8 +66,11 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 			errs = append(errs, err)
 		}
 	}
+	// The uplink is one end of a veth whose other end was in the switch's
+	// namespace: it goes with that namespace, as soon as the kernel has
+	// finished tearing it down, which may be now.
 	if linkExists(ctx, r.Uplink) {
-		if err := ip(ctx, "link", "del", r.Uplink); err != nil {
+		if err := ip(ctx, "link", "del", r.Uplink); err != nil && linkExists(ctx, r.Uplink) {
 			errs = append(errs, err)
 		}
 	}

@@ -493,8 +493,13 @@ func cleanupState(ctx context.Context, stateDir string, cgroups []string) error 
 	if _, own, err := cgroupDirs(stateDir); err == nil {
 		cgroups = append(cgroups, own...)
 	}
-	// The body's last processes may take a moment to leave them.
+	// The body's last processes may take a moment to leave them. Any that
+	// remain are the body's by construction (the cgroups are named for
+	// its state directory), and outlived its PID 1 only because this is
+	// a cleanup after a crash that lost or never wrote the record: they
+	// go too.
 	for try := 0; ; try++ {
+		killCgroups(cgroups)
 		err := removeCgroups(cgroups)
 		if err == nil {
 			break

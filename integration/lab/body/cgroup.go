@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 )
 
 // A body gets a cgroup of its own in every hierarchy, as a VM has its own
@@ -152,7 +154,7 @@ func makeCgroups(stateDir string) ([]string, error) {
 func removeCgroups(tops []string) error {
 	var errs []error
 	for _, top := range tops {
-		if !strings.HasPrefix(filepath.Base(top), "harmony-body-") || !strings.HasPrefix(top, "/sys/fs/cgroup/") {
+		if !isBodyCgroup(top) {
 			errs = append(errs, fmt.Errorf("cgroup %q: not a body's; left alone", top))
 			continue
 		}
@@ -182,6 +184,36 @@ func removeCgroups(tops []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isBodyCgroup guards the removals and kills against a path that is not
+// a body's cgroup.
+func isBodyCgroup(dir string) bool {
+	return strings.HasPrefix(filepath.Base(dir), "harmony-body-") && strings.HasPrefix(dir, "/sys/fs/cgroup/")
+}
+
+// killCgroups sends SIGKILL to every process in a body's cgroups.
+func killCgroups(tops []string) {
+	for _, top := range tops {
+		if !isBodyCgroup(top) {
+			continue
+		}
+		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
 }
 
 // joinScript makes the shell that starts nspawn join the body's cgroups
