@@ -26,7 +26,10 @@ type nodeStack struct {
 	runner *reconcile.Runner
 	// members are the components that know the local etcd member.
 	members []interface{ MemberID() string }
-	roles   chan v1.Role
+	// inputs are files other programs on the node write that components
+	// read, as host paths; a change kicks a pass.
+	inputs []string
+	roles  chan v1.Role
 	// closeServices lets the units run on when the agent stops; nil for a
 	// manager the caller owns.
 	closeServices func() error
@@ -110,6 +113,11 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	for _, c := range components {
 		if m, ok := c.(interface{ MemberID() string }); ok {
 			ns.members = append(ns.members, m)
+		}
+		if in, ok := c.(interface{ Inputs() []string }); ok {
+			for _, p := range in.Inputs() {
+				ns.inputs = append(ns.inputs, filepath.Join(root, p))
+			}
 		}
 	}
 	runner, err := reconcile.NewRunner(reconcile.RunnerConfig{
@@ -222,6 +230,7 @@ func (ns *nodeStack) offer(role v1.Role) {
 // keep running, and the next agent adopts them.
 func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
 	go ns.watchLinks(ctx, log)
+	go watchInputs(ctx, ns.inputs, ns.runner.Kick, log)
 	ns.runner.Run(ctx, ns.roles)
 	if ns.closeServices != nil {
 		ns.closeServices()

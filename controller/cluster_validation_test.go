@@ -46,6 +46,7 @@ func TestClusterValidation(t *testing.T) {
 		{"worker memory too small", func(s *v1.ClusterSpec) { s.WorkerSize = &v1.NodeSize{CPUs: 2, MemoryMiB: 1024} }, 400, "workerSize.memoryMiB"},
 		{"data disk too big", func(s *v1.ClusterSpec) { s.MasterDataDiskGiB = 1 << 20 }, 400, "masterDataDiskGiB"},
 		{"bad contiv mode", func(s *v1.ClusterSpec) { s.Contiv = &v1.ContivSettings{Mode: "bgp"} }, 400, "contiv.mode"},
+		{"unknown network plugin", func(s *v1.ClusterSpec) { s.Network = &v1.NetworkSpec{Plugin: "calico"} }, 400, "network.plugin"},
 		{"pool too small", func(s *v1.ClusterSpec) { s.Workers = 100 }, 422, "ipPool"},
 		{"existing name", func(s *v1.ClusterSpec) { s.Name = "other"; s.VIP = "198.18.10.77" }, 409, "name"},
 		{"VIP held by a node", func(s *v1.ClusterSpec) { s.VIP = "198.18.10.20" }, 409, "vip"},

@@ -4,6 +4,7 @@
 #
 #   kubernetes/<n>/{kubeadm,kubelet,kubectl}    built from tools/kubernetes
 #   kubernetes/<n-1>/{kubeadm,kubelet,kubectl}  built from tools/kubernetes-previous
+#   binaries/<name> daemons built from their modules in tools/ (flanneld)
 #   images/*.tar    OCI archives of kube-apiserver, kube-controller-manager,
 #                   kube-scheduler, kube-proxy (n), CoreDNS (tools/coredns)
 #                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
@@ -95,6 +96,29 @@ if [ ! -x "$PAUSE" ] || ! grep -q "v$PAUSE_VERSION" <<<"$("$PAUSE" -v 2>&1)"; th
   mv -f "$PAUSE.tmp" "$PAUSE"
 fi
 
+# Daemons built from their modules (images/components.yaml "binaries"),
+# each cached by name and version.
+BINARIES=()
+while IFS=$'\t' read -r name module version tools dest var; do
+  out=$CACHE/binaries/$name/$version/$name
+  if [ ! -x "$out" ]; then
+    if ! grep -qE "^(require[[:space:]]+|[[:space:]]+)$module $version\$" "$tools/go.mod"; then
+      log "$tools/go.mod does not require $module $version"
+      exit 1
+    fi
+    log "building $name $version from $module (a few minutes cold)"
+    mkdir -p "$(dirname "$out")"
+    ldflags="-s -w"
+    [ "$var" = - ] || ldflags+=" -X $var=$version"
+    # cgo on and linked statically, as flannel's own Makefile builds it:
+    # its UDP backend needs cgo on amd64, and a static binary does not
+    # depend on the build machine's glibc.
+    (cd "$tools" && CGO_ENABLED=1 go build -trimpath -ldflags "$ldflags -extldflags=-static" -o "$out.tmp" "$module")
+    mv -f "$out.tmp" "$out"
+  fi
+  BINARIES+=("$name $version $module $out")
+done < <(go run ./images/components/cmd/pinned-binaries -pins images/components.yaml)
+
 # The bundle's name: a hash of every input, so unchanged inputs reuse it.
 OCIPACK=$CACHE/tools/ocipack
 go build -trimpath -o "$OCIPACK" ./images/ocipack
@@ -104,6 +128,7 @@ key=$( {
   for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
   for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
   sha256sum "$COREDNS" "$PAUSE"
+  for b in "${BINARIES[@]}"; do sha256sum "${b##* }"; done
 } | sed "s# $CACHE/# #" | sha256sum | cut -c1-16)
 BUNDLE=$CACHE/bundle/$key
 if [ -f "$BUNDLE/bundle.json" ]; then
@@ -120,6 +145,18 @@ mkdir -p "$tmp/kubernetes/$N" "$tmp/kubernetes/$P" "$tmp/images"
 for b in kubeadm kubelet kubectl; do
   ln -f "$N_NODE/$b" "$tmp/kubernetes/$N/$b" 2>/dev/null || cp "$N_NODE/$b" "$tmp/kubernetes/$N/$b"
   ln -f "$P_NODE/$b" "$tmp/kubernetes/$P/$b" 2>/dev/null || cp "$P_NODE/$b" "$tmp/kubernetes/$P/$b"
+done
+
+binaries_json=""
+components_json=""
+if [ ${#BINARIES[@]} -gt 0 ]; then mkdir -p "$tmp/binaries"; fi
+for b in "${BINARIES[@]}"; do
+  read -r name version module out <<<"$b"
+  ln -f "$out" "$tmp/binaries/$name" 2>/dev/null || cp "$out" "$tmp/binaries/$name"
+  binaries_json+="${binaries_json:+,}
+    {\"name\": \"$name\", \"version\": \"$version\", \"source\": \"module $module\"}"
+  components_json+=",
+    {\"name\": \"$name\", \"version\": \"$version\", \"source\": \"module $module\"}"
 done
 
 images_json=""
@@ -147,11 +184,13 @@ cat > "$tmp/bundle.json" <<EOF
   ],
   "images": [$images_json
   ],
+  "binaries": [$binaries_json
+  ],
   "components": [
     {"name": "kubernetes", "version": "$N", "source": "$N_SOURCE"},
     {"name": "kubernetes-previous", "version": "$P", "source": "$P_SOURCE"},
     {"name": "coredns", "version": "$COREDNS_VERSION", "source": "module github.com/coredns/coredns (tools/coredns)"},
-    {"name": "pause", "version": "$PAUSE_VERSION", "source": "k8s.io/kubernetes $N build/pause/linux/pause.c"}
+    {"name": "pause", "version": "$PAUSE_VERSION", "source": "k8s.io/kubernetes $N build/pause/linux/pause.c"}$components_json
   ]
 }
 EOF

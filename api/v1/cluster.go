@@ -71,7 +71,13 @@ type ClusterSpec struct {
 	PodCIDR     string `json:"podCIDR,omitempty"`
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	DNSDomain   string `json:"dnsDomain,omitempty"`
-	// Contiv configures the pod network (VXLAN).
+	// Network chooses the pod network's plugin and configures it; the
+	// default is flannel (VXLAN).
+	Network *NetworkSpec `json:"network,omitempty"`
+	// Contiv configures Contiv (VXLAN) when network.plugin is contiv:
+	// configuration only, as no Contiv binaries run on a current
+	// Kubernetes. A spec that gives contiv and no network.plugin means
+	// contiv, as it did before network existed.
 	Contiv *ContivSettings `json:"contiv,omitempty"`
 	// MasterDataDiskGiB sizes each master's persistent data disk (etcd);
 	// default 20.
@@ -89,6 +95,10 @@ const (
 	DefaultServiceCIDR       = "10.96.0.0/12"
 	DefaultDNSDomain         = "cluster.local"
 	DefaultContivVNI         = 4096
+	DefaultNetworkPlugin     = CNIFlannel
+	// flannel's VXLAN defaults: VNI 1 on the Linux kernel's port.
+	DefaultFlannelVNI  = 1
+	DefaultFlannelPort = 8472
 	// MaxClusterNameLength leaves room for node name suffixes and vSphere
 	// folder names.
 	MaxClusterNameLength = 40
@@ -151,14 +161,38 @@ func (s *ClusterSpec) Default() {
 	if s.DNSDomain == "" {
 		s.DNSDomain = DefaultDNSDomain
 	}
-	if s.Contiv == nil {
-		s.Contiv = &ContivSettings{}
+	if s.Network == nil {
+		s.Network = &NetworkSpec{}
 	}
-	if s.Contiv.Mode == "" {
-		s.Contiv.Mode = "vxlan"
+	if s.Network.Plugin == "" {
+		// A spec written before network existed says contiv by giving
+		// its settings.
+		s.Network.Plugin = DefaultNetworkPlugin
+		if s.Contiv != nil {
+			s.Network.Plugin = CNIContiv
+		}
 	}
-	if s.Contiv.VNI == 0 {
-		s.Contiv.VNI = DefaultContivVNI
+	switch s.Network.Plugin {
+	case CNIFlannel:
+		if s.Network.Flannel == nil {
+			s.Network.Flannel = &FlannelSettings{}
+		}
+		if s.Network.Flannel.VNI == 0 {
+			s.Network.Flannel.VNI = DefaultFlannelVNI
+		}
+		if s.Network.Flannel.Port == 0 {
+			s.Network.Flannel.Port = DefaultFlannelPort
+		}
+	case CNIContiv:
+		if s.Contiv == nil {
+			s.Contiv = &ContivSettings{}
+		}
+		if s.Contiv.Mode == "" {
+			s.Contiv.Mode = "vxlan"
+		}
+		if s.Contiv.VNI == 0 {
+			s.Contiv.VNI = DefaultContivVNI
+		}
 	}
 	if s.MasterDataDiskGiB == 0 {
 		s.MasterDataDiskGiB = DefaultMasterDataDiskGiB
@@ -201,14 +235,31 @@ func (s *ClusterSpec) Validate() error {
 	if err != nil || !vip.Is4() || vip.IsUnspecified() || vip.IsMulticast() || vip.IsLoopback() {
 		return fieldErr("vip", "%q is not a unicast IPv4 address", s.VIP)
 	}
-	settings := ClusterSettings{Name: s.Name, PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain,
-		CNI: CNISettings{Type: "contiv", Contiv: s.Contiv}}
+	if s.Network != nil && s.Network.Plugin != CNIFlannel && s.Network.Plugin != CNIContiv {
+		return fieldErr("network.plugin", "must be %q or %q, got %q", CNIFlannel, CNIContiv, s.Network.Plugin)
+	}
+	if s.Network != nil && s.Network.Plugin != CNIContiv && s.Contiv != nil {
+		return fieldErr("contiv", "applies only when network.plugin is %q, and it is %q", CNIContiv, s.Network.Plugin)
+	}
+	if s.Network != nil && s.Network.Plugin != CNIFlannel && s.Network.Flannel != nil {
+		return fieldErr("network.flannel", "applies only when network.plugin is %q, and it is %q", CNIFlannel, s.Network.Plugin)
+	}
+	cni := s.CNI()
+	settings := ClusterSettings{Name: s.Name, PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain, CNI: cni}
 	if err := settings.validate(""); err != nil {
 		fe := err.(*FieldError)
-		return fieldErr(strings.Replace(trimDot(fe.Field), "cni.contiv.", "contiv.", 1), "%s", fe.Problem)
+		field := trimDot(fe.Field)
+		field = strings.Replace(field, "cni.contiv.", "contiv.", 1)
+		field = strings.Replace(field, "cni.flannel.", "network.flannel.", 1)
+		return fieldErr(field, "%s", fe.Problem)
 	}
-	if s.Contiv.VNI < 1 {
+	switch {
+	case cni.Contiv != nil && cni.Contiv.VNI < 1:
 		return fieldErr("contiv.vni", "must be between 1 and 16777215")
+	case cni.Flannel != nil && cni.Flannel.VNI < 1:
+		return fieldErr("network.flannel.vni", "must be between 1 and 16777215")
+	case cni.Flannel != nil && cni.Flannel.Port < 1:
+		return fieldErr("network.flannel.port", "must be between 1 and 65535")
 	}
 	for _, c := range []struct{ name, value string }{{"podCIDR", s.PodCIDR}, {"serviceCIDR", s.ServiceCIDR}} {
 		if netip.MustParsePrefix(c.value).Contains(vip) {
@@ -219,6 +270,15 @@ func (s *ClusterSpec) Validate() error {
 		return fieldErr("masterDataDiskGiB", "must be between 1 and %d", MaxDataDiskGiB)
 	}
 	return nil
+}
+
+// CNI is the pod network the spec asks for, as the roles carry it. A spec
+// without network (stored before it existed) keeps Contiv.
+func (s *ClusterSpec) CNI() CNISettings {
+	if s.Network == nil || s.Network.Plugin == CNIContiv {
+		return CNISettings{Type: CNIContiv, Contiv: s.Contiv}
+	}
+	return CNISettings{Type: s.Network.Plugin, Flannel: s.Network.Flannel}
 }
 
 // ValidateCounts checks master and worker counts: masters odd, so that

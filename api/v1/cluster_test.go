@@ -23,8 +23,25 @@ func TestClusterSpecDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if *s.Masters != 3 || *s.MasterSize != (v1.NodeSize{CPUs: 1, MemoryMiB: 3840}) || *s.WorkerSize != v1.DefaultWorkerSize ||
-		s.MasterDataDiskGiB != 20 || s.Contiv.Mode != "vxlan" || s.Contiv.VNI != 4096 || s.DNSDomain != "cluster.local" {
+		s.MasterDataDiskGiB != 20 || s.DNSDomain != "cluster.local" || s.Contiv != nil ||
+		s.Network.Plugin != "flannel" || *s.Network.Flannel != (v1.FlannelSettings{VNI: 1, Port: 8472}) {
 		t.Fatalf("defaults: %+v", s)
+	}
+	if cni := s.CNI(); cni.Type != "flannel" || *cni.Flannel != (v1.FlannelSettings{VNI: 1, Port: 8472}) || cni.Contiv != nil {
+		t.Fatalf("CNI of the defaults: %+v", cni)
+	}
+	// contiv settings without a plugin mean contiv, as before network
+	// existed; a stored spec without network keeps contiv too.
+	spec := bytes.Replace(validClusterSpecJSON(), []byte(`{`), []byte(`{"contiv":{"vni":77},`), 1)
+	s, err = v1.DecodeClusterSpec(bytes.NewReader(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cni := s.CNI(); cni.Type != "contiv" || *cni.Contiv != (v1.ContivSettings{Mode: "vxlan", VNI: 77}) || cni.Flannel != nil {
+		t.Fatalf("CNI of a contiv spec: %+v", cni)
+	}
+	if cni := (&v1.ClusterSpec{Contiv: &v1.ContivSettings{VNI: 5}}).CNI(); cni.Type != "contiv" || cni.Contiv.VNI != 5 {
+		t.Fatalf("CNI of a spec stored before network: %+v", cni)
 	}
 	// The sizing table follows the cluster's node count.
 	for nodes, want := range map[int]int{5: 1, 6: 2, 100: 4, 101: 8, 500: 16, 501: 32} {
@@ -99,12 +116,33 @@ func TestProviderRefusals(t *testing.T) {
 	}
 }
 
+func TestClusterSpecNetworkRefusals(t *testing.T) {
+	cases := map[string]string{
+		"network.plugin":       `"network":{"plugin":"calico"}`,
+		"network.flannel.vni":  `"network":{"flannel":{"vni":16777216}}`,
+		"network.flannel.port": `"network":{"plugin":"flannel","flannel":{"port":70000}}`,
+		"network.flannel":      `"network":{"plugin":"contiv","flannel":{"vni":2}}`,
+		"contiv":               `"network":{"plugin":"flannel"},"contiv":{"vni":5}`,
+		"contiv.mode":          `"contiv":{"mode":"bgp"}`,
+		"contiv.vni":           `"network":{"plugin":"contiv"},"contiv":{"vni":16777216}`,
+	}
+	for field, patch := range cases {
+		spec := bytes.Replace(validClusterSpecJSON(), []byte(`{`), []byte(`{`+patch+`,`), 1)
+		_, err := v1.DecodeClusterSpec(bytes.NewReader(spec))
+		var fe *v1.FieldError
+		if !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: got %v", field, err)
+		}
+	}
+}
+
 // FuzzDecodeClusterSpec: no input panics; what is accepted validates again
 // after a round trip; every refusal is a FieldError.
 func FuzzDecodeClusterSpec(f *testing.F) {
 	f.Add(validClusterSpecJSON())
 	f.Add([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Cluster","name":"a","masters":2}`))
 	f.Add([]byte(`{"contiv":{"vni":-1}}`))
+	f.Add([]byte(`{"network":{"plugin":"flannel","flannel":{"vni":-1,"port":0}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := v1.DecodeClusterSpec(bytes.NewReader(data))
 		if err != nil {

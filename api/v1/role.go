@@ -94,11 +94,37 @@ type LoadBalancerSettings struct {
 	CheckInterval string `json:"checkInterval,omitempty"`
 }
 
-// CNISettings selects the pod network. Only Contiv exists today; the type
-// is a string so that another CNI can be added without a new version.
+// CNISettings selects the pod network and configures it. The type is a
+// string so that another CNI can be added without a new version; empty
+// means contiv, what roles said before the type had another value.
 type CNISettings struct {
-	Type   string          `json:"type,omitempty"`
-	Contiv *ContivSettings `json:"contiv,omitempty"`
+	Type    string           `json:"type,omitempty"`
+	Contiv  *ContivSettings  `json:"contiv,omitempty"`
+	Flannel *FlannelSettings `json:"flannel,omitempty"`
+}
+
+// The pod networks a cluster can choose.
+const (
+	// CNIFlannel is flannel with its VXLAN backend: it moves packets.
+	CNIFlannel = "flannel"
+	// CNIContiv is the seed's choice: configuration only, as Contiv
+	// supports no current Kubernetes.
+	CNIContiv = "contiv"
+)
+
+// NetworkSpec is a cluster spec's pod network.
+type NetworkSpec struct {
+	// Plugin is flannel (default) or contiv.
+	Plugin  string           `json:"plugin,omitempty"`
+	Flannel *FlannelSettings `json:"flannel,omitempty"`
+}
+
+// FlannelSettings configure flannel's VXLAN backend.
+type FlannelSettings struct {
+	// VNI is the VXLAN network identifier; default 1.
+	VNI int `json:"vni,omitempty"`
+	// Port is the VXLAN UDP port; default 8472, the Linux kernel's.
+	Port int `json:"port,omitempty"`
 }
 
 // ContivSettings configure Contiv in VXLAN mode.
@@ -328,8 +354,16 @@ func (c *ClusterSettings) validate(f string) error {
 	if err := c.LoadBalancer.validate(f + ".loadBalancer"); err != nil {
 		return err
 	}
-	if c.CNI.Type != "" && c.CNI.Type != "contiv" {
-		return fieldErr(f+".cni.type", "must be \"contiv\", got %q", c.CNI.Type)
+	if c.CNI.Type != "" && c.CNI.Type != CNIContiv && c.CNI.Type != CNIFlannel {
+		return fieldErr(f+".cni.type", "must be %q or %q, got %q", CNIFlannel, CNIContiv, c.CNI.Type)
+	}
+	if fl := c.CNI.Flannel; fl != nil {
+		if fl.VNI < 0 || fl.VNI > 1<<24-1 {
+			return fieldErr(f+".cni.flannel.vni", "must be between 1 and 16777215")
+		}
+		if fl.Port < 0 || fl.Port > 65535 {
+			return fieldErr(f+".cni.flannel.port", "must be between 1 and 65535")
+		}
 	}
 	if ct := c.CNI.Contiv; ct != nil {
 		if ct.Mode != "" && ct.Mode != "vxlan" {

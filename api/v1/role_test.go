@@ -88,6 +88,12 @@ func TestDecodeRole(t *testing.T) {
 		{name: "contiv mode", mut: func(r *v1.Role) { r.Cluster.CNI.Contiv.Mode = "vlan" }, field: "cluster.cni.contiv.mode"},
 		{name: "VNI too large", mut: func(r *v1.Role) { r.Cluster.CNI.Contiv.VNI = 1 << 24 }, field: "cluster.cni.contiv.vni"},
 		{name: "negative VNI", mut: func(r *v1.Role) { r.Cluster.CNI.Contiv.VNI = -1 }, field: "cluster.cni.contiv.vni"},
+		{name: "flannel VNI too large", mut: func(r *v1.Role) {
+			r.Cluster.CNI = v1.CNISettings{Type: "flannel", Flannel: &v1.FlannelSettings{VNI: 1 << 24, Port: 8472}}
+		}, field: "cluster.cni.flannel.vni"},
+		{name: "flannel port too large", mut: func(r *v1.Role) {
+			r.Cluster.CNI = v1.CNISettings{Type: "flannel", Flannel: &v1.FlannelSettings{VNI: 1, Port: 65536}}
+		}, field: "cluster.cni.flannel.port"},
 
 		{name: "bad address", mut: func(r *v1.Role) { r.Addresses.IPs[1] = "fd00::zz" }, field: "addresses.ips[1]"},
 		{name: "bad DNS name", mut: func(r *v1.Role) { r.Addresses.DNSNames[0] = "node_1" }, field: "addresses.dnsNames[0]"},

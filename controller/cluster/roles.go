@@ -76,7 +76,7 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 	settings := v1.ClusterSettings{
 		Name: s.Name, KubernetesVersion: s.KubernetesVersion, VIP: s.VIP, VRID: c.VRID,
 		PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain,
-		CNI:          v1.CNISettings{Type: "contiv", Contiv: s.Contiv},
+		CNI:          s.CNI(),
 		LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: sec.VRRPPassword},
 	}
 	var peers []v1.Peer

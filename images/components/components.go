@@ -27,7 +27,24 @@ type Pins struct {
 	Debian      Debian        `json:"debian"`
 	Kubernetes  []Kubernetes  `json:"kubernetes"`
 	Images      []Image       `json:"images"`
+	Binaries    []Binary      `json:"binaries,omitempty"`
 	Unavailable []Unavailable `json:"unavailable,omitempty"`
+}
+
+// Binary is a daemon built from its Go module, pinned in a tools/
+// directory, and installed at Path in the roles' images.
+type Binary struct {
+	Name string `json:"name"`
+	// Module and Version are the Go module the binary's main package is
+	// in, as Tools' go.mod requires it.
+	Module  string   `json:"module"`
+	Version string   `json:"version"`
+	Tools   string   `json:"tools"`
+	Path    string   `json:"path"`
+	Roles   []string `json:"roles"`
+	// VersionVariable is the package variable the build sets to Version
+	// (go build -ldflags -X), so that the binary reports it.
+	VersionVariable string `json:"versionVariable,omitempty"`
 }
 
 // Debian is the base distribution and the packages installed from it.
@@ -110,6 +127,11 @@ var (
 	sha256Hex     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	imageRef      = regexp.MustCompile(`^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$`)
 	modulePath    = regexp.MustCompile(`^tools/[a-z0-9-]+$`)
+	goModule      = regexp.MustCompile(`^[a-z0-9.-]+\.[a-z]+(/[A-Za-z0-9._-]+)+$`)
+	semver        = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
+	// Nothing a shell or the linker would read as more than one word.
+	versionVariable = regexp.MustCompile(`^[a-z0-9.-]+(/[A-Za-z0-9._-]+)*\.[A-Za-z_][A-Za-z0-9_]*$`)
+	binaryPath      = regexp.MustCompile(`^/usr/(local/bin|lib/[a-z0-9-]+)/[a-z0-9][a-z0-9._-]*$`)
 )
 
 // KubernetesBinaries are the binaries each Kubernetes version puts in a
@@ -188,6 +210,33 @@ func (p *Pins) Validate() error {
 			bad("%s.source: empty; say where the image comes from", where)
 		}
 	}
+	names := map[string]bool{}
+	for i, b := range p.Binaries {
+		where := fmt.Sprintf("binaries[%d]", i)
+		if !componentName.MatchString(b.Name) {
+			bad("%s.name %q: want lowercase letters, digits and '-'", where, b.Name)
+		}
+		if names[b.Name] {
+			bad("%s.name %q: listed twice", where, b.Name)
+		}
+		names[b.Name] = true
+		if !goModule.MatchString(b.Module) {
+			bad("%s.module %q: want a Go module path such as github.com/org/name", where, b.Module)
+		}
+		if !semver.MatchString(b.Version) {
+			bad("%s.version %q: want an exact version such as v0.28.10", where, b.Version)
+		}
+		if !modulePath.MatchString(b.Tools) {
+			bad("%s.tools %q: want a tools/<name> directory", where, b.Tools)
+		}
+		if !binaryPath.MatchString(b.Path) {
+			bad("%s.path %q: want /usr/local/bin/<name> or /usr/lib/<dir>/<name>", where, b.Path)
+		}
+		if b.VersionVariable != "" && !versionVariable.MatchString(b.VersionVariable) {
+			bad("%s.versionVariable %q: want <package path>.<Variable>", where, b.VersionVariable)
+		}
+		checkRoles(where, b.Roles, bad)
+	}
 	for i, u := range p.Unavailable {
 		where := fmt.Sprintf("unavailable[%d]", i)
 		if u.Name == "" || u.Version == "" || u.Reason == "" {
@@ -215,6 +264,17 @@ func (p *Pins) UnavailableFor(role string) []Unavailable {
 	for _, u := range p.Unavailable {
 		if slices.Contains(u.Roles, role) {
 			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// BinariesFor returns the module-built binaries a role's image carries.
+func (p *Pins) BinariesFor(role string) []Binary {
+	var out []Binary
+	for _, b := range p.Binaries {
+		if slices.Contains(b.Roles, role) {
+			out = append(out, b)
 		}
 	}
 	return out

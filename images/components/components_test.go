@@ -31,6 +31,19 @@ func TestThePinFileLoadsAndAgreesWithTheToolModules(t *testing.T) {
 			}
 		}
 	}
+	for i, b := range pins.Binaries {
+		gomod, err := os.ReadFile(filepath.Join("..", "..", b.Tools, "go.mod"))
+		if err != nil {
+			t.Fatalf("binaries[%d].tools: %v", i, err)
+		}
+		req := regexp.MustCompile(`(?m)^(?:require\s+|\t)` + regexp.QuoteMeta(b.Module) + ` (v\S+)`).FindSubmatch(gomod)
+		if req == nil || string(req[1]) != b.Version {
+			t.Errorf("binaries[%d]: %s/go.mod requires %s %q, the pin file says %s", i, b.Tools, b.Module, req, b.Version)
+		}
+	}
+	if got := pins.BinariesFor(RoleNode); len(got) == 0 || got[0].Name != "flanneld" {
+		t.Errorf("node binaries %v: want flanneld", got)
+	}
 	if got := pins.PackagesFor(RoleControlPlane); len(got) == 0 || len(got) >= len(pins.Debian.Packages) {
 		t.Errorf("control-plane packages %v: want a strict subset of the node's", got)
 	}
@@ -57,6 +70,9 @@ func TestParseRefusesBadPins(t *testing.T) {
 		"image without tag":    {`ref: "registry.k8s.io/pause:3.10.1"`, `ref: "registry.k8s.io/pause"`, "images[5].ref"},
 		"duplicate package":    {"name: etcd-client", "name: etcd-server", `debian.packages[1].name "etcd-server": listed twice`},
 		"module outside tools": {"module: tools/kubernetes-previous", "module: ../elsewhere", "kubernetes[1].module"},
+		"binary elsewhere":     {"path: /usr/local/bin/flanneld", "path: /etc/flanneld", "binaries[0].path"},
+		"binary version":       {"version: v0.28.10", "version: main", "binaries[0].version"},
+		"binary tools":         {"tools: tools/flannel", "tools: /tmp/flannel", "binaries[0].tools"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad := strings.Replace(string(good), tc.old, tc.new, 1)

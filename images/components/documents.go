@@ -20,6 +20,8 @@ type Bundle struct {
 	// Kubernetes lists n first, then n-1.
 	Kubernetes []BundleKubernetes `json:"kubernetes"`
 	Images     []BundleImage      `json:"images"`
+	// Binaries are the module-built daemons, in binaries/<name>.
+	Binaries []BundleBinary `json:"binaries,omitempty"`
 	// Components are the versions the bundle's contents report, for
 	// image.json.
 	Components []Component `json:"components"`
@@ -30,6 +32,13 @@ type BundleKubernetes struct {
 	Version  string   `json:"version"`
 	Binaries []string `json:"binaries"`
 	Source   string   `json:"source"`
+}
+
+// BundleBinary is one module-built daemon in binaries/.
+type BundleBinary struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Source  string `json:"source"`
 }
 
 // BundleImage is one container image tarball in images/.
@@ -103,6 +112,13 @@ func LoadBundle(dir string) (*Bundle, error) {
 			bad("images[%d].file %q: want a plain name ending in .tar", i, img.File)
 		} else if err := regular(filepath.Join(dir, "images", img.File)); err != nil {
 			bad("images[%d].file: %w", i, err)
+		}
+	}
+	for i, bin := range b.Binaries {
+		if !componentName.MatchString(bin.Name) {
+			bad("binaries[%d].name %q: want lowercase letters, digits and '-'", i, bin.Name)
+		} else if err := regular(filepath.Join(dir, "binaries", bin.Name)); err != nil {
+			bad("binaries[%d]: %w", i, err)
 		}
 	}
 	for i, c := range b.Components {

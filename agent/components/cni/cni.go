@@ -1,6 +1,6 @@
 // Package cni is the reconcile.Component that gives a node its pod network.
-// It picks a plugin by role.Cluster.CNI.Type (only "contiv" today; empty
-// means contiv) from a registry, asks it for the node's plan
+// It picks a plugin by role.Cluster.CNI.Type ("flannel" or "contiv"; empty
+// means contiv, what roles said before flannel existed) from a registry, asks it for the node's plan
 // (plugin.Plan), and carries the plan out the same way for every plugin:
 // files written atomically and only after their checker accepts them
 // (the network configuration is parsed with libcni), client certificates
@@ -15,7 +15,7 @@
 // Converged and healthy with the message "contiv binaries not installed on
 // this host; configuration rendered and validated only". An image that
 // ships the binaries sets Config.RequireDaemons, which turns a missing
-// binary into Failed.
+// binary into Failed. flannel's binaries are in the node image.
 package cni
 
 import (
@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/components/cni/contiv"
+	"github.com/harmonykaas/harmony/agent/components/cni/flannel"
 	"github.com/harmonykaas/harmony/agent/components/cni/plugin"
 	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/pki"
@@ -47,7 +48,8 @@ const DefaultType = contiv.Name
 
 // Config configures the component and its plugins.
 type Config struct {
-	Contiv contiv.Config
+	Contiv  contiv.Config
+	Flannel flannel.Config
 	// RequireDaemons makes a missing plugin binary a failure rather than
 	// a render-only pass: for images that ship them.
 	RequireDaemons bool
@@ -57,6 +59,7 @@ type Config struct {
 func registry(cfg Config) []plugin.Plugin {
 	return []plugin.Plugin{
 		contiv.New(cfg.Contiv),
+		flannel.New(cfg.Flannel),
 	}
 }
 
@@ -88,6 +91,18 @@ func newWithPlugins(cfg Config, plugins ...plugin.Plugin) *Component {
 
 // Name implements reconcile.Component.
 func (c *Component) Name() string { return Name }
+
+// Inputs are the node paths that other programs write and the plugins
+// read: a change to one is worth a pass at once.
+func (c *Component) Inputs() []string {
+	var out []string
+	for _, name := range c.names {
+		if in, ok := c.plugins[name].(interface{ Inputs() []string }); ok {
+			out = append(out, in.Inputs()...)
+		}
+	}
+	return out
+}
 
 // Reconcile implements reconcile.Component.
 func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
@@ -188,6 +203,8 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		st.Message = "not running: " + strings.Join(down, ", ")
 		return st
 	}
+	// Applied before waiting: what a plugin pushes into its control
+	// plane may be what it waits for (flannel's lease needs its RBAC).
 	if plan.Apply != nil {
 		actions, err := plan.Apply(ctx)
 		st.Actions = append(st.Actions, actions...)
@@ -196,6 +213,10 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			st.Message = "pod network not applied yet: " + err.Error()
 			return st
 		}
+	}
+	if len(plan.Waiting) > 0 {
+		st.Message = "waiting for " + strings.Join(plan.Waiting, "; ")
+		return st
 	}
 	st.Healthy = true
 	return st

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/harmonykaas/harmony/agent/components/cni/contiv"
+	"github.com/harmonykaas/harmony/agent/components/cni/flannel"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -320,5 +321,73 @@ func checkIssued(t *testing.T, root, certPath, keyPath string, ca *v1.KeyPair, c
 	}
 	if info, err := os.Stat(filepath.Join(root, keyPath)); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("%s mode: %v %v", keyPath, info, err)
+	}
+}
+
+// flannel through the component: waiting (not failed) for the kubelet's
+// credential with nothing started, then flanneld, then the bridge
+// configuration over its lease, healthy; a switch to Contiv stops
+// flanneld and removes its files.
+func TestFlannelWaitsThenRuns(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fl := flannel.Config{Binary: filepath.Join(dir, "flanneld"), CNIBinDir: dir}
+	for _, b := range []string{"flanneld", "bridge", "host-local", "portmap", "loopback"} {
+		if err := os.WriteFile(filepath.Join(dir, b), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := New(Config{Flannel: fl, Contiv: absentBinaries(t), RequireDaemons: true})
+	rec := servicetest.New()
+	root := t.TempDir()
+	host := testHost(root, rec)
+	role := testRole(t, "w1", testPKI(t))
+	role.Cluster.CNI = v1.CNISettings{Type: "flannel"}
+
+	st := c.Reconcile(ctx, host, role)
+	if st.Phase != reconcile.PhaseConverged || st.Healthy || !strings.Contains(st.Message, "waiting for the kubelet's credential") {
+		t.Fatalf("before the join: %+v", st)
+	}
+	if calls := rec.TakeCalls(); len(calls) != 0 {
+		t.Errorf("before the join, calls %q", calls)
+	}
+
+	write := func(path, data string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, path), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(flannel.KubeletKubeconfig, "apiVersion: v1\n")
+	st = c.Reconcile(ctx, host, role)
+	if st.Healthy || !strings.Contains(st.Message, "lease") || !slices.Equal(st.Units, []string{flannel.Unit}) {
+		t.Fatalf("joined, no lease: %+v", st)
+	}
+	if calls := rec.TakeCalls(); !slices.Equal(calls, []string{"ensure flannel"}) {
+		t.Errorf("joined, calls %q", calls)
+	}
+
+	write(flannel.SubnetFile, "FLANNEL_NETWORK=198.19.0.0/17\nFLANNEL_SUBNET=198.19.5.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n")
+	st = c.Reconcile(ctx, host, role)
+	if !st.Healthy || st.Message != "" || !slices.Contains(st.Actions, "wrote "+flannel.ConfListPath) {
+		t.Fatalf("with a lease: %+v", st)
+	}
+	list, err := libcni.ConfListFromFile(filepath.Join(root, flannel.ConfListPath))
+	if err != nil || list.Name != "harmony-flannel" || list.Plugins[0].Network.Type != "bridge" {
+		t.Fatalf("conflist %+v %v", list, err)
+	}
+
+	role.Cluster.CNI = v1.CNISettings{Type: "contiv"}
+	c.Reconcile(ctx, host, role)
+	if calls := rec.TakeCalls(); !slices.Contains(calls, "stop flannel") {
+		t.Errorf("switch to contiv, calls %q", calls)
+	}
+	for _, f := range []string{flannel.ConfListPath, flannel.NetConfPath} {
+		if _, err := os.Stat(filepath.Join(root, f)); !os.IsNotExist(err) {
+			t.Errorf("%s left after the switch: %v", f, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ type inputs struct {
 	Packages   []components.Package
 	Kubernetes []kubernetesDir
 	Images     []bundleImage
+	Binaries   []bundleBinary
 	bundle     *components.Bundle
 	pins       *components.Pins
 }
@@ -24,6 +26,13 @@ type kubernetesDir struct {
 	Version  string
 	Dir      string
 	Binaries []string
+}
+
+// bundleBinary is a module-built daemon from the bundle and where the
+// image gets it.
+type bundleBinary struct {
+	Path string // in the bundle
+	Dest string // in the image
 }
 
 type bundleImage struct {
@@ -65,6 +74,14 @@ func loadInputs(c *Config) (*inputs, error) {
 	}
 	for ref := range pinned {
 		return nil, fmt.Errorf("bundle %s: pinned image %s is missing (rebuild it: make bundle)", c.BundleDir, ref)
+	}
+
+	for _, pin := range pins.BinariesFor(c.Role) {
+		i := slices.IndexFunc(bundle.Binaries, func(b components.BundleBinary) bool { return b.Name == pin.Name })
+		if i < 0 || bundle.Binaries[i].Version != pin.Version {
+			return nil, fmt.Errorf("bundle %s: %s %s is pinned but not in the bundle (rebuild it: make bundle)", c.BundleDir, pin.Name, pin.Version)
+		}
+		in.Binaries = append(in.Binaries, bundleBinary{Path: filepath.Join(c.BundleDir, "binaries", pin.Name), Dest: pin.Path})
 	}
 
 	// The appliance runs no kubelet and no containers: kubectl for the
@@ -136,10 +153,9 @@ func (p *Provisioner) manifest(ctx context.Context, r *remote, plan *plan) ([]by
 		}
 	}
 	for _, bc := range plan.inputs.bundle.Components {
-		if c.Role == RoleControlPlane && bc.Name != "kubernetes" {
-			continue // the appliance carries kubectl only
+		if c.Role == RoleNode || bc.Name == "kubernetes" { // the appliance carries kubectl only
+			m.Components = append(m.Components, bc)
 		}
-		m.Components = append(m.Components, bc)
 	}
 	for _, u := range plan.inputs.pins.UnavailableFor(c.Role) {
 		m.Components = append(m.Components, components.Component{

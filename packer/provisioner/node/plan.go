@@ -92,6 +92,9 @@ func newPlan(c *Config) (*plan, error) {
 			}
 		}
 	}
+	for _, b := range in.Binaries {
+		p.add(b.Path, "binaries/"+path.Base(b.Dest), b.Dest, "0755")
+	}
 	for _, img := range in.Images {
 		p.add(img.Path, "images/"+img.File, path.Join(imagesDir, img.File), "0644")
 	}

@@ -1,6 +1,6 @@
 // Package plugin is the contract between the CNI component
-// (agent/components/cni) and one pod-network implementation (Contiv
-// today). A plugin only says what a node needs, as a Plan; the component
+// (agent/components/cni) and one pod-network implementation (flannel,
+// Contiv). A plugin only says what a node needs, as a Plan; the component
 // writes the files, issues the certificates, runs the units and removes
 // what a node no longer needs, the same way for every plugin. Adding
 // another CNI (Calico, Cilium) is one package that implements Plugin and
@@ -58,6 +58,11 @@ type Plan struct {
 	// have (a credential, say); the units do not start while any is
 	// missing. Each entry says what is missing and why.
 	Missing []string
+	// Waiting lists what other programs on the node have not produced yet
+	// (the kubelet's credential, a daemon's lease): the component is not
+	// healthy until it is there, but nothing is wrong. Each entry says
+	// what is awaited.
+	Waiting []string
 	// Apply, when set, runs after the units are up, to push state into the
 	// plugin's own control plane (Contiv's netmaster holds the pod network
 	// there, not in a file). It returns what it changed; an error leaves
