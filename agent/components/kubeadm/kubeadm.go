@@ -62,6 +62,7 @@ const (
 	ManifestsDir          = KubernetesDir + "/manifests"
 	APIServerManifest     = ManifestsDir + "/kube-apiserver.yaml"
 	KubeletKubeconfig     = KubernetesDir + "/kubelet.conf"
+	AdminKubeconfig       = KubernetesDir + "/admin.conf"
 	SuperAdminKubeconfig  = KubernetesDir + "/super-admin.conf"
 	CACertFile            = PKIDir + "/ca.crt"
 	CAKeyFile             = PKIDir + "/ca.key"

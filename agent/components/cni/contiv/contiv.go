@@ -187,9 +187,7 @@ type params struct {
 	etcdPeers []string
 }
 
-func fieldErr(field, format string, args ...any) error {
-	return &v1.FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
-}
+var fieldErr = plugin.FieldErr
 
 // params checks what Contiv needs of the role and the host. The role has
 // passed api/v1 validation on its way in; these are Contiv's own limits

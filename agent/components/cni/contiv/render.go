@@ -222,11 +222,4 @@ func validateCACert(path string) error {
 	return nil
 }
 
-// marshal is indented JSON with a final newline: what an operator reads.
-func marshal(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
+var marshal = plugin.MarshalJSON

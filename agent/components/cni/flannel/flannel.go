@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 
 	"github.com/harmonykaas/harmony/agent/components/cni/plugin"
+	"github.com/harmonykaas/harmony/agent/components/kubeadm"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -51,11 +52,11 @@ const (
 	SubnetFile = "/run/flannel/subnet.env"
 	// KubeletKubeconfig is the kubelet's credential, which kubeadm writes
 	// when the node joins.
-	KubeletKubeconfig = "/etc/kubernetes/kubelet.conf"
+	KubeletKubeconfig = kubeadm.KubeletKubeconfig
 	// AdminKubeconfig is the cluster admin's credential that kubeadm
 	// leaves on masters: with it a master grants nodes what flanneld
 	// needs (rbac.go).
-	AdminKubeconfig = "/etc/kubernetes/admin.conf"
+	AdminKubeconfig = kubeadm.AdminKubeconfig
 )
 
 // Config is how the plugin finds flannel on the node. Zero fields take the
@@ -113,9 +114,7 @@ type params struct {
 	endpoint netip.Addr
 }
 
-func fieldErr(field, format string, args ...any) error {
-	return &v1.FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
-}
+var fieldErr = plugin.FieldErr
 
 // params checks what flannel needs of the role and the host: the role has
 // passed api/v1 validation; these are flannel's own limits on top.

@@ -143,11 +143,4 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// marshal is indented JSON with a final newline: what an operator reads.
-func marshal(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
+var marshal = plugin.MarshalJSON

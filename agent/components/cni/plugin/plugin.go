@@ -9,6 +9,8 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 
 	"github.com/harmonykaas/harmony/agent/files"
@@ -106,4 +108,20 @@ func (p *Plan) AllFiles() []string {
 		out = append(out, c.CertPath, c.KeyPath)
 	}
 	return out
+}
+
+// FieldErr is a role refusal naming the role field, as plugins' Plan
+// returns it.
+func FieldErr(field, format string, args ...any) error {
+	return &v1.FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// MarshalJSON is indented JSON with a final newline: what an operator
+// reads in a plugin's configuration files.
+func MarshalJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
