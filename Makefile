@@ -50,8 +50,8 @@ test: build vet unit fuzz reproducible
 
 # The image boot test runs alone, after the rest: QEMU under TCG takes
 # both cores, which would starve the timing-sensitive tests beside it.
-unit: kubernetes images
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -race -count=1 -timeout 40m -skip '^TestImageBoot$$' ./...
+unit: kubernetes images test-images
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) test -race -count=1 -timeout 40m -skip '^TestImageBoot$$' ./...
 	cd packer && $(GO) test -count=1 -timeout 20m ./...
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -count=1 -timeout 20m -run '^TestImageBoot$$' -v ./integration/
 
@@ -64,6 +64,13 @@ K8S_BIN := $(shell scripts/build-kubernetes.sh --bin-dir)
 kubernetes:
 	scripts/build-kubernetes.sh
 	scripts/build-kubernetes.sh tools/kubernetes-previous
+
+# The container images Kubernetes' tests use (agnhost), built from the
+# pinned module; the tests load them into the lab's nodes.
+.PHONY: test-images
+TEST_IMAGES := $(shell scripts/build-test-images.sh --dir)
+test-images:
+	scripts/build-test-images.sh
 
 # What the node image carries from Kubernetes: binaries for n and n-1, and
 # the control plane's container images as OCI archives (images/components.yaml).

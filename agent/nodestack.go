@@ -13,6 +13,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/components/haproxy"
 	"github.com/harmonykaas/harmony/agent/components/keepalived"
 	"github.com/harmonykaas/harmony/agent/components/kubeadm"
+	"github.com/harmonykaas/harmony/agent/components/kubeproxy"
 	"github.com/harmonykaas/harmony/agent/components/network"
 	"github.com/harmonykaas/harmony/agent/netinfo"
 	"github.com/harmonykaas/harmony/agent/reconcile"
@@ -26,6 +27,10 @@ type nodeStack struct {
 	runner *reconcile.Runner
 	// members are the components that know the local etcd member.
 	members []interface{ MemberID() string }
+	// nodes are the components that observe the Kubernetes Node.
+	nodes []interface {
+		KubernetesNode() *v1.KubernetesNodeStatus
+	}
 	// inputs are files other programs on the node write that components
 	// read, as host paths; a change kicks a pass.
 	inputs []string
@@ -114,6 +119,11 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		if m, ok := c.(interface{ MemberID() string }); ok {
 			ns.members = append(ns.members, m)
 		}
+		if n, ok := c.(interface {
+			KubernetesNode() *v1.KubernetesNodeStatus
+		}); ok {
+			ns.nodes = append(ns.nodes, n)
+		}
 		if in, ok := c.(interface{ Inputs() []string }); ok {
 			for _, p := range in.Inputs() {
 				ns.inputs = append(ns.inputs, filepath.Join(root, p))
@@ -151,7 +161,8 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 
 // defaultComponents is the node stack, in the order a pass runs it: the
 // network first (sysctls HAProxy needs), then the VIP, etcd before
-// kubeadm (the apiserver's external etcd), and the pod network last.
+// kubeadm (the apiserver's external etcd), kube-proxy where a kubelet runs,
+// and the pod network last.
 //
 // The second list is the leave sequence, run instead when the role says
 // Leave. Its order keeps the cluster's API up through the VIP on the
@@ -200,7 +211,11 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconci
 		}
 	}
 	ku := kubeadm.New(kcfg)
-	components := []reconcile.Component{network.New(network.Config{}), ha, ka, et, ku, cni.New(cni.Config{})}
+	components := []reconcile.Component{network.New(network.Config{}), ha, ka, et, ku}
+	if kcfg.Kubelet {
+		components = append(components, kubeproxy.New(kubeproxy.Config{}))
+	}
+	components = append(components, cni.New(cni.Config{}))
 	return components, []reconcile.Leaver{ku.Drain(), ka, ha, ku, et}, nil
 }
 
@@ -252,6 +267,11 @@ func (ns *nodeStack) report(st *v1.Status) {
 	for _, m := range ns.members {
 		if id := m.MemberID(); id != "" {
 			st.EtcdMemberID = id
+		}
+	}
+	for _, n := range ns.nodes {
+		if obs := n.KubernetesNode(); obs != nil {
+			st.KubernetesNode = obs
 		}
 	}
 	for _, s := range ns.statuses {

@@ -259,6 +259,14 @@ func TestClusterLifecycle(t *testing.T) {
 	if role.Cluster.VIP != "198.18.10.79" || len(role.Peers) != 5 || role.PKI == nil || role.PKI.EtcdCA == nil || role.PKI.EtcdCA.Key == "" {
 		t.Errorf("master role: %+v", role.Redacted())
 	}
+	// Each node's provider ID is its own VM's BIOS UUID.
+	for _, name := range []string{"prod-m1", "prod-w2"} {
+		var r v1.Role
+		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+name+"/role", nil).decode(t, &r)
+		if want := v1.VSphereProviderID(vms[name].Config.Uuid); vms[name].Config.Uuid == "" || r.ProviderID != want {
+			t.Errorf("%s: provider ID %q, want %q", name, r.ProviderID, want)
+		}
+	}
 
 	// Scale out and back in.
 	four, two := 4, 2

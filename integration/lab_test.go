@@ -86,6 +86,8 @@ func TestLab(t *testing.T) {
 	t.Run("addresses from guestinfo", l.checkAddresses)
 	t.Run("etcd has the three masters, healthy", func(t *testing.T) { l.checkMembers(t, l.masters(t)) })
 	t.Run("prometheus scrapes every agent and the controller", l.checkPrometheus)
+	t.Run("five Ready Kubernetes nodes", l.checkKubernetesNodes)
+	t.Run("pod network: pod to pod over VXLAN, a Service by name", l.checkPodNetwork)
 	t.Run("VIP failover when its holder is powered off", l.checkFailover)
 	t.Run("a worker removed", l.checkRemoveWorker)
 	t.Run("masters 3 to 5 to 3", l.checkScaleMasters)
@@ -678,8 +680,10 @@ func (l *labUnderTest) checkRemoveWorker(t *testing.T) {
 			worker = n.Name
 		}
 	}
+	pods := l.netexecPods(t)
 	op, err := l.ctl.RemoveClusterNode(context.Background(), lab.ClusterName, worker, false)
 	l.waitOperation(t, op, err)
+	l.checkDrainedBeforePowerOff(t, worker, pods)
 	// It drained itself before it left: its Node was cordoned.
 	for _, n := range l.kubeNodes(t) {
 		if n.Metadata.Name == worker && !n.Spec.Unschedulable {

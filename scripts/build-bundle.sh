@@ -2,18 +2,22 @@
 # Builds the component bundle the harmony-node provisioner installs, from
 # the pins in images/components.yaml, and prints its directory:
 #
-#   kubernetes/<n>/{kubeadm,kubelet,kubectl}    built from tools/kubernetes
-#   kubernetes/<n-1>/{kubeadm,kubelet,kubectl}  built from tools/kubernetes-previous
+#   kubernetes/<n>/{kubeadm,kubelet,kubectl,kube-proxy}    built from tools/kubernetes
+#   kubernetes/<n-1>/{kubeadm,kubelet,kubectl,kube-proxy}  built from tools/kubernetes-previous
 #   binaries/<name> daemons built from their modules in tools/ (flanneld)
 #   images/*.tar    OCI archives of kube-apiserver, kube-controller-manager,
-#                   kube-scheduler, kube-proxy (n), CoreDNS (tools/coredns)
+#                   kube-scheduler (n), CoreDNS (tools/coredns)
 #                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
 #   bundle.json     what it holds, with each image's digest
 #
 # HARMONY_K8S_SOURCE=release takes kubeadm, kubelet and kubectl (n and n-1)
 # from dl.k8s.io, checked against the sha256 pins, instead of the module
 # builds (scripts/build-kubernetes-release.sh; needs internet). The
-# control-plane images are built from the module either way.
+# control-plane images and kube-proxy are built from the module either way.
+#
+# kube-proxy is a binary on the node, not an image: the agent runs it as a
+# unit with the node's own iptables (agent/components/kubeproxy), so no
+# container image has to carry iptables and its libraries.
 #
 # Everything is cached under $HARMONY_CACHE (default ~/.cache/harmony); the
 # bundle's directory name is a hash of its inputs, so an unchanged bundle
@@ -32,13 +36,15 @@ K8S_SOURCE=${HARMONY_K8S_SOURCE:-module}
 N=$(scripts/build-kubernetes.sh --version)
 N_BIN=$(scripts/build-kubernetes.sh --bin-dir)
 P=$(scripts/build-kubernetes.sh tools/kubernetes-previous --version)
-# n's module build always: the control-plane images come from it.
+# The module builds always: the control-plane images and kube-proxy come
+# from them.
 scripts/build-kubernetes.sh >&2
+scripts/build-kubernetes.sh tools/kubernetes-previous >&2
+P_BIN=$(scripts/build-kubernetes.sh tools/kubernetes-previous --bin-dir)
 case $K8S_SOURCE in
   module)
-    scripts/build-kubernetes.sh tools/kubernetes-previous >&2
     N_NODE=$N_BIN
-    P_NODE=$(scripts/build-kubernetes.sh tools/kubernetes-previous --bin-dir)
+    P_NODE=$P_BIN
     N_SOURCE="module k8s.io/kubernetes $N (tools/kubernetes)"
     P_SOURCE="module k8s.io/kubernetes $P (tools/kubernetes-previous)"
     ;;
@@ -59,7 +65,7 @@ ref() { # image name as in the ref, e.g. kube-apiserver or coredns/coredns
   [ -n "$r" ] || { log "images/components.yaml has no registry.k8s.io/$1 image"; exit 1; }
   echo "$r"
 }
-for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+for name in kube-apiserver kube-controller-manager kube-scheduler; do
   [ "$(ref $name)" = "registry.k8s.io/$name:$N" ] || { log "$(ref $name) is not Kubernetes $N"; exit 1; }
 done
 
@@ -126,6 +132,7 @@ key=$( {
   echo "$SOURCE_DATE_EPOCH $K8S_SOURCE"
   sha256sum images/components.yaml images/ocipack/main.go scripts/build-bundle.sh
   for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
+  sha256sum "$P_BIN/kube-proxy"
   for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
   sha256sum "$COREDNS" "$PAUSE"
   for b in "${BINARIES[@]}"; do sha256sum "${b##* }"; done
@@ -142,10 +149,13 @@ log "assembling $BUNDLE"
 tmp=$(mktemp -d "$CACHE/bundle/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/bundle" && mktemp -d "$CACHE/bundle/.tmp.XXXXXX"; })
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/kubernetes/$N" "$tmp/kubernetes/$P" "$tmp/images"
+place() { ln -f "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
 for b in kubeadm kubelet kubectl; do
-  ln -f "$N_NODE/$b" "$tmp/kubernetes/$N/$b" 2>/dev/null || cp "$N_NODE/$b" "$tmp/kubernetes/$N/$b"
-  ln -f "$P_NODE/$b" "$tmp/kubernetes/$P/$b" 2>/dev/null || cp "$P_NODE/$b" "$tmp/kubernetes/$P/$b"
+  place "$N_NODE/$b" "$tmp/kubernetes/$N/$b"
+  place "$P_NODE/$b" "$tmp/kubernetes/$P/$b"
 done
+place "$N_BIN/kube-proxy" "$tmp/kubernetes/$N/kube-proxy"
+place "$P_BIN/kube-proxy" "$tmp/kubernetes/$P/kube-proxy"
 
 binaries_json=""
 components_json=""
@@ -168,7 +178,7 @@ pack() { # file ref entrypoint -file args...
     {\"ref\": \"$ref\", \"digest\": \"$digest\", \"file\": \"$file\"}"
   log "$ref $digest"
 }
-for name in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+for name in kube-apiserver kube-controller-manager kube-scheduler; do
   pack "$name.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
 done
 # As upstream's images: CoreDNS runs as nonroot (65532) and binds port 53
@@ -179,8 +189,8 @@ pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause" -user 65535:65535
 cat > "$tmp/bundle.json" <<EOF
 {
   "kubernetes": [
-    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "$N_SOURCE"},
-    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl"], "source": "$P_SOURCE"}
+    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], "source": "$N_SOURCE"},
+    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], "source": "$P_SOURCE"}
   ],
   "images": [$images_json
   ],

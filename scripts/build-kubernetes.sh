@@ -3,7 +3,7 @@
 # tools/ go.mod (there is no route to pkgs.k8s.io here):
 #   tools/kubernetes (n): kubeadm, kubelet, kubectl, kube-apiserver,
 #     kube-controller-manager, kube-scheduler, kube-proxy
-#   tools/kubernetes-previous (n-1): kubeadm, kubelet, kubectl
+#   tools/kubernetes-previous (n-1): kubeadm, kubelet, kubectl, kube-proxy
 #
 #   scripts/build-kubernetes.sh [MODULE]              build if needed
 #   scripts/build-kubernetes.sh [MODULE] --bin-dir    print the binaries' directory
@@ -26,7 +26,7 @@ fi
 MODDIR=$ROOT/$MODULE
 case $MODULE in
   tools/kubernetes) BINARIES=(kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy) ;;
-  *) BINARIES=(kubeadm kubelet kubectl) ;;
+  *) BINARIES=(kubeadm kubelet kubectl kube-proxy) ;;
 esac
 export PATH="/usr/local/go/bin:$PATH"
 export GOWORK=off

@@ -172,6 +172,9 @@ func (s *ClusterSpec) Default() {
 			s.Network.Plugin = CNIContiv
 		}
 	}
+	if s.Network.KubeProxyMode == "" {
+		s.Network.KubeProxyMode = DefaultKubeProxyMode
+	}
 	switch s.Network.Plugin {
 	case CNIFlannel:
 		if s.Network.Flannel == nil {
@@ -244,6 +247,11 @@ func (s *ClusterSpec) Validate() error {
 	if s.Network != nil && s.Network.Plugin != CNIFlannel && s.Network.Flannel != nil {
 		return fieldErr("network.flannel", "applies only when network.plugin is %q, and it is %q", CNIFlannel, s.Network.Plugin)
 	}
+	if s.Network != nil {
+		if err := validKubeProxyMode("network.kubeProxyMode", s.Network.KubeProxyMode); err != nil {
+			return err
+		}
+	}
 	cni := s.CNI()
 	settings := ClusterSettings{Name: s.Name, PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain, CNI: cni}
 	if err := settings.validate(""); err != nil {
@@ -279,6 +287,15 @@ func (s *ClusterSpec) CNI() CNISettings {
 		return CNISettings{Type: CNIContiv, Contiv: s.Contiv}
 	}
 	return CNISettings{Type: s.Network.Plugin, Flannel: s.Network.Flannel}
+}
+
+// KubeProxyMode is the mode the roles carry: a spec stored before the
+// field existed gets the default.
+func (s *ClusterSpec) KubeProxyMode() string {
+	if s.Network == nil || s.Network.KubeProxyMode == "" {
+		return DefaultKubeProxyMode
+	}
+	return s.Network.KubeProxyMode
 }
 
 // ValidateCounts checks master and worker counts: masters odd, so that
@@ -380,6 +397,12 @@ const (
 	ConditionProvisioned = "Provisioned"
 	ConditionFailed      = "Failed"
 	ConditionNodesReady  = "NodesReady"
+	// ConditionKubernetesNodesReady counts the Kubernetes Nodes whose
+	// Ready condition is True, as the agents report them.
+	ConditionKubernetesNodesReady = "KubernetesNodesReady"
+	// ConditionPodNetwork says which pod network the cluster runs, and
+	// whether it moves packets: Contiv's is configuration only.
+	ConditionPodNetwork = "PodNetwork"
 )
 
 // ClusterNode is one VM of a cluster.
@@ -400,6 +423,10 @@ type ClusterNode struct {
 	LastError string `json:"lastError,omitempty"`
 	// AgentPhase is the agent's own report, when it has reported.
 	AgentPhase string `json:"agentPhase,omitempty"`
+	// Kubernetes is the node's Kubernetes Node as its agent last saw it:
+	// Ready, NotReady or Unknown; empty before the node has joined.
+	Kubernetes     string `json:"kubernetes,omitempty"`
+	KubeletVersion string `json:"kubeletVersion,omitempty"`
 }
 
 // Event is one thing that happened to a cluster.

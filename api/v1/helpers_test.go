@@ -206,6 +206,9 @@ func validStatus() *v1.Status {
 		AgentVersion:     "v0.3.1+g1234abc",
 		Addresses:        []string{"10.0.0.11", "fd00::11"},
 		EtcdMemberID:     "8e9e05c52164694d",
+		KubernetesNode: &v1.KubernetesNodeStatus{Ready: "False", Reason: "KubeletNotReady",
+			Message: "container runtime network not ready", KubeletVersion: "v1.34.2",
+			ObservedAt: time.Date(2025, 1, 2, 3, 4, 0, 0, time.UTC)},
 		Components: []v1.ComponentStatus{
 			{Name: "kubelet", Healthy: true, Phase: "Running", Version: "v1.31.2"},
 			{Name: "etcd", Healthy: false, Phase: "Starting", Message: "waiting for peers: master-2"},

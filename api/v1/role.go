@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"path"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,6 +37,10 @@ type Role struct {
 	Revision   int64     `json:"revision"`
 	UpdatedAt  time.Time `json:"updatedAt,omitzero"`
 	Role       NodeRole  `json:"role"`
+	// ProviderID is the node's Kubernetes provider ID,
+	// vsphere://<the VM's BIOS UUID>, which the kubelet registers so that
+	// a vSphere cloud provider or CSI driver finds the node's VM.
+	ProviderID string `json:"providerID,omitempty"`
 
 	Cluster   ClusterSettings `json:"cluster"`
 	Addresses NodeAddresses   `json:"addresses"`
@@ -75,6 +81,9 @@ type ClusterSettings struct {
 	ServiceCIDR string      `json:"serviceCIDR,omitempty"`
 	DNSDomain   string      `json:"dnsDomain,omitempty"`
 	CNI         CNISettings `json:"cni,omitzero"`
+	// KubeProxyMode is kube-proxy's mode (KubeProxyIPVS, KubeProxyIPTables
+	// or KubeProxyNFTables); empty means IPVS, the PRD's choice.
+	KubeProxyMode string `json:"kubeProxyMode,omitempty"`
 	// LoadBalancer configures keepalived and HAProxy on the masters.
 	LoadBalancer LoadBalancerSettings `json:"loadBalancer,omitzero"`
 }
@@ -117,6 +126,35 @@ type NetworkSpec struct {
 	// Plugin is flannel (default) or contiv.
 	Plugin  string           `json:"plugin,omitempty"`
 	Flannel *FlannelSettings `json:"flannel,omitempty"`
+	// KubeProxyMode is how kube-proxy implements Services: ipvs (the
+	// default, the PRD's choice), iptables, or nftables. A kernel without
+	// IPVS (the lab's) needs iptables or nftables.
+	KubeProxyMode string `json:"kubeProxyMode,omitempty"`
+}
+
+// kube-proxy's modes.
+const (
+	KubeProxyIPVS     = "ipvs"
+	KubeProxyIPTables = "iptables"
+	KubeProxyNFTables = "nftables"
+	// DefaultKubeProxyMode is the PRD's.
+	DefaultKubeProxyMode = KubeProxyIPVS
+)
+
+// VSphereProviderID is the Kubernetes provider ID of the VM with that
+// BIOS UUID, as the vSphere cloud provider writes it.
+func VSphereProviderID(uuid string) string { return "vsphere://" + strings.ToLower(uuid) }
+
+var providerIDPattern = regexp.MustCompile(`^vsphere://[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// KubeProxyModes lists the modes, for messages.
+var KubeProxyModes = []string{KubeProxyIPVS, KubeProxyIPTables, KubeProxyNFTables}
+
+func validKubeProxyMode(field, mode string) error {
+	if mode != "" && !slices.Contains(KubeProxyModes, mode) {
+		return fieldErr(field, "must be one of %s, got %q", strings.Join(KubeProxyModes, ", "), mode)
+	}
+	return nil
 }
 
 // FlannelSettings configure flannel's VXLAN backend.
@@ -266,6 +304,9 @@ func (r *Role) Validate() error {
 	if !r.Role.Valid() {
 		return fieldErr("role", "must be appliance, master or worker, got %q", r.Role)
 	}
+	if r.ProviderID != "" && !providerIDPattern.MatchString(r.ProviderID) {
+		return fieldErr("providerID", "must be vsphere:// and a UUID, got %q", r.ProviderID)
+	}
 	if r.Revision < 0 {
 		return fieldErr("revision", "must not be negative")
 	}
@@ -352,6 +393,9 @@ func (c *ClusterSettings) validate(f string) error {
 		return fieldErr(f+".dnsDomain", "%q is not a DNS name", c.DNSDomain)
 	}
 	if err := c.LoadBalancer.validate(f + ".loadBalancer"); err != nil {
+		return err
+	}
+	if err := validKubeProxyMode(f+".kubeProxyMode", c.KubeProxyMode); err != nil {
 		return err
 	}
 	if c.CNI.Type != "" && c.CNI.Type != CNIContiv && c.CNI.Type != CNIFlannel {

@@ -11,16 +11,29 @@ import (
 // Status is what an agent observes of its node and reports. The controller
 // sets NodeName from the client certificate and ReportedAt on receipt.
 type Status struct {
-	APIVersion       string            `json:"apiVersion"`
-	Kind             string            `json:"kind"`
-	NodeName         string            `json:"nodeName,omitempty"`
-	ReportedAt       time.Time         `json:"reportedAt,omitzero"`
-	ObservedRevision int64             `json:"observedRevision"`
-	Phase            string            `json:"phase"`
-	AgentVersion     string            `json:"agentVersion,omitempty"`
-	Addresses        []string          `json:"addresses,omitempty"`
-	EtcdMemberID     string            `json:"etcdMemberID,omitempty"`
-	Components       []ComponentStatus `json:"components,omitempty"`
+	APIVersion       string    `json:"apiVersion"`
+	Kind             string    `json:"kind"`
+	NodeName         string    `json:"nodeName,omitempty"`
+	ReportedAt       time.Time `json:"reportedAt,omitzero"`
+	ObservedRevision int64     `json:"observedRevision"`
+	Phase            string    `json:"phase"`
+	AgentVersion     string    `json:"agentVersion,omitempty"`
+	Addresses        []string  `json:"addresses,omitempty"`
+	EtcdMemberID     string    `json:"etcdMemberID,omitempty"`
+	// KubernetesNode is the node's Kubernetes Node as the API last showed
+	// it to the node; nil before the node has joined.
+	KubernetesNode *KubernetesNodeStatus `json:"kubernetesNode,omitempty"`
+	Components     []ComponentStatus     `json:"components,omitempty"`
+}
+
+// KubernetesNodeStatus is a Kubernetes Node's Ready condition and kubelet.
+type KubernetesNodeStatus struct {
+	// Ready is the Ready condition's status: True, False or Unknown.
+	Ready          string    `json:"ready"`
+	Reason         string    `json:"reason,omitempty"`
+	Message        string    `json:"message,omitempty"`
+	KubeletVersion string    `json:"kubeletVersion,omitempty"`
+	ObservedAt     time.Time `json:"observedAt"`
 }
 
 // ComponentStatus is one component's observed state.
@@ -47,6 +60,20 @@ const (
 )
 
 const maxComponents = 32
+
+// Clamp drops or cuts what Validate would refuse: the fields come from a
+// cluster's API, which the agent relays and does not control.
+func (n *KubernetesNodeStatus) Clamp() {
+	if !shortText.MatchString(n.Reason) {
+		n.Reason = ""
+	}
+	if !shortText.MatchString(n.KubeletVersion) {
+		n.KubeletVersion = ""
+	}
+	if len(n.Message) > 1024 {
+		n.Message = n.Message[:1024]
+	}
+}
 
 var shortText = regexp.MustCompile(`^[A-Za-z0-9_.:+-]{0,64}$`)
 
@@ -90,6 +117,22 @@ func (s *Status) Validate() error {
 	for i, a := range s.Addresses {
 		if _, err := netip.ParseAddr(a); err != nil {
 			return fieldErr(fmt.Sprintf("addresses[%d]", i), "%q is not an IP address", a)
+		}
+	}
+	if n := s.KubernetesNode; n != nil {
+		switch n.Ready {
+		case "True", "False", "Unknown":
+		default:
+			return fieldErr("kubernetesNode.ready", "must be True, False or Unknown, got %q", n.Ready)
+		}
+		if !shortText.MatchString(n.Reason) {
+			return fieldErr("kubernetesNode.reason", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+		}
+		if !shortText.MatchString(n.KubeletVersion) {
+			return fieldErr("kubernetesNode.kubeletVersion", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+		}
+		if len(n.Message) > 1024 {
+			return fieldErr("kubernetesNode.message", "must be at most 1024 bytes")
 		}
 	}
 	if len(s.Components) > maxComponents {

@@ -124,7 +124,7 @@ func (t *statusTable) show(c *v1.Cluster, nodes []v1.Node) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "cluster %s: %s", c.Spec.Name, c.Status.Phase)
 	for _, cond := range c.Status.Conditions {
-		if cond.Type == v1.ConditionNodesReady {
+		if cond.Type == v1.ConditionNodesReady || cond.Type == v1.ConditionKubernetesNodesReady {
 			fmt.Fprintf(&b, " (%s)", cond.Message)
 		}
 	}
@@ -134,7 +134,7 @@ func (t *statusTable) show(c *v1.Cluster, nodes []v1.Node) {
 		agents[nodes[i].Name] = nodes[i].Status
 	}
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tIP\tPHASE\tSTEP\tPOWER\tAGENT\tNOT HEALTHY")
+	fmt.Fprintln(tw, "NODE\tROLE\tIP\tPHASE\tSTEP\tPOWER\tAGENT\tKUBERNETES\tNOT HEALTHY")
 	for _, n := range c.Status.Nodes {
 		var sick []string
 		if st := agents[n.Name]; st != nil {
@@ -144,8 +144,8 @@ func (t *statusTable) show(c *v1.Cluster, nodes []v1.Node) {
 				}
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step),
-			dash(n.Power), dash(string(n.AgentPhase)), dash(strings.Join(sick, ",")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step),
+			dash(n.Power), dash(string(n.AgentPhase)), dash(n.Kubernetes), dash(strings.Join(sick, ",")))
 	}
 	tw.Flush()
 	text := b.String()

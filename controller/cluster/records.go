@@ -54,14 +54,16 @@ type machine struct {
 	OSDatastore   string      `json:"osDatastore"`
 	DataDatastore string      `json:"dataDatastore,omitempty"`
 	VM            string      `json:"vm,omitempty"`
-	Step          string      `json:"step"`
-	Remove        bool        `json:"remove,omitempty"`
-	KeepVM        bool        `json:"keepVM,omitempty"`
-	Attempts      int         `json:"attempts,omitempty"`
-	NextTry       time.Time   `json:"nextTry,omitzero"`
-	LastError     string      `json:"lastError,omitempty"`
-	Failed        bool        `json:"failed,omitempty"`
-	CreatedAt     time.Time   `json:"createdAt"`
+	// UUID is the VM's BIOS UUID, its Kubernetes Node's provider ID.
+	UUID      string    `json:"uuid,omitempty"`
+	Step      string    `json:"step"`
+	Remove    bool      `json:"remove,omitempty"`
+	KeepVM    bool      `json:"keepVM,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	NextTry   time.Time `json:"nextTry,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+	Failed    bool      `json:"failed,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// LeaveBy is the deadline of the node's leaving its cluster, set when
 	// it is marked for removal from a cluster that stays; zero when the

@@ -76,8 +76,9 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 	settings := v1.ClusterSettings{
 		Name: s.Name, KubernetesVersion: s.KubernetesVersion, VIP: s.VIP, VRID: c.VRID,
 		PodCIDR: s.PodCIDR, ServiceCIDR: s.ServiceCIDR, DNSDomain: s.DNSDomain,
-		CNI:          s.CNI(),
-		LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: sec.VRRPPassword},
+		CNI:           s.CNI(),
+		KubeProxyMode: s.KubeProxyMode(),
+		LoadBalancer:  v1.LoadBalancerSettings{VRRPPassword: sec.VRRPPassword},
 	}
 	var peers []v1.Peer
 	rank := 0
@@ -100,6 +101,9 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 			Versions:  v1.ComponentVersions{Kubernetes: s.KubernetesVersion},
 			Kubeadm:   &v1.KubeadmSettings{BootstrapToken: sec.BootstrapToken},
 			PKI:       workerPKI,
+		}
+		if m.UUID != "" {
+			r.ProviderID = v1.VSphereProviderID(m.UUID)
 		}
 		if m.Role == v1.RoleMaster {
 			pki := sec.PKI

@@ -102,6 +102,13 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 		}
 		return done(stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, rec.Template, m.OSDatastore)), nil
 	case stepCloned:
+		if m.UUID == "" {
+			uuid, err := vc.BIOSUUID(ctx, ref)
+			if err != nil {
+				return stepResult{}, err
+			}
+			m.UUID = uuid
+		}
 		err := vc.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB})
 		return done(stepConfigured, fmt.Sprintf("%s: %d vCPUs, %d MiB, NIC on %s", m.Name, size.CPUs, size.MemoryMiB, vc.Provider.Network)), err
 	case stepConfigured:
@@ -335,6 +342,13 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 		default:
 			if err := putMachine(tx, m); err != nil {
 				return err
+			}
+			if r.next == stepConfigured {
+				// The VM's UUID is known from here: the node's role
+				// carries it as its provider ID.
+				if err := putRoles(tx, p.rec, p.sec); err != nil {
+					return err
+				}
 			}
 		}
 		if r.msg == "" {

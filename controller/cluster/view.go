@@ -146,8 +146,11 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 		Conditions: rec.Conditions, CreatedAt: rec.CreatedAt,
 		Nodes: nodeViews(tx, rec, machines, vms),
 	}}
-	failed, pending, ready, live := false, false, 0, 0
+	failed, pending, ready, live, kubeReady := false, false, 0, 0, 0
 	for _, n := range view.Status.Nodes {
+		if n.Kubernetes == "Ready" && n.Phase != "Kept" && n.Phase != "Removing" {
+			kubeReady++
+		}
 		switch n.Phase {
 		case "Failed":
 			failed = true
@@ -180,10 +183,44 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), v1.Condition{
 		Type: v1.ConditionNodesReady, Status: status, Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)})
+	status = "False"
+	if kubeReady == live && live > 0 {
+		status = "True"
+	}
+	view.Status.Conditions = append(view.Status.Conditions, v1.Condition{
+		Type: v1.ConditionKubernetesNodesReady, Status: status, Reason: "AgentReports",
+		Message: fmt.Sprintf("%d of %d Kubernetes Nodes Ready", kubeReady, live)}, podNetwork(&spec))
 	if nEvents > 0 {
 		view.Status.Events, _ = events(tx, spec.Name, 0, nEvents)
 	}
 	return view
+}
+
+// kubernetesReady names a Node's Ready condition status as kubectl does.
+func kubernetesReady(status string) string {
+	switch status {
+	case "True":
+		return "Ready"
+	case "False":
+		return "NotReady"
+	}
+	return "Unknown"
+}
+
+// podNetwork is the PodNetwork condition: what the spec's network is and
+// whether it moves packets.
+func podNetwork(spec *v1.ClusterSpec) v1.Condition {
+	cni := spec.CNI()
+	if cni.Type == v1.CNIContiv {
+		return v1.Condition{Type: v1.ConditionPodNetwork, Status: "False", Reason: "ContivConfigurationOnly",
+			Message: "contiv: configuration only. Contiv supports no current Kubernetes (its last release is for 1.8), so every node renders and validates its configuration but runs no Contiv daemon, and pods get no network; choose network.plugin flannel for one that moves packets"}
+	}
+	msg := "flannel VXLAN"
+	if f := cni.Flannel; f != nil {
+		msg += fmt.Sprintf(" (VNI %d, UDP port %d)", f.VNI, f.Port)
+	}
+	return v1.Condition{Type: v1.ConditionPodNetwork, Status: "True", Reason: "Flannel",
+		Message: msg + "; kube-proxy mode " + spec.KubeProxyMode()}
 }
 
 func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo) []v1.ClusterNode {
@@ -200,6 +237,9 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		st, reported := tx.Status(m.Name)
 		if reported {
 			n.AgentPhase = st.Phase
+			if k := st.KubernetesNode; k != nil {
+				n.Kubernetes, n.KubeletVersion = kubernetesReady(k.Ready), k.KubeletVersion
+			}
 		}
 		node, nodeErr := tx.Node(m.Name)
 		switch {

@@ -281,6 +281,20 @@ func diskFile(disk types.BaseVirtualDevice) string {
 	return ""
 }
 
+// BIOSUUID is the VM's BIOS UUID (config.uuid): what the guest sees as
+// its product UUID, and what the vSphere cloud provider finds a
+// Kubernetes Node's VM by.
+func (s *Session) BIOSUUID(ctx context.Context, ref types.ManagedObjectReference) (string, error) {
+	var vm mo.VirtualMachine
+	if err := s.VM(ref).Properties(ctx, ref, []string{"config.uuid"}, &vm); err != nil {
+		return "", fmt.Errorf("uuid of %s: %w", ref.Value, err)
+	}
+	if vm.Config == nil || vm.Config.Uuid == "" {
+		return "", fmt.Errorf("uuid of %s: vCenter reports none", ref.Value)
+	}
+	return vm.Config.Uuid, nil
+}
+
 // PowerOn powers the VM on unless it is on already.
 func (s *Session) PowerOn(ctx context.Context, ref types.ManagedObjectReference) error {
 	vm := s.VM(ref)

@@ -180,5 +180,11 @@ func ipPool(subnet netip.Prefix) *v1.IPPool {
 		Network: subnet.String(),
 		Ranges:  []string{addr(subnet, 10).String() + "-" + addr(subnet, 99).String()},
 		Gateway: addr(subnet, 1).String(),
+		// Every node needs a resolver, as on a real network: CoreDNS
+		// forwards what is not a cluster name to the node's, and refuses
+		// to start without one. Nothing answers on the lab's gateway, so
+		// names outside the cluster do not resolve in the lab; cluster
+		// names do.
+		DNS: []string{addr(subnet, 1).String()},
 	}
 }

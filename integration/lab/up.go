@@ -317,6 +317,10 @@ func clusterSpec(cfg *Config, image string) v1.ClusterSpec {
 		Masters: &masters, Workers: cfg.Workers,
 		VIP:     addr(cfg.Subnet, 10).String(),
 		PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
+		// This machine's kernel has no IPVS, the PRD's (and the spec's
+		// default) mode: the lab asks for iptables, as a user with such a
+		// kernel would.
+		Network: &v1.NetworkSpec{KubeProxyMode: v1.KubeProxyIPTables},
 		// The bodies share this machine: a data disk's size is only a
 		// number in vCenter, but keep it plausible.
 		MasterDataDiskGiB: 2,
@@ -380,7 +384,9 @@ func clusterReady(c *v1.Cluster) error {
 		return fmt.Errorf("cluster %s is %s", c.Spec.Name, c.Status.Phase)
 	}
 	for _, cond := range c.Status.Conditions {
-		if cond.Type == v1.ConditionNodesReady && cond.Status != "True" {
+		// Ready agents, and Ready Kubernetes Nodes: the lab ends with a
+		// cluster that runs pods.
+		if (cond.Type == v1.ConditionNodesReady || cond.Type == v1.ConditionKubernetesNodesReady) && cond.Status != "True" {
 			return fmt.Errorf("cluster %s: %s", c.Spec.Name, cond.Message)
 		}
 	}

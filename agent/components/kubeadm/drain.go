@@ -1,21 +1,14 @@
 package kubeadm
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -35,7 +28,7 @@ const drainReserve = 3 * time.Minute
 // allows no other), so no new credential is handed out for it.
 type drainStep struct {
 	kubelet bool
-	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	dial    kubeapi.Dialer
 	now     func() time.Time
 }
 
@@ -58,11 +51,11 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 	if err != nil {
 		return d.retryOrGiveUp(st, role, fmt.Errorf("the node's API client: %w", err))
 	}
-	if err := api.cordon(ctx, role.NodeName); err != nil {
+	if err := cordon(ctx, api, role.NodeName); err != nil {
 		return d.retryOrGiveUp(st, role, err)
 	}
 	st.Actions = append(st.Actions, "cordoned "+role.NodeName)
-	left, err := api.evictAll(ctx, role.NodeName)
+	left, err := evictAll(ctx, api, role.NodeName)
 	if err != nil {
 		return d.retryOrGiveUp(st, role, err)
 	}
@@ -91,109 +84,15 @@ func (d drainStep) retryOrGiveUp(st reconcile.Status, role *v1.Role, err error) 
 	return st
 }
 
-// nodeAPI is the node's own access to its cluster's API.
-type nodeAPI struct {
-	server string
-	client *http.Client
-}
-
-// nodeClient reads kubelet.conf: the API server and CA it names, and the
-// client certificate the kubelet rotates (a file after TLS bootstrap,
-// read under the host's root).
-func (d drainStep) nodeClient(host *reconcile.Host) (*nodeAPI, error) {
-	kc, err := readKubeconfig(host.Path(KubeletKubeconfig))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", KubeletKubeconfig, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(kc.Clusters[0].Cluster.CAData) {
-		return nil, fmt.Errorf("%s: no CA certificate", KubeletKubeconfig)
-	}
-	user := kc.Users[0].User
-	certPEM, keyPEM := user.CertData, user.KeyData
-	if len(certPEM) == 0 && user.CertFile != "" {
-		if certPEM, err = readBounded(host.Path(user.CertFile)); err != nil {
-			return nil, fmt.Errorf("%s: client certificate: %w", KubeletKubeconfig, err)
-		}
-	}
-	if len(keyPEM) == 0 && user.KeyFile != "" {
-		if keyPEM, err = readBounded(host.Path(user.KeyFile)); err != nil {
-			return nil, fmt.Errorf("%s: client key: %w", KubeletKubeconfig, err)
-		}
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("%s: client certificate: %w", KubeletKubeconfig, err)
-	}
-	dial := d.dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: readyzTimeout}).DialContext
-	}
-	return &nodeAPI{server: strings.TrimSuffix(kc.Clusters[0].Cluster.Server, "/"), client: &http.Client{
-		Timeout: 30 * time.Second,
-		Transport: &http.Transport{Proxy: nil, DialContext: dial, DisableKeepAlives: true,
-			TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}},
-	}}, nil
-}
-
-// call sends one request; out, when not nil, gets a 2xx answer's JSON.
-// It returns the status code, and an error for a status not in ok.
-func (a *nodeAPI) call(ctx context.Context, method, path string, contentType string, body any, out any, ok ...int) (int, error) {
-	var r io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		r = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.server+path, r)
-	if err != nil {
-		return 0, err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := a.client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if !slices.Contains(ok, resp.StatusCode) {
-		return resp.StatusCode, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, apiMessage(data))
-	}
-	if out != nil && resp.StatusCode/100 == 2 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
-		}
-	}
-	return resp.StatusCode, nil
-}
-
-// apiMessage is a Status answer's message, else the answer, bounded.
-func apiMessage(data []byte) string {
-	var status struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(data, &status) == nil && status.Message != "" {
-		return status.Message
-	}
-	msg := strings.TrimSpace(string(data))
-	if len(msg) > 512 {
-		msg = msg[:512] + "…"
-	}
-	return msg
+// nodeClient is the node's own access to its cluster's API, with the
+// kubelet's credential (kubelet.conf and the certificate it rotates).
+func (d drainStep) nodeClient(host *reconcile.Host) (*kubeapi.Client, error) {
+	return kubeapi.Open(host, KubeletKubeconfig, d.dial)
 }
 
 // cordon marks the node unschedulable.
-func (a *nodeAPI) cordon(ctx context.Context, node string) error {
-	_, err := a.call(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
+func cordon(ctx context.Context, api *kubeapi.Client, node string) error {
+	_, err := api.Call(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
 		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil, http.StatusOK)
 	return err
 }
@@ -238,12 +137,12 @@ func (p *pod) evictable() bool {
 // returns those still there ("namespace/name", with why when an eviction
 // was refused): evicted pods that are still terminating, and pods a
 // disruption budget keeps for now.
-func (a *nodeAPI) evictAll(ctx context.Context, node string) ([]string, error) {
+func evictAll(ctx context.Context, api *kubeapi.Client, node string) ([]string, error) {
 	var list struct {
 		Items []pod `json:"items"`
 	}
 	q := url.Values{"fieldSelector": {"spec.nodeName=" + node}}
-	if _, err := a.call(ctx, http.MethodGet, "/api/v1/pods?"+q.Encode(), "", nil, &list, http.StatusOK); err != nil {
+	if _, err := api.Call(ctx, http.MethodGet, "/api/v1/pods?"+q.Encode(), "", nil, &list, http.StatusOK); err != nil {
 		return nil, err
 	}
 	var left []string
@@ -261,7 +160,7 @@ func (a *nodeAPI) evictAll(ctx context.Context, node string) ([]string, error) {
 			"metadata": map[string]any{"name": p.Metadata.Name, "namespace": p.Metadata.Namespace},
 		}
 		path := "/api/v1/namespaces/" + url.PathEscape(p.Metadata.Namespace) + "/pods/" + url.PathEscape(p.Metadata.Name) + "/eviction"
-		code, err := a.call(ctx, http.MethodPost, path, "application/json", eviction, nil,
+		code, err := api.Call(ctx, http.MethodPost, path, "application/json", eviction, nil,
 			http.StatusCreated, http.StatusOK, http.StatusNotFound, http.StatusTooManyRequests)
 		switch {
 		case err != nil:

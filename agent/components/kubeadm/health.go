@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 )
 
@@ -29,7 +30,7 @@ const (
 // apiClient reaches the local apiserver, verified with the cluster CA
 // written under the host's root, never through a proxy.
 func (c *Component) apiClient(host *reconcile.Host, cert *tls.Certificate) (*http.Client, error) {
-	caPEM, err := readBounded(host.Path(CACertFile))
+	caPEM, err := kubeapi.ReadBounded(host.Path(CACertFile))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", CACertFile, err)
 	}

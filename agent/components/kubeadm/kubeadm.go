@@ -29,10 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +57,11 @@ const (
 	InitConfigFile  = ConfigDir + "/init.yaml"
 	JoinConfigFile  = ConfigDir + "/join.yaml"
 	LocalKubeconfig = ConfigDir + "/local-admin.conf"
-	StateDir        = "/var/lib/harmony/kubeadm"
+	PatchesDir      = ConfigDir + "/patches"
+	// KubeletPatchFile is kubeadm's name for a merge patch of the
+	// KubeletConfiguration.
+	KubeletPatchFile = PatchesDir + "/kubeletconfiguration+merge.yaml"
+	StateDir         = "/var/lib/harmony/kubeadm"
 
 	KubernetesDir         = "/etc/kubernetes"
 	PKIDir                = KubernetesDir + "/pki"
@@ -136,6 +142,8 @@ type Component struct {
 	standInLogged bool
 
 	metrics metricsState
+	// node is the last observation of the Kubernetes Node.
+	node atomic.Pointer[v1.KubernetesNodeStatus]
 }
 
 var (
@@ -201,9 +209,18 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		return c.fail(ctx, host, st, err)
 	}
 	if p.master {
-		return c.reconcileMaster(ctx, host, role, p, st)
+		st = c.reconcileMaster(ctx, host, role, p, st)
+	} else {
+		st = c.reconcileWorker(ctx, host, p, st)
 	}
-	return c.reconcileWorker(ctx, host, p, st)
+	if c.cfg.Kubelet && exists(host.Path(KubeletKubeconfig)) {
+		if n, err := c.observeNode(ctx, host, role.NodeName); err != nil {
+			st.Message += "; Node not read: " + err.Error()
+		} else {
+			st.Message += "; " + nodeSummary(n)
+		}
+	}
+	return st
 }
 
 // reconcileWorker renders and validates the JoinConfiguration, and joins
@@ -221,6 +238,9 @@ func (c *Component) reconcileWorker(ctx context.Context, host *reconcile.Host, p
 		return c.fail(ctx, host, st, err)
 	}
 	if err := c.writeConfig(ctx, host, JoinConfigFile, join, p.token, &st); err != nil {
+		return c.fail(ctx, host, st, err)
+	}
+	if err := writePatches(host, p, &st); err != nil {
 		return c.fail(ctx, host, st, err)
 	}
 	// Left from a time as a master; it may hold the bootstrap token.
@@ -262,6 +282,26 @@ func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconc
 	}
 	st.Actions = actions
 	return st
+}
+
+// writePatches writes the node's kubeadm patches before the configuration
+// that names their directory, and removes one the role no longer asks for.
+func writePatches(host *reconcile.Host, p *plan, st *reconcile.Status) error {
+	data, err := kubeletPatch(p)
+	if err != nil {
+		return err
+	}
+	if data == nil {
+		return removeFile(host, KubeletPatchFile, st)
+	}
+	if err := os.MkdirAll(host.Path(PatchesDir), 0o700); err != nil {
+		return err
+	}
+	changed, err := files.Write(host.Path(KubeletPatchFile), data, 0o600, nil)
+	if changed {
+		st.Actions = append(st.Actions, "wrote "+KubeletPatchFile)
+	}
+	return err
 }
 
 // writeConfig writes a kubeadm configuration (0600: it may hold the

@@ -53,11 +53,23 @@ func TestConfigsPerRole(t *testing.T) {
 				StandInForKubelet: true, DialContext: refuseDial,
 			})
 			role := cl.role(t, tc.node, 0)
+			role.ProviderID = v1.VSphereProviderID("4230a5c6-1b2c-3d4e-5f60-718293a4b5c6")
 			master := role.Role == v1.RoleMaster
 
 			st := c.Reconcile(ctx, host, role)
 			if st.Phase != reconcile.PhaseConverged {
 				t.Fatalf("first pass: %+v", st)
+			}
+			// The kubelet's provider ID, the node's own, reaches kubeadm
+			// as a patch of the cluster's KubeletConfiguration, in the
+			// directory each configuration names.
+			if got := string(readFile(t, host.Path(KubeletPatchFile))); got != "providerID: "+role.ProviderID+"\n" {
+				t.Errorf("kubelet patch %q", got)
+			}
+			for _, f := range tc.want {
+				if !bytes.Contains(readFile(t, host.Path(f)), []byte("directory: "+PatchesDir+"\n")) {
+					t.Errorf("%s does not name the patches directory", f)
+				}
 			}
 			for _, f := range tc.want {
 				p := host.Path(f)
@@ -118,6 +130,7 @@ func TestConfigsPerRole(t *testing.T) {
 			// support window.
 			broken := cl.role(t, tc.node, 0)
 			broken.Cluster.KubernetesVersion = "v1.20.0"
+			broken.ProviderID = role.ProviderID
 			if err := broken.Validate(); err != nil {
 				t.Fatal(err)
 			}

@@ -4,25 +4,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
-	"os"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	kubeconfigfile "github.com/harmonykaas/harmony/internal/kubeconfig"
 )
-
-// maxKubeconfig bounds what is read of a kubeconfig or manifest kubeadm
-// wrote.
-const maxKubeconfig = 1 << 20
 
 // kubeconfig is a kubeconfig kubeadm wrote: one cluster and one user,
 // with embedded data.
 type kubeconfig struct{ *kubeconfigfile.Config }
 
 func readKubeconfig(path string) (*kubeconfig, error) {
-	data, err := readBounded(path)
+	data, err := kubeapi.ReadBounded(path)
 	if err != nil {
 		return nil, err
 	}
@@ -76,20 +71,4 @@ func localKubeconfig(superAdmin []byte, server string) ([]byte, error) {
 		cluster["server"] = server
 	}
 	return yaml.Marshal(doc)
-}
-
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxKubeconfig+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxKubeconfig {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxKubeconfig)
-	}
-	return data, nil
 }

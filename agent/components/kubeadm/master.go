@@ -41,6 +41,10 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	if err := c.writeConfig(ctx, host, InitConfigFile, initYAML, p.token, &st); err != nil {
 		return fail(err)
 	}
+	// Once kubeadm has accepted the configurations, before it runs.
+	if err := writePatches(host, p, &st); err != nil {
+		return fail(err)
+	}
 	if !wantJoin {
 		// The first master joins nobody: drop a stale file holding a token.
 		if err := removeFile(host, JoinConfigFile, &st); err != nil {

@@ -1,21 +1,19 @@
 package kubeadm
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/files"
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 )
 
@@ -86,7 +84,7 @@ type clusterRecord struct {
 
 // clusterPhases runs, on the first master with a ready apiserver, the
 // phases that act on the cluster rather than the node: upload-config,
-// bootstrap-token (when the role has a token), the addons, and where a
+// bootstrap-token (when the role has a token), the CoreDNS addon, and where a
 // kubelet exists mark-control-plane and kubelet-finalize. They run once
 // per change of inputs (recorded on disk, so an agent restart does not
 // redo them) and again every clusterPhasesRefresh; every one is safe to
@@ -99,7 +97,7 @@ func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *
 		return rec.Completed, nil
 	}
 
-	superAdmin, err := readBounded(host.Path(SuperAdminKubeconfig))
+	superAdmin, err := kubeapi.ReadBounded(host.Path(SuperAdminKubeconfig))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
 	}
@@ -172,36 +170,10 @@ func (c *Component) ensureClusterAdmins(ctx context.Context, host *reconcile.Hos
 	if err != nil {
 		return false, err
 	}
-	body, err := json.Marshal(map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1",
-		"kind":       "ClusterRoleBinding",
-		"metadata":   map[string]any{"name": clusterAdmins},
-		"roleRef":    map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-		"subjects":   []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": clusterAdmins}},
-	})
-	if err != nil {
-		return false, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, localAPI+"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return false, fmt.Errorf("create ClusterRoleBinding %s: %w", clusterAdmins, err)
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch resp.StatusCode {
-	case http.StatusCreated:
-		return true, nil
-	case http.StatusConflict:
-		return false, nil
-	}
-	return false, fmt.Errorf("create ClusterRoleBinding %s: %s: %s", clusterAdmins, resp.Status, strings.TrimSpace(string(msg)))
+	binding := kubeapi.GroupBinding(clusterAdmins, "cluster-admin", clusterAdmins)
+	return kubeapi.FromHTTP(localAPI, client).CreateIfAbsent(ctx, binding.Collection, binding.Body)
 }
 
 func digest(parts ...string) string {
@@ -232,7 +204,9 @@ func clusterPhaseArgs(token, kubelet bool) [][]string {
 	if token {
 		phases = append(phases, append([]string{"bootstrap-token"}, local...))
 	}
-	phases = append(phases, append([]string{"addon", "all"}, local...))
+	// CoreDNS alone: kube-proxy runs as a unit of every node
+	// (agent/components/kubeproxy), not as kubeadm's DaemonSet.
+	phases = append(phases, append([]string{"addon", "coredns"}, local...))
 	if kubelet {
 		phases = append(phases, []string{"mark-control-plane"}, []string{"kubelet-finalize", "all"})
 	}

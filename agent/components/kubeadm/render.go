@@ -32,6 +32,14 @@ type initConfiguration struct {
 	BootstrapTokens  []bootstrapToken `json:"bootstrapTokens,omitempty"`
 	NodeRegistration nodeRegistration `json:"nodeRegistration"`
 	LocalAPIEndpoint apiEndpoint      `json:"localAPIEndpoint"`
+	Patches          *patches         `json:"patches,omitempty"`
+}
+
+// patches is where kubeadm finds this node's own changes to what it
+// renders: the kubelet's provider ID (the KubeletConfiguration is the
+// cluster's, one for every node).
+type patches struct {
+	Directory string `json:"directory"`
 }
 
 type bootstrapToken struct {
@@ -43,8 +51,30 @@ type bootstrapToken struct {
 }
 
 type nodeRegistration struct {
-	Name      string `json:"name"`
-	CRISocket string `json:"criSocket"`
+	Name             string `json:"name"`
+	CRISocket        string `json:"criSocket"`
+	KubeletExtraArgs []arg  `json:"kubeletExtraArgs,omitempty"`
+}
+
+type arg struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// kubeletConfiguration is the cluster's KubeletConfiguration, which
+// kubeadm uploads for every node's kubelet (kubelet.config.k8s.io/v1beta1).
+type kubeletConfiguration struct {
+	typeMeta
+	// CgroupDriver matches containerd's (SystemdCgroup in the image's
+	// config.toml).
+	CgroupDriver string `json:"cgroupDriver"`
+	// FailCgroupV1 false: the kubelet runs on a host with the cgroup v1
+	// layout too (the lab's); Kubernetes 1.35 turns the default to true.
+	FailCgroupV1 bool `json:"failCgroupV1"`
+	// ResolvConf is the resolver pods with dnsPolicy Default (CoreDNS
+	// among them) get: the one the agent writes from guestinfo, the image
+	// having no systemd-resolved.
+	ResolvConf string `json:"resolvConf"`
 }
 
 type apiEndpoint struct {
@@ -61,6 +91,15 @@ type clusterConfiguration struct {
 	Networking           networking `json:"networking"`
 	Etcd                 etcd       `json:"etcd"`
 	APIServer            apiServer  `json:"apiServer"`
+	// Proxy is disabled: kube-proxy runs as a unit of every node
+	// (agent/components/kubeproxy). Said here, in the configuration
+	// kubeadm uploads, so that a join's preflight does not look for
+	// kube-proxy's image and an upgrade does not install its DaemonSet.
+	Proxy disabled `json:"proxy"`
+}
+
+type disabled struct {
+	Disabled bool `json:"disabled"`
 }
 
 type networking struct {
@@ -91,6 +130,7 @@ type joinConfiguration struct {
 	Discovery        discovery         `json:"discovery"`
 	ControlPlane     *joinControlPlane `json:"controlPlane,omitempty"`
 	Timeouts         joinTimeouts      `json:"timeouts"`
+	Patches          *patches          `json:"patches,omitempty"`
 }
 
 // joinTimeouts bound a join's waits (kubeadm's discovery default is 5m).
@@ -144,13 +184,15 @@ type plan struct {
 	certSANs      []string
 	// caHash is kubeadm's discovery pin of the cluster CA.
 	caHash string
+	// providerID is the kubelet's, from the role; empty when it has none.
+	providerID string
 }
 
 // newPlan checks what the role must carry for this node and derives the
 // rest. defaultVersion is kubeadm's own version, used when the role names
 // none. Errors name the role field.
 func newPlan(role *v1.Role, facts []netip.Addr, frontendPort int, defaultVersion string) (*plan, error) {
-	p := &plan{nodeName: role.NodeName, master: role.Role == v1.RoleMaster}
+	p := &plan{nodeName: role.NodeName, master: role.Role == v1.RoleMaster, providerID: role.ProviderID}
 	if role.Kubeadm != nil {
 		p.token = role.Kubeadm.BootstrapToken
 	}
@@ -287,8 +329,9 @@ func caCertHash(ca *x509.Certificate) string {
 func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 	ic := initConfiguration{
 		typeMeta:         typeMeta{APIVersion: kubeadmAPIVersion, Kind: "InitConfiguration"},
-		NodeRegistration: nodeRegistration{Name: p.nodeName, CRISocket: criSocket},
+		NodeRegistration: registration(p),
 		LocalAPIEndpoint: apiEndpoint{AdvertiseAddress: p.advertise.String(), BindPort: apiPort},
+		Patches:          p.patches(),
 	}
 	if p.first && p.token != "" {
 		ic.BootstrapTokens = []bootstrapToken{{
@@ -321,8 +364,41 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 			KeyFile:   EtcdClientKeyFile,
 		}},
 		APIServer: apiServer{CertSANs: p.certSANs},
+		Proxy:     disabled{Disabled: true},
 	}
-	return marshalDocs(ic, cc)
+	kc := kubeletConfiguration{
+		typeMeta:     typeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		CgroupDriver: "systemd",
+		ResolvConf:   "/etc/resolv.conf",
+	}
+	return marshalDocs(ic, cc, kc)
+}
+
+// patches is the configurations' patches directory, when the node has a
+// patch.
+func (p *plan) patches() *patches {
+	if p.providerID == "" {
+		return nil
+	}
+	return &patches{Directory: PatchesDir}
+}
+
+// kubeletPatch is the node's patch of the cluster's
+// KubeletConfiguration (kubeadm's "kubeletconfiguration" target, a JSON
+// merge patch), or nil.
+func kubeletPatch(p *plan) ([]byte, error) {
+	if p.providerID == "" {
+		return nil, nil
+	}
+	return yaml.Marshal(map[string]string{"providerID": p.providerID})
+}
+
+// registration is how this node registers: its name, the runtime, and
+// its address from the role, so that the kubelet does not guess among the
+// node's interfaces (a VIP, a pod bridge).
+func registration(p *plan) nodeRegistration {
+	return nodeRegistration{Name: p.nodeName, CRISocket: criSocket,
+		KubeletExtraArgs: []arg{{Name: "node-ip", Value: p.advertise.String()}}}
 }
 
 // renderJoin is the JoinConfiguration: bootstrap-token discovery against
@@ -330,7 +406,7 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 func renderJoin(p *plan, apiPort int) ([]byte, error) {
 	jc := joinConfiguration{
 		typeMeta:         typeMeta{APIVersion: kubeadmAPIVersion, Kind: "JoinConfiguration"},
-		NodeRegistration: nodeRegistration{Name: p.nodeName, CRISocket: criSocket},
+		NodeRegistration: registration(p),
 		CACertPath:       CACertFile,
 		Discovery: discovery{
 			BootstrapToken: bootstrapTokenDiscovery{
@@ -341,6 +417,7 @@ func renderJoin(p *plan, apiPort int) ([]byte, error) {
 			TLSBootstrapToken: p.token,
 		},
 		Timeouts: joinTimeouts{Discovery: "2m0s"},
+		Patches:  p.patches(),
 	}
 	if p.master {
 		jc.ControlPlane = &joinControlPlane{LocalAPIEndpoint: apiEndpoint{AdvertiseAddress: p.advertise.String(), BindPort: apiPort}}

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 )
@@ -29,7 +30,7 @@ type podManifest struct {
 // manifest gives the same unit, so the manager restarts the apiserver only
 // when kubeadm changed the manifest.
 func (c *Component) standInUnit(host *reconcile.Host) (service.Unit, error) {
-	data, err := readBounded(host.Path(APIServerManifest))
+	data, err := kubeapi.ReadBounded(host.Path(APIServerManifest))
 	if err != nil {
 		return service.Unit{}, fmt.Errorf("read %s: %w", APIServerManifest, err)
 	}

@@ -299,7 +299,11 @@ func Start(ctx context.Context, s Spec) (*Body, error) {
 	argv = append(append(argv, "--", nspawn), s.nspawnArgs()...)
 	cmd := exec.Command("/bin/sh", argv...)
 	cmd.Stdout, cmd.Stderr = console, console
-	cmd.Env = append([]string{bodyPath}, s.Env...)
+	// /proc/sys/net writable, as in a VM: the body has a network
+	// namespace of its own, whose sysctls (forwarding, conntrack
+	// timeouts, route_localnet) its agent and kube-proxy set. The rest of
+	// /proc/sys stays read-only, as nspawn makes it.
+	cmd.Env = append([]string{bodyPath, "SYSTEMD_NSPAWN_API_VFS_WRITABLE=network"}, s.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	log.Debug("starting body", "argv", cmd.Args, "env", s.Env)
 	if err := cmd.Start(); err != nil {

@@ -67,6 +67,9 @@ export LC_ALL=C
 # systemd makes a new machine-id at first boot when the file is empty.
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id
+# The build machine's resolver (debootstrap copies it in) is nothing a
+# clone can use: the agent writes the network's from guestinfo.
+: > /etc/resolv.conf
 rm -f /var/lib/systemd/random-seed /var/lib/systemd/credential.secret
 # Each clone makes its own host keys (ssh.service regenerates them when
 # openssh-server is present).

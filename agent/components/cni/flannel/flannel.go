@@ -230,12 +230,11 @@ func (p *Plugin) Plan(host *reconcile.Host, role *v1.Role) (*plugin.Plan, error)
 	}
 
 	if exists(host.Path(AdminKubeconfig)) {
-		admin := host.Path(AdminKubeconfig)
 		plan.Apply = func(ctx context.Context) ([]string, error) {
 			if p.granted.Load() {
 				return nil, nil
 			}
-			actions, err := ensureRBAC(ctx, admin)
+			actions, err := ensureRBAC(ctx, host, AdminKubeconfig)
 			p.granted.Store(err == nil)
 			return actions, err
 		}

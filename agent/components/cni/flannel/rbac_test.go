@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
@@ -79,7 +80,7 @@ func newAPIStandIn(t *testing.T) (*apiStandIn, string) {
 func TestEnsureRBAC(t *testing.T) {
 	api, admin := newAPIStandIn(t)
 	ctx := context.Background()
-	actions, err := ensureRBAC(ctx, admin)
+	actions, err := ensureRBAC(ctx, &reconcile.Host{}, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +101,11 @@ func TestEnsureRBAC(t *testing.T) {
 	}
 
 	api.answer(http.StatusConflict)
-	if actions, err := ensureRBAC(ctx, admin); err != nil || len(actions) != 0 {
+	if actions, err := ensureRBAC(ctx, &reconcile.Host{}, admin); err != nil || len(actions) != 0 {
 		t.Errorf("existing objects: actions %q, err %v", actions, err)
 	}
 	api.answer(http.StatusForbidden)
-	if _, err := ensureRBAC(ctx, admin); err == nil || !strings.Contains(err.Error(), "ClusterRole "+nodesReader) {
+	if _, err := ensureRBAC(ctx, &reconcile.Host{}, admin); err == nil || !strings.Contains(err.Error(), "ClusterRole "+nodesReader) {
 		t.Errorf("refused: %v", err)
 	}
 }
