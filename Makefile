@@ -28,7 +28,7 @@ FUZZ_TARGETS := \
 	./ova/archive:FuzzValidate \
 	./ova/ovf:FuzzParseOVF
 
-.PHONY: all build test unit fuzz vet bench bench-images bench-clusters lab lab-down clean images bundle packer packer-plugin reproducible vcsim
+.PHONY: all build test unit fuzz vet bench conformance bench-images bench-clusters lab lab-down clean images bundle packer packer-plugin reproducible vcsim
 
 all: build
 
@@ -71,6 +71,13 @@ kubernetes:
 TEST_IMAGES := $(shell scripts/build-test-images.sh --dir)
 test-images:
 	scripts/build-test-images.sh
+
+# Kubernetes' conformance tests against the running lab (make lab), offline:
+# e2e.test and ginkgo from the pinned module, the test images loaded into
+# every VM. FOCUS narrows it (default: sig-network and sig-node).
+.PHONY: conformance
+conformance: build test-images
+	FOCUS='$(FOCUS)' LAB_STATE=$(LAB_STATE) scripts/conformance.sh
 
 # What the node image carries from Kubernetes: binaries for n and n-1, and
 # the control plane's container images as OCI archives (images/components.yaml).
@@ -124,9 +131,9 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
-bench: build kubernetes images
+bench: build kubernetes images test-images
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
 	$(GO) run ./integration/bench/ovavalidate
 	$(MAKE) bench-clusters

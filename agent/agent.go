@@ -88,8 +88,9 @@ type Config struct {
 	// defaults /usr/bin/kubeadm and /usr/bin/kube-apiserver.
 	KubeadmBinary   string
 	APIServerBinary string
-	// StandInForKubelet: this host has no kubelet (the lab), so the agent
-	// runs the kube-apiserver static pod kubeadm wrote as a process.
+	// StandInForKubelet: this host has no kubelet (component tests; VMs
+	// and the lab run the real one), so the agent runs the kube-apiserver
+	// static pod kubeadm wrote as a process.
 	StandInForKubelet bool
 	// Notify tells systemd (Type=notify) when the agent is ready and that
 	// it is alive; nil, or one without a socket, sends nothing.

@@ -254,10 +254,18 @@ func fieldRefusal(field, format string, args ...any) *apiError {
 }
 
 // sessions keeps one logged-in vCenter session per provider and makes a
-// new one when the provider changes or the session has expired.
+// new one when the provider changes or the session has expired. Callers
+// share it: the image import, the cluster engine's passes and the
+// pre-checks may all use it at once.
 type sessions struct {
+	// mu is held across the check and the login, so that callers racing
+	// for an expired session make one new session, not one each that
+	// then replace one another under their users.
 	mu sync.Mutex
 	m  map[string]cachedSession
+	// retireGrace is how long a replaced session stays logged in for
+	// the calls that still hold it.
+	retireGrace time.Duration
 }
 
 type cachedSession struct {
@@ -265,7 +273,14 @@ type cachedSession struct {
 	hash string
 }
 
-func newSessions() *sessions { return &sessions{m: map[string]cachedSession{}} }
+// sessionRetireGrace outlasts any one vCenter call the controller makes
+// (a clone of the largest disk, an OVA upload's lease is renewed on its
+// own session).
+const sessionRetireGrace = 30 * time.Minute
+
+func newSessions() *sessions {
+	return &sessions{m: map[string]cachedSession{}, retireGrace: sessionRetireGrace}
+}
 
 func providerHash(p v1.Provider) string {
 	p.CreatedAt, p.UpdatedAt = time.Time{}, time.Time{}
@@ -276,17 +291,32 @@ func providerHash(p v1.Provider) string {
 func (ss *sessions) put(p v1.Provider, s *vsphere.Session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.putLocked(p, s)
+}
+
+func (ss *sessions) putLocked(p v1.Provider, s *vsphere.Session) {
 	if old, ok := ss.m[p.Name]; ok && old.s != s {
-		go old.s.Logout(context.Background())
+		ss.retire(old.s)
 	}
 	ss.m[p.Name] = cachedSession{s: s, hash: providerHash(p)}
+}
+
+// retire logs a replaced session out once the calls that may still hold
+// it have had time to end: logged out at once, they fail with
+// NotAuthenticated, and a task wait on it can hang.
+func (ss *sessions) retire(s *vsphere.Session) {
+	time.AfterFunc(ss.retireGrace, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Logout(ctx)
+	})
 }
 
 func (ss *sessions) drop(name string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if old, ok := ss.m[name]; ok {
-		go old.s.Logout(context.Background())
+		ss.retire(old.s)
 		delete(ss.m, name)
 	}
 }
@@ -294,8 +324,8 @@ func (ss *sessions) drop(name string) {
 // get returns a live session for the provider (with its password).
 func (ss *sessions) get(ctx context.Context, p v1.Provider) (*vsphere.Session, error) {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	cached, ok := ss.m[p.Name]
-	ss.mu.Unlock()
 	if ok && cached.hash == providerHash(p) && cached.s.Active(ctx) {
 		return cached.s, nil
 	}
@@ -303,7 +333,7 @@ func (ss *sessions) get(ctx context.Context, p v1.Provider) (*vsphere.Session, e
 	if err != nil {
 		return nil, err
 	}
-	ss.put(p, s)
+	ss.putLocked(p, s)
 	return s, nil
 }
 

@@ -8,12 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/images/components"
 	"github.com/harmonykaas/harmony/integration/imageboot"
 )
 
@@ -111,9 +114,34 @@ func TestImageBoot(t *testing.T) {
 		t.Logf("%-22s %5.1f s after QEMU started", m.what, at.Sub(vm.Started()).Seconds())
 	}
 
-	if state := imageboot.AgentReport.FindStringSubmatch(vm.Serial())[1]; state != "active" {
+	serial := vm.Serial()
+	if state := imageboot.AgentReport.FindStringSubmatch(serial)[1]; state != "active" {
 		dump()
 		t.Fatalf("systemd says harmony-agent is %q, want active", state)
+	}
+	// A node's runtime is ready for kubeadm: containerd runs and holds
+	// every container image the image pins (imported at first boot), and
+	// the kubelet is Kubernetes n. Under TCG the test stops there; the lab
+	// boots the same image as VM bodies whose kubelets join (TestLab).
+	pins, err := components.Load("../images/components.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := imageboot.ContainerdReport.FindStringSubmatch(serial); m == nil || m[1] != "active" {
+		t.Errorf("containerd: %q", m)
+	}
+	m := imageboot.ImagesReport.FindStringSubmatch(serial)
+	if m == nil {
+		t.Fatal("no report of containerd's images")
+	}
+	held := strings.Fields(m[1])
+	for _, img := range pins.Images {
+		if !slices.Contains(held, img.Ref) {
+			t.Errorf("containerd lacks %s; it holds %q", img.Ref, held)
+		}
+	}
+	if m := imageboot.KubeletReport.FindStringSubmatch(serial); m == nil || m[1] != pins.Kubernetes[0].Version {
+		t.Errorf("kubelet version %q, want %s", m, pins.Kubernetes[0].Version)
 	}
 
 	// The controller's side: the node enrolled and reports status.

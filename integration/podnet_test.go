@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,36 +48,17 @@ func (l *labUnderTest) kubectl(t *testing.T, stdin string, args ...string) ([]by
 }
 
 // loadTestImage imports an OCI archive of make test-images into a node's
-// containerd, where the kubelet finds it (imagePullPolicy Never).
+// containerd, where the kubelet finds it (imagePullPolicy Never), as
+// `harmonyctl lab load-image` does.
 func (l *labUnderTest) loadTestImage(t *testing.T, node, file string) {
 	t.Helper()
 	dir := os.Getenv("HARMONY_TEST_IMAGES")
 	if dir == "" {
 		t.Fatal("HARMONY_TEST_IMAGES is unset: run make test-images (agnhost, built from the pinned Kubernetes module), or make unit")
 	}
-	b := l.body(t, node)
-	src, err := os.Open(filepath.Join(dir, file))
-	if err != nil {
+	if err := l.vm(t, node).LoadImage(context.Background(), filepath.Join(dir, file)); err != nil {
 		t.Fatal(err)
 	}
-	defer src.Close()
-	inBody := "/var/tmp/" + file
-	dst, err := os.Create(b.Path(inBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if out, err := b.Output(ctx, "ctr", "--namespace", "k8s.io", "images", "import", "--no-unpack", inBody); err != nil {
-		t.Fatalf("import %s into %s: %v\n%s", file, node, err, out)
-	}
-	os.Remove(b.Path(inBody))
 }
 
 // kubePod is what the checks read of a pod.

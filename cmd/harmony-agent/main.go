@@ -74,7 +74,7 @@ its life; and watches its role over mutual TLS.`,
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", 0, "node stack resync interval without a new role (default 30s)")
 	f.StringVar(&cfg.KubeadmBinary, "kubeadm", "/usr/bin/kubeadm", "kubeadm binary")
 	f.StringVar(&cfg.APIServerBinary, "kube-apiserver", "/usr/bin/kube-apiserver", "kube-apiserver binary, for --stand-in-for-kubelet")
-	f.BoolVar(&cfg.StandInForKubelet, "stand-in-for-kubelet", false, "no kubelet on this host (the lab): run the kube-apiserver static pod as a process")
+	f.BoolVar(&cfg.StandInForKubelet, "stand-in-for-kubelet", false, "no kubelet on this host (tests only; VMs and the lab run the real kubelet): run the kube-apiserver static pod as a process")
 	f.DurationVar(&cfg.WatchWait, "watch-wait", 0, "how long one role long poll waits (default 55s)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
 	f.DurationVar(&cfg.RefusedRetryMax, "refused-retry-max", 0, "longest wait between tries of a certificate the controller refused, e.g. after a restore from backup (default 5m)")

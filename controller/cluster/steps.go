@@ -27,6 +27,9 @@ const (
 	leavePoll = 5 * time.Second
 )
 
+// stepTimeout bounds one step: longer than a clone of the largest disk.
+const stepTimeout = 30 * time.Minute
+
 // advance takes one machine through its steps until it is done, fails,
 // or has to wait for a retry. The clone bound is held for the whole
 // machine, so that at most CloneParallelism VMs are in flight.
@@ -40,11 +43,16 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 	for !m.settled() && ctx.Err() == nil {
 		var r stepResult
 		var err error
+		// A vCenter call that never answers (a task wait on a session
+		// gone bad) fails the step and is retried, instead of holding
+		// the machine, and the clone bound, forever.
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
 		if m.Remove {
-			r, err = e.teardownStep(ctx, p, &m)
+			r, err = e.teardownStep(sctx, p, &m)
 		} else {
-			r, err = e.createStep(ctx, p, &m)
+			r, err = e.createStep(sctx, p, &m)
 		}
+		cancel()
 		if ctx.Err() != nil {
 			return // shutting down: the step is redone on the next start
 		}

@@ -45,9 +45,14 @@ import (
 
 // Spec is one image.
 type Spec struct {
-	Ref        string
-	Files      []File
+	Ref   string
+	Files []File
+	// Links are symbolic links, such as busybox's applets.
+	Links []Link
+	// Dirs are empty directories, such as /tmp.
+	Dirs       []Dir
 	Entrypoint []string
+	Cmd        []string
 	User       string
 	Env        []string
 	Created    time.Time
@@ -62,6 +67,18 @@ type File struct {
 	// security.capability extended attribute, which containerd sets when
 	// it unpacks the layer.
 	Caps []string
+}
+
+// Link is a symbolic link in the layer.
+type Link struct {
+	Path   string // absolute, in the image
+	Target string
+}
+
+// Dir is a directory in the layer, with its mode.
+type Dir struct {
+	Path string
+	Mode int64
 }
 
 // capabilityBits are the capabilities -cap accepts, by their number in
@@ -83,11 +100,17 @@ func main() {
 		files      multiFlag
 		env        multiFlag
 		caps       multiFlag
+		links      multiFlag
+		dirs       multiFlag
 		entrypoint string
+		cmd        string
 	)
 	flag.StringVar(&spec.Ref, "ref", "", "image reference, e.g. registry.k8s.io/pause:3.10.1")
 	flag.Var(&files, "file", "SOURCE:PATH[:MODE] to put in the image (repeatable; MODE octal, default 0755)")
 	flag.StringVar(&entrypoint, "entrypoint", "", "entrypoint, comma-separated")
+	flag.StringVar(&cmd, "cmd", "", "default arguments (the image's CMD), comma-separated")
+	flag.Var(&links, "link", "PATH=TARGET symbolic link (repeatable)")
+	flag.Var(&dirs, "dir", "PATH[:MODE] empty directory (repeatable; MODE octal, default 0755)")
 	flag.StringVar(&spec.User, "user", "", "user the image runs as (default root)")
 	flag.Var(&env, "env", "KEY=VALUE (repeatable; PATH is set by default)")
 	flag.Var(&caps, "cap", "PATH=cap_name[,cap_name] file capabilities for a -file PATH (repeatable)")
@@ -111,6 +134,31 @@ func main() {
 		}
 		if err := applyCaps(spec.Files, caps); err != nil {
 			return err
+		}
+		for _, l := range links {
+			p, target, ok := strings.Cut(l, "=")
+			if !ok || !cleanAbs(p) || target == "" {
+				return fmt.Errorf("-link %q: want /ABSOLUTE/PATH=TARGET", l)
+			}
+			spec.Links = append(spec.Links, Link{Path: p, Target: target})
+		}
+		for _, d := range dirs {
+			p, m, hasMode := strings.Cut(d, ":")
+			dir := Dir{Path: p, Mode: 0o755}
+			if hasMode {
+				mode, err := strconv.ParseInt(m, 8, 32)
+				if err != nil || mode < 0 || mode > 0o7777 {
+					return fmt.Errorf("-dir %q: mode %q: want octal such as 1777", d, m)
+				}
+				dir.Mode = mode
+			}
+			if !cleanAbs(p) {
+				return fmt.Errorf("-dir %q: want /ABSOLUTE/PATH[:MODE]", d)
+			}
+			spec.Dirs = append(spec.Dirs, dir)
+		}
+		if cmd != "" {
+			spec.Cmd = strings.Split(cmd, ",")
 		}
 		if entrypoint != "" {
 			spec.Entrypoint = strings.Split(entrypoint, ",")
@@ -175,7 +223,7 @@ func Build(spec Spec) (v1.Image, name.Tag, error) {
 	if len(spec.Files) == 0 {
 		return nil, name.Tag{}, errors.New("files: none given")
 	}
-	layerTar, err := layerBytes(spec.Files, spec.Created)
+	layerTar, err := layerBytes(spec, spec.Created)
 	if err != nil {
 		return nil, name.Tag{}, err
 	}
@@ -198,6 +246,7 @@ func Build(spec Spec) (v1.Image, name.Tag, error) {
 	cfg.Architecture, cfg.OS = "amd64", "linux"
 	cfg.Created = v1.Time{Time: spec.Created}
 	cfg.Config.Entrypoint = spec.Entrypoint
+	cfg.Config.Cmd = spec.Cmd
 	cfg.Config.User = spec.User
 	cfg.Config.Env = spec.Env
 	cfg.History = []v1.History{{Created: v1.Time{Time: spec.Created}, CreatedBy: "harmony ocipack", Comment: spec.Ref}}
@@ -208,16 +257,37 @@ func Build(spec Spec) (v1.Image, name.Tag, error) {
 	return img, ref, nil
 }
 
-// layerBytes is the layer's tar: parent directories, then the files,
-// sorted, owned by root, with the epoch as every time.
-func layerBytes(files []File, mtime time.Time) ([]byte, error) {
-	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+// layerBytes is the layer's tar: every entry sorted by path after its
+// parent directories, owned by root, with the epoch as every time.
+func layerBytes(spec Spec, mtime time.Time) ([]byte, error) {
+	type entry struct {
+		path string
+		file *File
+		link *Link
+		dir  *Dir
+	}
+	var entries []entry
+	for i := range spec.Files {
+		entries = append(entries, entry{path: spec.Files[i].Path, file: &spec.Files[i]})
+	}
+	for i := range spec.Links {
+		entries = append(entries, entry{path: spec.Links[i].Path, link: &spec.Links[i]})
+	}
+	for i := range spec.Dirs {
+		entries = append(entries, entry{path: spec.Dirs[i].Path, dir: &spec.Dirs[i]})
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].path < entries[j].path })
+	for i := 1; i < len(entries); i++ {
+		if entries[i].path == entries[i-1].path {
+			return nil, fmt.Errorf("%s: given twice", entries[i].path)
+		}
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
-	for _, f := range files {
+	for _, e := range entries {
 		var parents []string
-		for d := path.Dir(f.Path); d != "/" && !dirs[d]; d = path.Dir(d) {
+		for d := path.Dir(e.path); d != "/" && !dirs[d]; d = path.Dir(d) {
 			parents = append([]string{d}, parents...)
 			dirs[d] = true
 		}
@@ -227,24 +297,26 @@ func layerBytes(files []File, mtime time.Time) ([]byte, error) {
 				return nil, err
 			}
 		}
-		data, err := os.ReadFile(f.Source)
-		if err != nil {
-			return nil, fmt.Errorf("file %s: %w", f.Source, err)
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.Path, "/"),
-			Mode: f.Mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}
-		if len(f.Caps) > 0 {
-			xattr, err := capabilityXattr(f.Caps)
-			if err != nil {
-				return nil, fmt.Errorf("file %s: %w", f.Path, err)
+		name := strings.TrimPrefix(e.path, "/")
+		switch {
+		case e.link != nil:
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: e.link.Target,
+				Mode: 0o777, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+				return nil, err
 			}
-			hdr.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(xattr)}
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
+		case e.dir != nil:
+			if dirs[e.path] {
+				return nil, fmt.Errorf("%s: a directory given after what it holds", e.path)
+			}
+			dirs[e.path] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/",
+				Mode: e.dir.Mode, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		default:
+			if err := writeFile(tw, e.file, mtime); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -253,9 +325,32 @@ func layerBytes(files []File, mtime time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+func writeFile(tw *tar.Writer, f *File, mtime time.Time) error {
+	data, err := os.ReadFile(f.Source)
+	if err != nil {
+		return fmt.Errorf("file %s: %w", f.Source, err)
+	}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.Path, "/"),
+		Mode: f.Mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX}
+	if len(f.Caps) > 0 {
+		xattr, err := capabilityXattr(f.Caps)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		hdr.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(xattr)}
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	_, err = tw.Write(data)
+	return err
+}
+
+func cleanAbs(p string) bool { return path.IsAbs(p) && path.Clean(p) == p && p != "/" }
+
 func parseFile(s string) (File, error) {
 	parts := strings.Split(s, ":")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !path.IsAbs(parts[1]) || path.Clean(parts[1]) != parts[1] || parts[1] == "/" {
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !cleanAbs(parts[1]) {
 		return File{}, fmt.Errorf("-file %q: want SOURCE:/ABSOLUTE/PATH[:MODE]", s)
 	}
 	f := File{Source: parts[0], Path: parts[1], Mode: 0o755}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -345,5 +346,58 @@ func main() {
 	out, err = run("without-cap", nil)
 	if err == nil || !strings.Contains(out, "permission denied") {
 		t.Fatalf("without the file capability the bind should be refused (else this test proves nothing): %v\n%s", err, out)
+	}
+}
+
+// Links, empty directories and the default arguments reach the layer and
+// the config: a busybox image is one binary, its applets as links, and
+// a /tmp anyone may write.
+func TestLinksDirsAndCmd(t *testing.T) {
+	spec := testSpec(t)
+	spec.Links = []Link{{Path: "/bin/sh", Target: "/usr/local/bin/pause"}}
+	spec.Dirs = []Dir{{Path: "/tmp", Mode: 0o1777}}
+	spec.Cmd = []string{"pause"}
+	img, _, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Config.Cmd, []string{"pause"}) {
+		t.Errorf("cmd %q", cfg.Config.Cmd)
+	}
+	layers, _ := img.Layers()
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	got := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = h
+	}
+	if h := got["bin/sh"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "/usr/local/bin/pause" {
+		t.Errorf("bin/sh: %+v", h)
+	}
+	if h := got["bin/"]; h == nil || h.Typeflag != tar.TypeDir {
+		t.Errorf("the link's parent directory: %+v", h)
+	}
+	if h := got["tmp/"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o1777 {
+		t.Errorf("tmp/: %+v", h)
+	}
+
+	spec.Links = append(spec.Links, Link{Path: "/tmp", Target: "x"})
+	if _, _, err := Build(spec); err == nil || !strings.Contains(err.Error(), "/tmp: given twice") {
+		t.Errorf("a path given twice: %v", err)
 	}
 }

@@ -9,24 +9,37 @@ import (
 // systemd prints "Started …" on the console only while the boot's own
 // jobs run; harmony-agent (Type=notify) becomes active after that, once
 // it has enrolled and made its first pass. So a tiny unit ordered after
-// it reports the agent's state on the serial console. Tests add it to
-// their copy of the disk; images never carry it.
+// it, and after the first-boot import of the container images, reports on
+// the serial console: the agent's state, containerd's, the images
+// containerd holds for the kubelet, and the kubelet's own version. Tests
+// add it to their copy of the disk; images never carry it.
 const reportUnit = `[Unit]
 Description=Report harmony-agent's state on the serial console (image boot test)
 Wants=harmony-agent.service
-After=harmony-agent.service
+After=harmony-agent.service harmony-images-import.service containerd.service
 
 [Service]
 Type=oneshot
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: containerd is $(systemctl is-active containerd.service)" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: images $(ctr --namespace k8s.io images ls -q | sort | tr "\\n" " ")" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet $(kubelet --version)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
 
 [Install]
 WantedBy=multi-user.target
 `
 
-// AgentReport matches the reporter's line; its group is the agent's state
-// ("active" once systemd has its READY).
+// AgentReport matches the reporter's last line; its group is the agent's
+// state ("active" once systemd has its READY).
 var AgentReport = regexp.MustCompile(`harmony-boot-report: harmony-agent is ([a-z]+)`)
+
+// The reporter's other lines: containerd's state, the images containerd
+// holds (space-separated references), the kubelet's version.
+var (
+	ContainerdReport = regexp.MustCompile(`harmony-boot-report: containerd is ([a-z]+)`)
+	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
+	KubeletReport    = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
+)
 
 // InjectAgentReporter adds the reporting unit to the disk's root.
 func InjectAgentReporter(ctx context.Context, disk string, offset int64) error {

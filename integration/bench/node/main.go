@@ -11,6 +11,11 @@
 //   - the agent's RSS and CPU when converged and idle, next to Debian's
 //     prometheus-node-exporter run idle in the same VM's namespace and
 //     scraped as often as Prometheus scrapes the agent, in the same run;
+//   - each VM body's memory when idle (its memory cgroup: all charged, and
+//     its processes' anonymous memory), a master's and a worker's;
+//   - pod-to-pod TCP throughput across the two workers over flannel's
+//     VXLAN, next to the same transfer between host-network pods on the
+//     same workers (the bare bridge), and their ratio: the overlay's cost;
 //   - the VIP failover gap: the VIP holder is powered off through vCenter,
 //     and the gap is the time until /readyz answers again through the VIP.
 //
@@ -59,10 +64,12 @@ func main() {
 }
 
 func run() error {
-	var binDir, imagesDir, subnet string
+	var binDir, imagesDir, subnet, k8sBin, testImages string
 	var idle time.Duration
 	flag.StringVar(&binDir, "bin", os.Getenv("HARMONY_BIN"), "directory of harmony-controller, harmonyctl and vmware-rpctool")
 	flag.StringVar(&imagesDir, "images", os.Getenv("HARMONY_IMAGES"), "directory of the node OVA (make images)")
+	flag.StringVar(&k8sBin, "k8s-bin", os.Getenv("HARMONY_K8S_BIN"), "directory of kubectl (make kubernetes)")
+	flag.StringVar(&testImages, "test-images", os.Getenv("HARMONY_TEST_IMAGES"), "directory of agnhost.tar (make test-images)")
 	flag.StringVar(&subnet, "subnet", "198.18.120.0/24", "the bench lab's /24 inside 198.18.0.0/15")
 	flag.DurationVar(&idle, "idle", 30*time.Second, "how long the ready lab idles before CPU and memory are read")
 	flag.Parse()
@@ -163,6 +170,32 @@ func run() error {
 	cpu, _ := procstat.CPUTime(exporter.Process.Pid)
 	fmt.Printf("  node_exporter (reference)     %6.1f MiB %6.2f %%\n", mib(exporterMem.RSS),
 		100*float64(cpu-cpuBefore[exporter.Process.Pid])/float64(during.window))
+
+	fmt.Println("\n  VM body, idle      memory cgroup (all charged)   its processes' anonymous memory")
+	for _, n := range sum.Nodes {
+		vm, err := lab.OpenVM(stateDir, n.Name)
+		if err != nil {
+			return err
+		}
+		b, err := vm.Body()
+		if err != nil {
+			return err
+		}
+		usage, rss, err := b.Memory()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %-8s %-6s     %8.0f MiB                  %8.0f MiB\n", n.Name, n.Role, mib(usage), mib(rss))
+	}
+
+	overlay, bridge, err := throughput(ctx, stateDir, sum, k8sBin, testImages)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nTCP bulk transfer (%d MiB) between the two workers, busybox dd | nc in agnhost pods:\n", transferMiB)
+	fmt.Printf("  pod to pod over flannel's VXLAN     %7.1f MiB/s\n", overlay)
+	fmt.Printf("  host network, the bare bridge       %7.1f MiB/s (reference)\n", bridge)
+	fmt.Printf("  the overlay keeps %.0f %% of the bridge's throughput\n", 100*overlay/bridge)
 
 	gap, from, to, err := failover(ctx, stateDir, sum)
 	if err != nil {

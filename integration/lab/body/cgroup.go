@@ -219,3 +219,33 @@ func killCgroups(tops []string) {
 // joinScript makes the shell that starts nspawn join the body's cgroups
 // first: sh -c joinScript sh PROCS... -- NSPAWN ARGS...
 const joinScript = `while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"`
+
+// Memory is the body's memory as its memory cgroup counts it: everything
+// charged to it (page cache included), and the anonymous memory of its
+// processes (total_rss), which is what a VM of that size must hold.
+func (b *Body) Memory() (usage, rss uint64, err error) {
+	for _, dir := range b.cgroups {
+		if !strings.Contains(dir, "/memory/") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "memory.usage_in_bytes"))
+		if err != nil {
+			return 0, 0, err
+		}
+		if usage, err = strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", dir, err)
+		}
+		stat, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, line := range strings.Split(string(stat), "\n") {
+			if v, ok := strings.CutPrefix(line, "total_rss "); ok {
+				rss, err = strconv.ParseUint(v, 10, 64)
+				return usage, rss, err
+			}
+		}
+		return usage, 0, fmt.Errorf("%s: memory.stat has no total_rss", dir)
+	}
+	return 0, 0, fmt.Errorf("body %s: no memory cgroup", b.Name)
+}
