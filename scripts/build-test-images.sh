@@ -6,8 +6,11 @@
 #
 #   agnhost.tar  registry.k8s.io/e2e-test-images/agnhost:<its VERSION file>
 #                agnhost built from tools/kubernetes's k8s.io/kubernetes, on
-#                Debian's static busybox (sh, nc, wget, nslookup, ...) where
-#                upstream's has Alpine with curl and bind-tools
+#                Debian's static busybox (sh and the small tools) with
+#                Debian's curl and OpenBSD netcat and their libraries, where
+#                upstream's has Alpine with the same tools (the tests run
+#                `curl` and `nc -v` in it); the resolved package versions
+#                go into agnhost.debs
 #   busybox.tar  registry.k8s.io/e2e-test-images/busybox:<manifest's tag>
 #                Debian's static busybox (1.35 in bookworm; the manifest's
 #                tag names 1.37), every applet linked, /tmp
@@ -27,6 +30,9 @@ N=$(scripts/build-kubernetes.sh --version)
 DIR=$CACHE/test-images/$N
 # Debian's busybox-static, pinned; apt-get download fetches it.
 BUSYBOX_DEB=busybox-static=1:1.35.0-4+deb12u1+b1
+# The tools the e2e tests run in agnhost beyond busybox's, from Debian
+# with their dependency closure as this machine's apt resolves it.
+AGNHOST_DEBS=(curl netcat-openbsd)
 case "${1:-}" in
   --dir) echo "$DIR"; exit 0 ;;
   "") ;;
@@ -62,16 +68,42 @@ if fresh agnhost && fresh busybox; then
   exit 0
 fi
 
+apt_download() { # dir packages...
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  (cd "$dir" && apt-get download -q -o APT::Sandbox::User=root "$@" >&2)
+}
+
 # busybox: the binary and one link per applet, as the applet list names it.
 log "fetching $BUSYBOX_DEB"
-(cd "$tmp" && apt-get download -q -o APT::Sandbox::User=root "$BUSYBOX_DEB" >&2)
-dpkg-deb -x "$tmp"/busybox-static_*.deb "$tmp/busybox-root"
+apt_download "$tmp/busybox-deb" "$BUSYBOX_DEB"
+dpkg-deb -x "$tmp"/busybox-deb/busybox-static_*.deb "$tmp/busybox-root"
 BUSYBOX=$tmp/busybox-root/bin/busybox
-busybox_args=(-file "$BUSYBOX:/bin/busybox" -dir /tmp:1777)
-while read -r applet; do
-  [ "$applet" = bin/busybox ] || busybox_args+=(-link "/$applet=/bin/busybox")
-done < <("$BUSYBOX" --list-full | sort -u)
+busybox_args() { # root: links for the applets the tree at root does not hold
+  local root=$1 applet
+  printf "%s\n" -file "$BUSYBOX:/bin/busybox"
+  while read -r applet; do
+    [ "$applet" = bin/busybox ] || [ -e "$root/$applet" ] || [ -L "$root/$applet" ] || printf "%s\n" -link "/$applet=/bin/busybox"
+  done < <("$BUSYBOX" --list-full | sort -u)
+}
+tree_args() { # root: ocipack arguments for every directory, file and link under it
+  local root=$1 p rel
+  while IFS= read -r -d '' p; do
+    rel=${p#"$root"}
+    if [ -L "$p" ]; then
+      printf "%s\n" -link "$rel=$(readlink "$p")"
+    elif [ -d "$p" ]; then
+      printf "%s\n" -dir "$rel:$(stat -c %a "$p")"
+    else
+      printf "%s\n" -file "$p:$rel:$(stat -c %a "$p")"
+    fi
+  done < <(find "$root" -mindepth 1 -print0 | sort -z)
+}
 
+mkdir -p "$tmp/busybox-image/tmp"
+chmod 1777 "$tmp/busybox-image/tmp"
+mapfile -t busybox_image < <(tree_args "$tmp/busybox-image"; busybox_args "$tmp/busybox-image")
 pack() { # name ref args...
   local name=$1 ref=$2
   shift 2
@@ -81,11 +113,27 @@ pack() { # name ref args...
   echo "$INPUTS" > "$DIR/$name.inputs"
   log "$ref packed"
 }
-pack busybox "registry.k8s.io/e2e-test-images/busybox:$BUSYBOX_TAG" "${busybox_args[@]}" -cmd sh
+pack busybox "registry.k8s.io/e2e-test-images/busybox:$BUSYBOX_TAG" "${busybox_image[@]}" -cmd sh
 
 log "building agnhost $AGNHOST_TAG from k8s.io/kubernetes $N (a few minutes cold)"
-(cd tools/kubernetes && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/agnhost" k8s.io/kubernetes/test/images/agnhost)
-# As upstream's: /agnhost with pause as the default, and agnhost-2 beside it.
-pack agnhost "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_TAG" "${busybox_args[@]}" \
-  -file "$tmp/agnhost:/agnhost" -link /agnhost-2=agnhost -dir /uploads -entrypoint /agnhost -cmd pause
+root=$tmp/agnhost-root
+mkdir -p "$root/tmp" "$root/uploads"
+chmod 1777 "$root/tmp"
+(cd tools/kubernetes && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$root/agnhost" k8s.io/kubernetes/test/images/agnhost)
+ln -s agnhost "$root/agnhost-2"
+mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+  --no-breaks --no-replaces --no-enhances "${AGNHOST_DEBS[@]}" | grep -v -e '^ ' -e '^<' | sort -u)
+log "fetching ${AGNHOST_DEBS[*]} and their libraries (${#closure[@]} packages)"
+apt_download "$tmp/agnhost-debs" "${closure[@]}"
+for deb in "$tmp"/agnhost-debs/*.deb; do
+  dpkg-deb -x "$deb" "$root"
+  dpkg-deb -f "$deb" Package Version | sed 's/^[A-Za-z]*: //' | paste -sd' '
+done > "$tmp/agnhost.debs"
+# What the packages' scripts would do: the nc alternative; no docs.
+ln -sf /bin/nc.openbsd "$root/usr/bin/nc"
+rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/locale"
+mapfile -t agnhost_image < <(tree_args "$root"; busybox_args "$root")
+# As upstream's: /agnhost with pause as the default.
+pack agnhost "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_TAG" "${agnhost_image[@]}" -entrypoint /agnhost -cmd pause
+mv -f "$tmp/agnhost.debs" "$DIR/agnhost.debs"
 echo "$DIR"
