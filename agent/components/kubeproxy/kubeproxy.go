@@ -183,14 +183,14 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		st.Message = "waiting for the kubelet's credential " + kubeadm.KubeletKubeconfig + " (kubeadm writes it when the node joins), as which kube-proxy runs"
 		return st
 	}
+	// kube-proxy retries its watches until the grant is there: a failed
+	// grant is said in the status and retried on the next pass.
+	var grantErr error
 	if exists(host.Path(kubeadm.AdminKubeconfig)) && !c.granted.Load() {
-		actions, err := grant(ctx, host)
+		var actions []string
+		actions, grantErr = grant(ctx, host)
 		st.Actions = append(st.Actions, actions...)
-		if err != nil {
-			// kube-proxy retries its watches meanwhile.
-			host.Log.Warn("grant nodes kube-proxy's access", "err", err)
-		}
-		c.granted.Store(err == nil)
+		c.granted.Store(grantErr == nil)
 	}
 	unit := service.Unit{Name: Name, Command: []string{c.cfg.Binary, "--config=" + host.Path(ConfigFile)}}
 	actions, err := host.RunUnit(ctx, unit, false)
@@ -209,6 +209,10 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	if err := c.healthy(ctx); err != nil {
 		st.Message = "running, rules not synced yet: " + err.Error()
+		return st
+	}
+	if grantErr != nil {
+		st.Message = "nodes not granted kube-proxy's access yet: " + grantErr.Error()
 		return st
 	}
 	st.Healthy = true

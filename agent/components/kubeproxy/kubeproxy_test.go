@@ -246,3 +246,22 @@ func writeTemp(t *testing.T, data []byte) string {
 	write(t, path, string(data), 0o644)
 	return path
 }
+
+// On a master, nodes get kube-proxy's access through admin.conf; until
+// that grant succeeds the node is not healthy and says why, and the next
+// pass tries again.
+func TestGrantFailureIsReported(t *testing.T) {
+	host, _, cfg := testHost(t, true)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	cfg.HealthURL = srv.URL + "/healthz"
+	write(t, host.Path(kubeadm.KubeletKubeconfig), "placeholder", 0o600)
+	write(t, host.Path(kubeadm.AdminKubeconfig), "not a kubeconfig", 0o600)
+	c := New(cfg)
+	for range 2 {
+		st := c.Reconcile(context.Background(), host, testRole(v1.RoleMaster, ""))
+		if st.Healthy || !strings.Contains(st.Message, "not granted kube-proxy's access") || !strings.Contains(st.Message, kubeadm.AdminKubeconfig) {
+			t.Errorf("status %+v", st)
+		}
+	}
+}
