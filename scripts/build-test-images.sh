@@ -6,8 +6,8 @@
 #
 #   agnhost.tar  registry.k8s.io/e2e-test-images/agnhost:<its VERSION file>
 #                agnhost built from tools/kubernetes's k8s.io/kubernetes, on
-#                Debian's static busybox (sh and the small tools) with
-#                Debian's curl and OpenBSD netcat and their libraries, where
+#                Debian's static busybox (the small tools) with Debian's
+#                dash as sh, curl and OpenBSD netcat and their libraries, where
 #                upstream's has Alpine with the same tools (the tests run
 #                `curl` and `nc -v` in it); the resolved package versions
 #                go into agnhost.debs
@@ -32,7 +32,7 @@ DIR=$CACHE/test-images/$N
 BUSYBOX_DEB=busybox-static=1:1.35.0-4+deb12u1+b1
 # The tools the e2e tests run in agnhost beyond busybox's, from Debian
 # with their dependency closure as this machine's apt resolves it.
-AGNHOST_DEBS=(curl netcat-openbsd)
+AGNHOST_DEBS=(curl netcat-openbsd dash)
 case "${1:-}" in
   --dir) echo "$DIR"; exit 0 ;;
   "") ;;
@@ -129,8 +129,11 @@ for deb in "$tmp"/agnhost-debs/*.deb; do
   dpkg-deb -x "$deb" "$root"
   dpkg-deb -f "$deb" Package Version | sed 's/^[A-Za-z]*: //' | paste -sd' '
 done > "$tmp/agnhost.debs"
-# What the packages' scripts would do: the nc alternative; no docs.
+# What the packages' scripts would do: the nc alternative; no docs. The
+# shell is dash: Debian's static busybox prefers its own applets to PATH
+# (its ash would run busybox's nc, which has no -v, over OpenBSD's).
 ln -sf /bin/nc.openbsd "$root/usr/bin/nc"
+ln -sf dash "$root/bin/sh"
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/locale"
 mapfile -t agnhost_image < <(tree_args "$root"; busybox_args "$root")
 # As upstream's: /agnhost with pause as the default.
