@@ -121,6 +121,9 @@ mkdir -p "$root/tmp" "$root/uploads"
 chmod 1777 "$root/tmp"
 (cd tools/kubernetes && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$root/agnhost" k8s.io/kubernetes/test/images/agnhost)
 ln -s agnhost "$root/agnhost-2"
+# porter serves TLS with these, at the root, as upstream's Dockerfile adds them.
+cp "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/"
+chmod 0644 "$root/localhost.crt" "$root/localhost.key"
 mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
   --no-breaks --no-replaces --no-enhances "${AGNHOST_DEBS[@]}" | grep -v -e '^ ' -e '^<' | sort -u)
 log "fetching ${AGNHOST_DEBS[*]} and their libraries (${#closure[@]} packages)"
