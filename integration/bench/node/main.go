@@ -192,7 +192,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nTCP bulk transfer (%d MiB) between the two workers, busybox dd | nc in agnhost pods:\n", transferMiB)
+	fmt.Printf("\nTCP bulk transfer (%d MiB) between the two workers, busybox dd | OpenBSD nc in agnhost pods:\n", transferMiB)
 	fmt.Printf("  pod to pod over flannel's VXLAN     %7.1f MiB/s\n", overlay)
 	fmt.Printf("  host network, the bare bridge       %7.1f MiB/s (reference)\n", bridge)
 	fmt.Printf("  the overlay keeps %.0f %% of the bridge's throughput\n", 100*overlay/bridge)

@@ -19,14 +19,14 @@ import (
 // connection's start is noise, small enough for the 2-core machine.
 const transferMiB = 512
 
-// ddSeconds reads busybox dd's report: "N bytes (…) copied, 2.3 seconds, …".
-var ddSeconds = regexp.MustCompile(`copied, ([0-9.]+) seconds`)
+// realSeconds reads busybox time -p's report: "real 2.07".
+var realSeconds = regexp.MustCompile(`(?m)^real ([0-9.]+)$`)
 
 // throughput measures a TCP bulk transfer from a pod on one worker to a
 // pod on the other (flannel's VXLAN), next to the same transfer between
 // host-network pods on the same two workers (the lab's bare bridge), with
-// the same image and tools (busybox dd and nc in make test-images'
-// agnhost), so that the ratio is the overlay's cost. Returns MiB/s.
+// the same image and tools (busybox dd and time, OpenBSD nc, in make
+// test-images' agnhost), so that the ratio is the overlay's cost. Returns MiB/s.
 func throughput(ctx context.Context, stateDir string, sum *lab.Summary, k8sBin, testImages string) (overlay, bridge float64, err error) {
 	var workers []string
 	for _, n := range sum.Nodes {
@@ -98,27 +98,27 @@ spec:
 		// The receiver discards what one connection sends; the sender
 		// times the whole transfer, from its first byte to the close.
 		listen := exec.CommandContext(ctx, filepath.Join(k8sBin, "kubectl"), "--kubeconfig", sum.Kubeconfig,
-			"exec", recv, "--", "/bin/sh", "-c", fmt.Sprintf("nc -l -p %d > /dev/null", port))
+			"exec", recv, "--", "/bin/sh", "-c", fmt.Sprintf("/bin/nc.openbsd -l %d > /dev/null", port))
 		if err := listen.Start(); err != nil {
 			return 0, err
 		}
 		defer listen.Process.Kill()
 		time.Sleep(2 * time.Second)
-		// dd times the write into the connection: all of it but the last
-		// socket buffer's worth has crossed the network by then. nc waits
-		// 2 s idle after dd's end, outside dd's time.
+		// busybox's time times the whole transfer: dd into OpenBSD nc
+		// (in make test-images' agnhost), which closes its side at the
+		// end of its input.
 		out, err = kubectl("", "exec", send, "--", "/bin/sh", "-c",
-			fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/tmp/dd.txt | nc -w 2 %s %d; cat /tmp/dd.txt", transferMiB, pod.Status.PodIP, port))
+			fmt.Sprintf("time -p sh -c 'dd if=/dev/zero bs=1048576 count=%d 2>/dev/null | /bin/nc.openbsd -N %s %d'", transferMiB, pod.Status.PodIP, port))
 		if err != nil {
 			return 0, err
 		}
-		m := ddSeconds.FindStringSubmatch(out)
+		m := realSeconds.FindStringSubmatch(out)
 		if m == nil {
-			return 0, fmt.Errorf("dd's report %q", out)
+			return 0, fmt.Errorf("time's report %q", out)
 		}
 		secs, err := strconv.ParseFloat(m[1], 64)
 		if err != nil || secs <= 0 {
-			return 0, fmt.Errorf("dd's report %q", out)
+			return 0, fmt.Errorf("time's report %q", out)
 		}
 		listen.Wait()
 		return transferMiB / secs, nil
