@@ -11,6 +11,10 @@
 #                upstream's has Alpine with the same tools (the tests run
 #                `curl` and `nc -v` in it); the resolved package versions
 #                go into agnhost.debs
+#   jessie-dnsutils.tar  registry.k8s.io/e2e-test-images/jessie-dnsutils:<tag>
+#                Debian bookworm's dig (bind9-dnsutils), getent and dash with
+#                their library closure, and busybox's small tools: what the
+#                DNS specs' probe runs (upstream's is Debian jessie)
 #   busybox.tar  registry.k8s.io/e2e-test-images/busybox:<manifest's tag>
 #                Debian's static busybox (1.35 in bookworm; the manifest's
 #                tag names 1.37), every applet linked, /tmp
@@ -33,6 +37,7 @@ BUSYBOX_DEB=busybox-static=1:1.35.0-4+deb12u1+b1
 # The tools the e2e tests run in agnhost beyond busybox's, from Debian
 # with their dependency closure as this machine's apt resolves it.
 AGNHOST_DEBS=(curl netcat-openbsd dash)
+DNSUTILS_DEBS=(bind9-dnsutils libc-bin dash)
 case "${1:-}" in
   --dir) echo "$DIR"; exit 0 ;;
   "") ;;
@@ -52,6 +57,7 @@ AGNHOST_TAG=$(tag agnhost)
 [ "$AGNHOST_TAG" = "$(cat "$K8S_SRC/test/images/agnhost/VERSION")" ] || {
   log "the manifest's agnhost $AGNHOST_TAG is not test/images/agnhost/VERSION"; exit 1; }
 BUSYBOX_TAG=$(tag busybox)
+DNSUTILS_TAG=$(tag jessie-dnsutils)
 
 mkdir -p "$DIR"
 tmp=$(mktemp -d "$DIR/.build.XXXXXX")
@@ -62,7 +68,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
 inputs_of() { sha256sum scripts/build-test-images.sh images/ocipack/main.go tools/kubernetes/go.sum | sha256sum | cut -c1-16; }
 INPUTS=$(inputs_of)
 fresh() { [ -f "$DIR/$1.tar" ] && [ "$(cat "$DIR/$1.inputs" 2>/dev/null)" = "$INPUTS" ]; }
-if fresh agnhost && fresh busybox; then
+if fresh agnhost && fresh busybox && fresh jessie-dnsutils; then
   log "$DIR is up to date"
   echo "$DIR"
   exit 0
@@ -101,6 +107,24 @@ tree_args() { # root: ocipack arguments for every directory, file and link under
   done < <(find "$root" -mindepth 1 -print0 | sort -z)
 }
 
+debian_root() { # name root packages...: the packages and their library closure under root
+  local name=$1 root=$2 deb closure
+  shift 2
+  mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+    --no-breaks --no-replaces --no-enhances "$@" | grep -v -e '^ ' -e '^<' | sort -u)
+  log "fetching $* and their libraries (${#closure[@]} packages) for $name"
+  apt_download "$tmp/$name-debs" "${closure[@]}"
+  for deb in "$tmp/$name-debs"/*.deb; do
+    dpkg-deb -x "$deb" "$root"
+    dpkg-deb -f "$deb" Package Version | sed 's/^[A-Za-z]*: //' | paste -sd' '
+  done > "$DIR/.$name.debs"
+  # No docs. dash is sh: Debian's static busybox prefers its own applets
+  # to PATH, so its ash would run busybox's tools over Debian's (its nc
+  # has no -v).
+  rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/locale"
+  ln -sf dash "$root/bin/sh"
+}
+
 mkdir -p "$tmp/busybox-image/tmp"
 chmod 1777 "$tmp/busybox-image/tmp"
 mapfile -t busybox_image < <(tree_args "$tmp/busybox-image"; busybox_args "$tmp/busybox-image")
@@ -124,22 +148,19 @@ ln -s agnhost "$root/agnhost-2"
 # porter serves TLS with these, at the root, as upstream's Dockerfile adds them.
 cp "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/"
 chmod 0644 "$root/localhost.crt" "$root/localhost.key"
-mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
-  --no-breaks --no-replaces --no-enhances "${AGNHOST_DEBS[@]}" | grep -v -e '^ ' -e '^<' | sort -u)
-log "fetching ${AGNHOST_DEBS[*]} and their libraries (${#closure[@]} packages)"
-apt_download "$tmp/agnhost-debs" "${closure[@]}"
-for deb in "$tmp"/agnhost-debs/*.deb; do
-  dpkg-deb -x "$deb" "$root"
-  dpkg-deb -f "$deb" Package Version | sed 's/^[A-Za-z]*: //' | paste -sd' '
-done > "$tmp/agnhost.debs"
-# What the packages' scripts would do: the nc alternative; no docs. The
-# shell is dash: Debian's static busybox prefers its own applets to PATH
-# (its ash would run busybox's nc, which has no -v, over OpenBSD's).
+debian_root agnhost "$root" "${AGNHOST_DEBS[@]}"
+# The nc alternative, which netcat-openbsd's script would make.
 ln -sf /bin/nc.openbsd "$root/usr/bin/nc"
-ln -sf dash "$root/bin/sh"
-rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/locale"
 mapfile -t agnhost_image < <(tree_args "$root"; busybox_args "$root")
 # As upstream's: /agnhost with pause as the default.
 pack agnhost "registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_TAG" "${agnhost_image[@]}" -entrypoint /agnhost -cmd pause
-mv -f "$tmp/agnhost.debs" "$DIR/agnhost.debs"
+mv -f "$DIR/.agnhost.debs" "$DIR/agnhost.debs"
+
+droot=$tmp/dnsutils-root
+mkdir -p "$droot/tmp" "$droot/results"
+chmod 1777 "$droot/tmp"
+debian_root jessie-dnsutils "$droot" "${DNSUTILS_DEBS[@]}"
+mapfile -t dnsutils_image < <(tree_args "$droot"; busybox_args "$droot")
+pack jessie-dnsutils "registry.k8s.io/e2e-test-images/jessie-dnsutils:$DNSUTILS_TAG" "${dnsutils_image[@]}" -cmd sh
+mv -f "$DIR/.jessie-dnsutils.debs" "$DIR/jessie-dnsutils.debs"
 echo "$DIR"
