@@ -74,6 +74,13 @@ if fresh agnhost && fresh busybox && fresh jessie-dnsutils; then
   exit 0
 fi
 
+# apt's package lists: a machine whose packages were all installed long
+# ago may have none.
+if ! apt-cache show "${BUSYBOX_DEB%%=*}" >/dev/null 2>&1; then
+  log "apt has no package lists; apt-get update"
+  apt-get update -q >&2
+fi
+
 apt_download() { # dir packages...
   local dir=$1
   shift
