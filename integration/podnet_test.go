@@ -291,8 +291,9 @@ func (l *labUnderTest) checkPodNetwork(t *testing.T) {
 }
 
 // checkDrainedBeforePowerOff follows checkRemoveWorker: the removed
-// worker's netexec pod was replaced on the other worker, Ready, before
-// the controller powered the worker's VM off.
+// worker's netexec pod was evicted and its replacement placed on the other
+// worker before the controller powered the worker's VM off, and the
+// replacement becomes Ready.
 func (l *labUnderTest) checkDrainedBeforePowerOff(t *testing.T, worker string, before []kubePod) {
 	var moved *kubePod
 	for i := range before {
@@ -313,8 +314,8 @@ func (l *labUnderTest) checkDrainedBeforePowerOff(t *testing.T, worker string, b
 			replacement = &pods[i]
 		}
 	}
-	if replacement == nil || replacement.readySince().IsZero() {
-		t.Fatalf("no Ready replacement for %s: %+v", moved.Metadata.Name, pods)
+	if replacement == nil || replacement.Spec.NodeName == "" {
+		t.Fatalf("no replacement for %s scheduled elsewhere: %+v", moved.Metadata.Name, pods)
 	}
 	var poweredOff time.Time
 	for _, e := range l.cluster(t).Status.Events {
@@ -325,12 +326,23 @@ func (l *labUnderTest) checkDrainedBeforePowerOff(t *testing.T, worker string, b
 	if poweredOff.IsZero() {
 		t.Fatalf("no power-off event for %s", worker)
 	}
-	if ready := replacement.readySince(); ready.After(poweredOff) {
-		t.Errorf("replacement %s Ready at %s, after %s was powered off at %s", replacement.Metadata.Name, ready, worker, poweredOff)
-	} else {
-		t.Logf("%s replaced by %s on %s, Ready %s before the power-off", moved.Metadata.Name, replacement.Metadata.Name,
-			replacement.Spec.NodeName, poweredOff.Sub(ready).Round(time.Second))
+	// The drain evicts and waits for the evicted pods to end, as kubectl
+	// drain does: the replacement exists and is placed on another node
+	// before the VM powers off, and then becomes Ready there.
+	if created := replacement.Metadata.CreationTimestamp; created.After(poweredOff) {
+		t.Errorf("replacement %s created at %s, after %s was powered off at %s", replacement.Metadata.Name, created, worker, poweredOff)
 	}
+	name := replacement.Metadata.Name
+	testutil.Eventually(t, 3*time.Minute, "the replacement Ready", func() bool {
+		for _, p := range l.netexecPods(t) {
+			if p.Metadata.Name == name && !p.readySince().IsZero() {
+				return true
+			}
+		}
+		return false
+	}, func() { t.Logf("pods %+v", l.netexecPods(t)) })
+	t.Logf("%s replaced by %s on %s, created %s before the power-off", moved.Metadata.Name, name,
+		replacement.Spec.NodeName, poweredOff.Sub(replacement.Metadata.CreationTimestamp).Round(time.Second))
 }
 
 func readFile(t *testing.T, path string) string {
