@@ -1,6 +1,6 @@
 // Package kubeapi is the agent's small Kubernetes API client: the few REST
 // calls its components make (cordon and evict, read a Node, create RBAC
-// objects) with a credential kubeadm wrote, without client-go and its
+// objects, ask health endpoints) with a credential kubeadm wrote, without client-go and its
 // dependency tree.
 package kubeapi
 
@@ -142,6 +142,53 @@ func (c *Client) CreateIfAbsent(ctx context.Context, path string, obj map[string
 		return false, fmt.Errorf("create %s %s: %w", kind, name, err)
 	}
 	return code == http.StatusCreated, nil
+}
+
+// maxHealthAnswer bounds what is read of a health endpoint's answer.
+const maxHealthAnswer = 64 << 10
+
+// HealthCheck GETs a Kubernetes health endpoint (an apiserver's /readyz,
+// a kubelet's or kube-proxy's /healthz) within timeout: nil for 200, else
+// an error with the failing checks it lists.
+func HealthCheck(ctx context.Context, client *http.Client, endpoint string, timeout time.Duration) error {
+	name := endpoint
+	if u, err := url.Parse(endpoint); err == nil {
+		name = u.Path
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("GET %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxHealthAnswer))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", name, resp.Status, failingChecks(string(body)))
+	}
+	return nil
+}
+
+// failingChecks keeps the "[-]check failed" lines of a /readyz answer.
+func failingChecks(body string) string {
+	var failing []string
+	for line := range strings.Lines(body) {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "[-]") {
+			failing = append(failing, strings.TrimPrefix(line, "[-]"))
+		}
+	}
+	if len(failing) == 0 {
+		return strings.TrimSpace(body)
+	}
+	return strings.Join(failing, ", ")
 }
 
 // Message is a Status answer's message, else the answer, bounded.

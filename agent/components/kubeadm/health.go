@@ -4,13 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/kubeapi"
@@ -21,10 +17,9 @@ import (
 // has no loopback name, so TLS checks the name "kubernetes", which every
 // kubeadm apiserver certificate carries.
 const (
-	localAPI        = "https://127.0.0.1:6443"
-	apiServerName   = "kubernetes"
-	readyzTimeout   = 5 * time.Second
-	maxReadyzAnswer = 64 << 10
+	localAPI      = "https://127.0.0.1:6443"
+	apiServerName = "kubernetes"
+	readyzTimeout = 5 * time.Second
 )
 
 // apiClient reaches the local apiserver, verified with the cluster CA
@@ -63,7 +58,7 @@ func (c *Component) kubeletHealthy(ctx context.Context) error {
 		dial = (&net.Dialer{Timeout: readyzTimeout}).DialContext
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: dial, DisableKeepAlives: true}}
-	if err := healthCheck(ctx, client, c.cfg.KubeletHealthURL); err != nil {
+	if err := kubeapi.HealthCheck(ctx, client, c.cfg.KubeletHealthURL, readyzTimeout); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
 	return nil
@@ -76,48 +71,5 @@ func (c *Component) ready(ctx context.Context, host *reconcile.Host) error {
 	if err != nil {
 		return err
 	}
-	return healthCheck(ctx, client, localAPI+"/readyz")
-}
-
-// healthCheck GETs a Kubernetes health endpoint (/readyz, /healthz): nil
-// for 200, else an error with the failing checks it lists.
-func healthCheck(ctx context.Context, client *http.Client, endpoint string) error {
-	name := endpoint
-	if u, err := url.Parse(endpoint); err == nil {
-		name = u.Path
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyzTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return fmt.Errorf("GET %s: %w", name, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxReadyzAnswer))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", name, resp.Status, failingChecks(string(body)))
-	}
-	return nil
-}
-
-// failingChecks keeps the "[-]check failed" lines of a /readyz answer.
-func failingChecks(body string) string {
-	var failing []string
-	for line := range strings.Lines(body) {
-		if line = strings.TrimSpace(line); strings.HasPrefix(line, "[-]") {
-			failing = append(failing, strings.TrimPrefix(line, "[-]"))
-		}
-	}
-	if len(failing) == 0 {
-		return strings.TrimSpace(body)
-	}
-	return strings.Join(failing, ", ")
+	return kubeapi.HealthCheck(ctx, client, localAPI+"/readyz", readyzTimeout)
 }

@@ -223,21 +223,8 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 // healthy asks kube-proxy's health endpoint, which answers 200 once its
 // rules are in sync with the API.
 func (c *Component) healthy(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.HealthURL, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}).Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", c.cfg.HealthURL, resp.Status)
-	}
-	return nil
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	return kubeapi.HealthCheck(ctx, client, c.cfg.HealthURL, 3*time.Second)
 }
 
 // grant binds kube-proxy's ClusterRole to every node, as the cluster
