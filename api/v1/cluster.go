@@ -248,7 +248,7 @@ func (s *ClusterSpec) Validate() error {
 		return fieldErr("network.flannel", "applies only when network.plugin is %q, and it is %q", CNIFlannel, s.Network.Plugin)
 	}
 	if s.Network != nil {
-		if err := validKubeProxyMode("network.kubeProxyMode", s.Network.KubeProxyMode); err != nil {
+		if err := ValidateKubeProxyMode("network.kubeProxyMode", s.Network.KubeProxyMode); err != nil {
 			return err
 		}
 	}

@@ -150,7 +150,9 @@ var providerIDPattern = regexp.MustCompile(`^vsphere://[0-9a-f]{8}-[0-9a-f]{4}-[
 // KubeProxyModes lists the modes, for messages.
 var KubeProxyModes = []string{KubeProxyIPVS, KubeProxyIPTables, KubeProxyNFTables}
 
-func validKubeProxyMode(field, mode string) error {
+// ValidateKubeProxyMode refuses a mode kube-proxy does not have, naming
+// field; empty is the default.
+func ValidateKubeProxyMode(field, mode string) error {
 	if mode != "" && !slices.Contains(KubeProxyModes, mode) {
 		return fieldErr(field, "must be one of %s, got %q", strings.Join(KubeProxyModes, ", "), mode)
 	}
@@ -395,7 +397,7 @@ func (c *ClusterSettings) validate(f string) error {
 	if err := c.LoadBalancer.validate(f + ".loadBalancer"); err != nil {
 		return err
 	}
-	if err := validKubeProxyMode(f+".kubeProxyMode", c.KubeProxyMode); err != nil {
+	if err := ValidateKubeProxyMode(f+".kubeProxyMode", c.KubeProxyMode); err != nil {
 		return err
 	}
 	if c.CNI.Type != "" && c.CNI.Type != CNIContiv && c.CNI.Type != CNIFlannel {

@@ -117,13 +117,11 @@ func newParams(role *v1.Role) (params, error) {
 	if p.node == "" {
 		return p, &v1.FieldError{Field: "nodeName", Problem: "required: kube-proxy serves the Kubernetes node of this name"}
 	}
+	if err := v1.ValidateKubeProxyMode("cluster.kubeProxyMode", p.mode); err != nil {
+		return p, err
+	}
 	if p.mode == "" {
 		p.mode = v1.DefaultKubeProxyMode
-	}
-	switch p.mode {
-	case v1.KubeProxyIPVS, v1.KubeProxyIPTables, v1.KubeProxyNFTables:
-	default:
-		return p, &v1.FieldError{Field: "cluster.kubeProxyMode", Problem: fmt.Sprintf("must be one of %v, got %q", v1.KubeProxyModes, p.mode)}
 	}
 	if role.Cluster.PodCIDR != "" {
 		pod, err := netip.ParsePrefix(role.Cluster.PodCIDR)
