@@ -148,17 +148,18 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 	}}
 	failed, pending, ready, live, kubeReady := false, false, 0, 0, 0
 	for _, n := range view.Status.Nodes {
-		if n.Kubernetes == "Ready" && n.Phase != "Kept" && n.Phase != "Removing" {
-			kubeReady++
-		}
 		switch n.Phase {
 		case "Failed":
 			failed = true
 		case "Ready":
 			ready++
 		}
-		if n.Phase != "Kept" && n.Phase != "Removing" {
-			live++
+		if n.Phase == "Kept" || n.Phase == "Removing" {
+			continue
+		}
+		live++
+		if n.Kubernetes == "Ready" {
+			kubeReady++
 		}
 	}
 	for _, m := range machines {
@@ -176,24 +177,25 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 	default:
 		view.Status.Phase = v1.PhaseRunning
 	}
-	status := "False"
-	if ready == live && live > 0 {
-		status = "True"
-	}
 	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), v1.Condition{
-		Type: v1.ConditionNodesReady, Status: status, Reason: "AgentReports",
+		Type: v1.ConditionNodesReady, Status: allOf(ready, live), Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)})
-	status = "False"
-	if kubeReady == live && live > 0 {
-		status = "True"
-	}
 	view.Status.Conditions = append(view.Status.Conditions, v1.Condition{
-		Type: v1.ConditionKubernetesNodesReady, Status: status, Reason: "AgentReports",
+		Type: v1.ConditionKubernetesNodesReady, Status: allOf(kubeReady, live), Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d Kubernetes Nodes Ready", kubeReady, live)}, podNetwork(&spec))
 	if nEvents > 0 {
 		view.Status.Events, _ = events(tx, spec.Name, 0, nEvents)
 	}
 	return view
+}
+
+// allOf is a condition's status: True when n counts every one of the live
+// nodes, and there are some.
+func allOf(n, live int) string {
+	if n == live && live > 0 {
+		return "True"
+	}
+	return "False"
 }
 
 // kubernetesReady names a Node's Ready condition status as kubectl does.
