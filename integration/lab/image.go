@@ -12,16 +12,9 @@ import (
 
 // RunningVMs are the lab's VMs whose bodies run, by name.
 func RunningVMs(stateDir string) ([]*VM, error) {
-	abs, err := filepath.Abs(stateDir)
+	r, abs, err := openLab(stateDir)
 	if err != nil {
 		return nil, err
-	}
-	r, err := loadRecord(abs)
-	if err != nil {
-		return nil, err
-	}
-	if r == nil {
-		return nil, fmt.Errorf("no lab in %s", abs)
 	}
 	entries, err := os.ReadDir(r.vmsDir())
 	if err != nil && !os.IsNotExist(err) {
@@ -32,7 +25,7 @@ func RunningVMs(stateDir string) ([]*VM, error) {
 		if !e.IsDir() || !vmName.MatchString(e.Name()) {
 			continue
 		}
-		vm, err := OpenVM(abs, e.Name())
+		vm, err := r.vm(abs, e.Name())
 		if err != nil {
 			return nil, err
 		}
