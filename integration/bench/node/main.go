@@ -45,6 +45,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/integration/bench/procstat"
 	"github.com/harmonykaas/harmony/integration/lab"
+	"github.com/harmonykaas/harmony/integration/lab/body"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
@@ -98,6 +99,7 @@ func run() error {
 	fmt.Printf("\nlab up, start to a ready 3+2 cluster: %.1f s, target < %s: %s\n", took.Seconds(), targetLab, verdict(took < targetLab))
 
 	fmt.Println("\neach VM, from power-on (its body started) to enrolled and to Ready (read once a second)")
+	bodies := map[string]*body.Body{}
 	for _, n := range sum.Nodes {
 		vm, err := lab.OpenVM(stateDir, n.Name)
 		if err != nil {
@@ -107,6 +109,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
+		bodies[n.Name] = b
 		fmt.Printf("  %-8s %-6s enrolled %5.1f s   Ready %5.1f s\n", n.Name, n.Role,
 			sum.Enrolled[n.Name].Sub(b.Started).Seconds(), sum.Ready[n.Name].Sub(b.Started).Seconds())
 	}
@@ -173,15 +176,7 @@ func run() error {
 
 	fmt.Println("\n  VM body, idle      memory cgroup (all charged)   its processes' anonymous memory")
 	for _, n := range sum.Nodes {
-		vm, err := lab.OpenVM(stateDir, n.Name)
-		if err != nil {
-			return err
-		}
-		b, err := vm.Body()
-		if err != nil {
-			return err
-		}
-		usage, rss, err := b.Memory()
+		usage, rss, err := bodies[n.Name].Memory()
 		if err != nil {
 			return err
 		}
