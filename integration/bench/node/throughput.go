@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -51,13 +50,8 @@ func throughput(ctx context.Context, stateDir string, sum *lab.Summary, k8sBin, 
 		}
 	}
 	kubectl := func(stdin string, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(k8sBin, "kubectl"), append([]string{"--kubeconfig", sum.Kubeconfig}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out), nil
+		out, err := sum.Kubectl(ctx, k8sBin, stdin, args...)
+		return string(out), err
 	}
 	image := strings.TrimSpace(string(ref))
 	var manifest strings.Builder
@@ -97,7 +91,7 @@ spec:
 		}
 		// The receiver discards what one connection sends; the sender
 		// times the whole transfer, from its first byte to the close.
-		listen := exec.CommandContext(ctx, filepath.Join(k8sBin, "kubectl"), "--kubeconfig", sum.Kubeconfig,
+		listen := sum.KubectlCommand(ctx, k8sBin,
 			"exec", recv, "--", "/bin/sh", "-c", fmt.Sprintf("/bin/nc.openbsd -l %d > /dev/null", port))
 		if err := listen.Start(); err != nil {
 			return 0, err
