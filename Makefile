@@ -65,8 +65,9 @@ kubernetes:
 	scripts/build-kubernetes.sh
 	scripts/build-kubernetes.sh tools/kubernetes-previous
 
-# The container images Kubernetes' tests use (agnhost), built from the
-# pinned module; the tests load them into the lab's nodes.
+# The container images Kubernetes' tests use (agnhost, busybox,
+# jessie-dnsutils: scripts/build-test-images.sh), built from the pinned
+# module and Debian's packages; the tests load them into the lab's nodes.
 .PHONY: test-images
 TEST_IMAGES := $(shell scripts/build-test-images.sh --dir)
 test-images:

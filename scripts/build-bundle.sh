@@ -162,11 +162,12 @@ components_json=""
 if [ ${#BINARIES[@]} -gt 0 ]; then mkdir -p "$tmp/binaries"; fi
 for b in "${BINARIES[@]}"; do
   read -r name version module out <<<"$b"
-  ln -f "$out" "$tmp/binaries/$name" 2>/dev/null || cp "$out" "$tmp/binaries/$name"
+  place "$out" "$tmp/binaries/$name"
+  entry="{\"name\": \"$name\", \"version\": \"$version\", \"source\": \"module $module\"}"
   binaries_json+="${binaries_json:+,}
-    {\"name\": \"$name\", \"version\": \"$version\", \"source\": \"module $module\"}"
+    $entry"
   components_json+=",
-    {\"name\": \"$name\", \"version\": \"$version\", \"source\": \"module $module\"}"
+    $entry"
 done
 
 images_json=""
