@@ -72,6 +72,12 @@ type Status struct {
 	Units []string
 }
 
+// Failed is the status with the pass failed: err says why.
+func (s Status) Failed(err error) Status {
+	s.Phase, s.Healthy, s.Message = PhaseFailed, false, err.Error()
+	return s
+}
+
 // Component converges one part of the node stack. A component that also
 // implements prometheus.Collector has its metrics registered by the
 // runner.

@@ -110,7 +110,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	defer c.mu.Unlock()
 	st := reconcile.Status{Component: Name}
 	if role == nil {
-		return failed(st, errors.New("no role"))
+		return st.Failed(errors.New("no role"))
 	}
 	typ := role.Cluster.CNI.Type
 	if typ == "" {
@@ -118,32 +118,32 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	p, ok := c.plugins[typ]
 	if !ok {
-		return failed(st, &v1.FieldError{Field: "cluster.cni.type",
+		return st.Failed(&v1.FieldError{Field: "cluster.cni.type",
 			Problem: fmt.Sprintf("unknown CNI %q; this agent knows %s", typ, strings.Join(c.names, ", "))})
 	}
 	// The plan is pure: a role it refuses changes nothing on the host.
 	plan, err := p.Plan(host, role)
 	if err != nil {
-		return failed(st, fmt.Errorf("%s: %w", p.Name(), err))
+		return st.Failed(fmt.Errorf("%s: %w", p.Name(), err))
 	}
 
 	var missing []string
 	for _, f := range plan.Files {
 		changed, err := files.Write(host.Path(f.Path), f.Data, f.Mode, f.Validate)
 		if err != nil {
-			return failed(st, fmt.Errorf("%s: %w", f.Path, err))
+			return st.Failed(fmt.Errorf("%s: %w", f.Path, err))
 		}
 		if changed {
 			st.Actions = append(st.Actions, "wrote "+f.Path)
 			if err := owe(host, f.Units); err != nil {
-				return failed(st, err)
+				return st.Failed(err)
 			}
 		}
 	}
 	for _, cert := range plan.Certs {
 		issued, lack, err := ensureCert(host, cert)
 		if err != nil {
-			return failed(st, fmt.Errorf("%s: %w", cert.CertPath, err))
+			return st.Failed(fmt.Errorf("%s: %w", cert.CertPath, err))
 		}
 		if lack != "" {
 			missing = append(missing, lack)
@@ -151,19 +151,19 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		if issued {
 			st.Actions = append(st.Actions, "issued "+cert.CertPath)
 			if err := owe(host, cert.Units); err != nil {
-				return failed(st, err)
+				return st.Failed(err)
 			}
 		}
 	}
 	for _, d := range plan.Dirs {
 		if err := os.MkdirAll(host.Path(d), 0o700); err != nil {
-			return failed(st, fmt.Errorf("create %s: %w", d, err))
+			return st.Failed(fmt.Errorf("create %s: %w", d, err))
 		}
 	}
 	removed, err := c.removeStale(ctx, host, plan)
 	st.Actions = append(st.Actions, removed...)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 
 	missing = append(missing, plan.Missing...)
@@ -183,7 +183,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		actions, err := host.RunUnit(ctx, u, false)
 		st.Actions = append(st.Actions, actions...)
 		if err != nil {
-			return failed(st, err)
+			return st.Failed(err)
 		}
 		st.Units = append(st.Units, u.Name)
 	}
@@ -345,9 +345,4 @@ func deliveredPair(certPath, keyPath string, ca *v1.KeyPair) error {
 func executable(path string) bool {
 	info, err := os.Stat(path)
 	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
-}
-
-func failed(st reconcile.Status, err error) reconcile.Status {
-	st.Phase, st.Healthy, st.Message = reconcile.PhaseFailed, false, err.Error()
-	return st
 }

@@ -114,10 +114,10 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	st.Units = []string{Name}
 	if err := c.checkConfig(); err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	fail := func(err error) reconcile.Status {
-		st = failed(st, err)
+		st = st.Failed(err)
 		// What ran before keeps running; say whether it does.
 		if s, err := host.Services.State(ctx, Name); err == nil {
 			st.Healthy = s.Running
@@ -199,7 +199,7 @@ func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconc
 	st.Message = "not a control-plane node"
 	actions, err := host.StopUnit(ctx, Name)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	st.Actions = actions
 	return st
@@ -214,7 +214,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	st := reconcile.Status{Component: Name, Phase: reconcile.PhaseLeft, Healthy: true, Message: "HAProxy stopped"}
 	actions, err := host.StopUnit(ctx, Name)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	st.Actions = actions
 	return st
@@ -246,13 +246,6 @@ func clusterCA(role *v1.Role) ([]byte, error) {
 		return nil, fmt.Errorf("pki.clusterCA.certificate: %w", err)
 	}
 	return pem, nil
-}
-
-func failed(st reconcile.Status, err error) reconcile.Status {
-	st.Phase = reconcile.PhaseFailed
-	st.Healthy = false
-	st.Message = err.Error()
-	return st
 }
 
 // writeErr says which node file failed; a refused candidate is reported

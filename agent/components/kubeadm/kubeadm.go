@@ -194,7 +194,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	defer c.mu.Unlock()
 	st := reconcile.Status{Component: Name}
 	if err := c.checkConfig(); err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	if role == nil || (role.Role != v1.RoleMaster && role.Role != v1.RoleWorker) {
 		c.metrics.clear()
@@ -202,7 +202,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	version, err := c.kubeadmVersion(ctx)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	p, err := newPlan(role, host.Facts.Addresses, frontendPort, version)
 	if err != nil {
@@ -278,7 +278,7 @@ func (c *Component) disable(ctx context.Context, host *reconcile.Host, st reconc
 	st.Message = why
 	actions, err := host.StopUnit(ctx, APIServerUnit)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	st.Actions = actions
 	return st
@@ -327,20 +327,13 @@ func (c *Component) writeConfig(ctx context.Context, host *reconcile.Host, nodeP
 // fail reports Failed; what ran before keeps running, and Healthy says
 // whether the stand-in apiserver still runs.
 func (c *Component) fail(ctx context.Context, host *reconcile.Host, st reconcile.Status, err error) reconcile.Status {
-	st = failed(st, err)
+	st = st.Failed(err)
 	if c.cfg.StandInForKubelet {
 		if s, err := host.Services.State(ctx, APIServerUnit); err == nil {
 			st.Healthy = s.Running
 			st.Units = []string{APIServerUnit}
 		}
 	}
-	return st
-}
-
-func failed(st reconcile.Status, err error) reconcile.Status {
-	st.Phase = reconcile.PhaseFailed
-	st.Healthy = false
-	st.Message = err.Error()
 	return st
 }
 

@@ -28,13 +28,13 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	defer c.mu.Unlock()
 	st := reconcile.Status{Component: Name}
 	if err := c.checkConfig(); err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	c.metrics.clear()
 	actions, err := host.StopUnit(ctx, APIServerUnit)
 	st.Actions = actions
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	marker := host.LeftMarker(Name)
 	if note, ok := marker.Left(); ok {
@@ -46,7 +46,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 		return st
 	}
 	if _, err := c.kubeadmUnconfined(ctx, host, "reset", "--force", "--skip-phases=remove-etcd-member", "--cleanup-tmp-dir"); err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	st.Actions = append(st.Actions, "ran kubeadm reset")
 	for _, dir := range []string{ConfigDir, StateDir} {
@@ -55,7 +55,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
-			return failed(st, fmt.Errorf("remove %s: %w", dir, err))
+			return st.Failed(fmt.Errorf("remove %s: %w", dir, err))
 		}
 		st.Actions = append(st.Actions, "removed "+dir)
 	}
@@ -64,7 +64,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 		note += "; the stand-in apiserver stopped"
 	}
 	if err := marker.Set(note); err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	logger(host).Info("reset the node's kubeadm state")
 	st.Phase, st.Healthy, st.Message = reconcile.PhaseLeft, true, note

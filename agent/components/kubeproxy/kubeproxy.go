@@ -139,7 +139,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	defer c.mu.Unlock()
 	st := reconcile.Status{Component: Name}
 	if role == nil {
-		return failed(st, errors.New("no role"))
+		return st.Failed(errors.New("no role"))
 	}
 	if role.Role != v1.RoleMaster && role.Role != v1.RoleWorker {
 		st.Phase, st.Healthy, st.Message = reconcile.PhaseConverged, true, "not a Kubernetes node"
@@ -147,27 +147,27 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	p, err := newParams(role)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	if p.mode == v1.KubeProxyIPVS && !exists(host.Path(ipvsFile)) {
-		return failed(st, fmt.Errorf("cluster.kubeProxyMode: ipvs, and this kernel has no IPVS (no %s; the image loads ip_vs at boot): choose iptables or nftables in the cluster spec's network.kubeProxyMode", ipvsFile))
+		return st.Failed(fmt.Errorf("cluster.kubeProxyMode: ipvs, and this kernel has no IPVS (no %s; the image loads ip_vs at boot): choose iptables or nftables in the cluster spec's network.kubeProxyMode", ipvsFile))
 	}
 	data, err := render(host, p)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	changed, err := files.Write(host.Path(ConfigFile), data, 0o644, check)
 	if err != nil {
-		return failed(st, fmt.Errorf("%s: %w", ConfigFile, err))
+		return st.Failed(fmt.Errorf("%s: %w", ConfigFile, err))
 	}
 	if changed {
 		st.Actions = append(st.Actions, "wrote "+ConfigFile)
 		if err := host.ReloadMarker(Name).Set(); err != nil {
-			return failed(st, err)
+			return st.Failed(err)
 		}
 	}
 	if !exists(c.cfg.Binary) {
-		return failed(st, fmt.Errorf("%s is not installed; the node image carries it", c.cfg.Binary))
+		return st.Failed(fmt.Errorf("%s is not installed; the node image carries it", c.cfg.Binary))
 	}
 	// It runs as the node: not before kubeadm has given the node its
 	// credential, and no longer once a reset has taken it.
@@ -175,7 +175,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		actions, err := host.StopUnit(ctx, Name)
 		st.Actions = append(st.Actions, actions...)
 		if err != nil {
-			return failed(st, err)
+			return st.Failed(err)
 		}
 		st.Phase = reconcile.PhaseConverged
 		st.Message = "waiting for the kubelet's credential " + kubeadm.KubeletKubeconfig + " (kubeadm writes it when the node joins), as which kube-proxy runs"
@@ -194,7 +194,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	actions, err := host.RunUnit(ctx, unit, false)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {
-		return failed(st, err)
+		return st.Failed(err)
 	}
 	st.Units = []string{Name}
 	st.Phase = reconcile.PhaseConverged
@@ -311,9 +311,4 @@ func check(path string) error {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func failed(st reconcile.Status, err error) reconcile.Status {
-	st.Phase, st.Healthy, st.Message = reconcile.PhaseFailed, false, err.Error()
-	return st
 }
