@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -69,8 +68,8 @@ func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
 	// The uplink is one end of a veth whose other end was in the switch's
 	// namespace: it goes with that namespace, as soon as the kernel has
 	// finished tearing it down, which may be now.
-	if linkExists(ctx, r.Uplink) {
-		if err := ip(ctx, "link", "del", r.Uplink); err != nil && linkExists(ctx, r.Uplink) {
+	if linkExists(ctx, nil, r.Uplink) {
+		if err := ip(ctx, "link", "del", r.Uplink); err != nil && linkExists(ctx, nil, r.Uplink) {
 			errs = append(errs, err)
 		}
 	}
@@ -104,10 +103,6 @@ func labNamespaces(ctx context.Context, id string) []string {
 		}
 	}
 	return names
-}
-
-func linkExists(ctx context.Context, name string) bool {
-	return exec.CommandContext(ctx, "ip", "link", "show", name).Run() == nil
 }
 
 // labEntries are what Up makes inside the state directory.

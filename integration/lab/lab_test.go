@@ -191,3 +191,74 @@ func TestDownAfterAnInterruptedUp(t *testing.T) {
 		t.Fatalf("second down: %v", err)
 	}
 }
+
+func TestSubnetAlreadyRoutedIsRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := vmNetns(newRecord(t.TempDir()).ID, "routes")
+	for _, args := range [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"-n", ns, "addr", "add", "198.18.250.1/24", "dev", "d0"},
+		{"-n", ns, "link", "set", "d0", "up"},
+	} {
+		if err := ip(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+		if args[0] == "netns" {
+			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		}
+	}
+	where := []string{"-n", ns}
+	err := checkSubnetFree(ctx, where, netip.MustParsePrefix("198.18.250.0/24"))
+	if err == nil || !strings.Contains(err.Error(), "198.18.250.0/24") || !strings.Contains(err.Error(), "d0") {
+		t.Errorf("a routed subnet: %v, want an error naming it and its device", err)
+	}
+	if err := checkSubnetFree(ctx, where, netip.MustParsePrefix("198.18.251.0/24")); err != nil {
+		t.Errorf("a free subnet: %v", err)
+	}
+}
+
+// A power-on must not fail on the NIC of the body before it, which the
+// kernel frees only when its namespace is freed, later, or never while
+// another body's mount namespace holds it.
+func TestReplugReplacesAStaleNIC(t *testing.T) {
+	ctx := context.Background()
+	r := newRecord(t.TempDir())
+	r.Switch = vmNetns(r.ID, "sw")
+	if err := ip(ctx, "netns", "add", r.Switch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", r.Switch).Run() })
+	if err := ip(ctx, "-n", r.Switch, "link", "add", "br0", "type", "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	ms := &machines{r: r}
+	netns := vmNetns(r.ID, "m1")
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", netns).Run() })
+	if err := ms.plugVM(ctx, "m1", netns); err != nil {
+		t.Fatal(err)
+	}
+	// The old body's namespace lives on, unnamed, as if held elsewhere.
+	holder := exec.Command("ip", "netns", "exec", netns, "sleep", "300")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); len(netnsPIDs(ctx, netns)) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never entered the namespace")
+		}
+	}
+	if err := ip(ctx, "netns", "del", netns); err != nil {
+		t.Fatal(err)
+	}
+	if !linkExists(ctx, []string{"-n", r.Switch}, vmLink(r.ID, "m1")) {
+		t.Fatal("the old NIC is gone already; the test proves nothing")
+	}
+	if err := ms.plugVM(ctx, "m1", netns); err != nil {
+		t.Fatalf("plug again with the old NIC on the switch: %v", err)
+	}
+	if !linkExists(ctx, []string{"-n", netns}, "eth0") {
+		t.Error("the new namespace has no eth0")
+	}
+}

@@ -185,6 +185,18 @@ func (ms *machines) plugVM(ctx context.Context, name, netns string) error {
 	if netnsExists(ctx, netns) {
 		_ = ip(ctx, "netns", "del", netns)
 	}
+	// The kernel frees a deleted namespace asynchronously, slowly on a
+	// loaded machine, and until then the old NIC keeps its name on the
+	// switch (or, after a failed plug, on the machine). The name is this
+	// lab's own (vmLink), and deleting one end deletes the pair.
+	link := vmLink(ms.r.ID, name)
+	for _, where := range [][]string{{"-n", ms.r.Switch}, nil} {
+		if linkExists(ctx, where, link) {
+			if err := ip(ctx, append(where, "link", "del", link)...); err != nil {
+				return fmt.Errorf("plug %s: remove the old NIC: %w", name, err)
+			}
+		}
+	}
 	return plug(ctx, ms.r, name, netns)
 }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -39,6 +40,37 @@ func makeSwitch(ctx context.Context, r *record, subnet netip.Prefix) error {
 	return nil
 }
 
+// checkSubnetFree refuses a subnet that the machine (or the namespace
+// that where selects) already routes: another lab on it, or one a killed
+// run left, would take the replies meant for this lab's hosts.
+func checkSubnetFree(ctx context.Context, where []string, subnet netip.Prefix) error {
+	out, err := exec.CommandContext(ctx, "ip", append(where, "-j", "-4", "route", "show", "table", "all")...).Output()
+	if err != nil {
+		return fmt.Errorf("list the machine's routes: %w", err)
+	}
+	var routes []struct {
+		Dst string `json:"dst"`
+		Dev string `json:"dev"`
+	}
+	if err := json.Unmarshal(out, &routes); err != nil {
+		return fmt.Errorf("list the machine's routes: %w", err)
+	}
+	for _, rt := range routes {
+		dst, err := netip.ParsePrefix(rt.Dst)
+		if err != nil {
+			a, aerr := netip.ParseAddr(rt.Dst)
+			if aerr != nil {
+				continue // default, or a kind that names no destination
+			}
+			dst = netip.PrefixFrom(a, a.BitLen())
+		}
+		if dst.Bits() > 0 && dst.Overlaps(subnet) {
+			return fmt.Errorf("subnet %s: the machine already routes %s through %s (another lab, or one left behind: harmonyctl lab down --state DIR, or choose another --subnet)", subnet, dst, rt.Dev)
+		}
+	}
+	return nil
+}
+
 // plug makes a VM's network namespace with its NIC, eth0, on the lab's
 // switch. The NIC has no address: the body's own network unit gives it
 // the one the controller wrote into guestinfo.
@@ -56,6 +88,12 @@ func plug(ctx context.Context, r *record, name, netns string) error {
 		}
 	}
 	return nil
+}
+
+// linkExists reports whether a link is in the namespace that the ip(8)
+// arguments in where select (none: the machine's).
+func linkExists(ctx context.Context, where []string, link string) bool {
+	return exec.CommandContext(ctx, "ip", append(where, "link", "show", "dev", link)...).Run() == nil
 }
 
 // listNetns lists the machine's named network namespaces.

@@ -62,6 +62,9 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := Down(ctx, cfg.StateDir, log); err != nil {
 		return nil, fmt.Errorf("lab: remove the previous lab: %w", err)
 	}
+	if err := checkSubnetFree(ctx, nil, cfg.Subnet); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
 	created := false
 	if _, err := os.Stat(cfg.StateDir); errors.Is(err, os.ErrNotExist) {
 		created = true
