@@ -6,18 +6,26 @@
 #
 #   agnhost.tar  registry.k8s.io/e2e-test-images/agnhost:<its VERSION file>
 #                agnhost built from tools/kubernetes's k8s.io/kubernetes, on
-#                Debian's static busybox (the small tools) with Debian's
-#                dash as sh, curl and OpenBSD netcat and their libraries, where
-#                upstream's has Alpine with the same tools (the tests run
-#                `curl` and `nc -v` in it); the resolved package versions
-#                go into agnhost.debs
+#                Debian's static busybox (the small tools) with the tools
+#                upstream's Dockerfile adds to Alpine, from Debian: dig, getent,
+#                curl, OpenBSD netcat, iproute2, iperf and bash (sh, as
+#                Alpine's ash passes on environment variables whose names
+#                are not shell names), their libraries, and the user and
+#                group it defines (user-defined-in-image, 1000;
+#                group-defined-in-image, 50000). Not its CoreDNS 1.6.2.
+#                The resolved package versions go into agnhost.debs
 #   jessie-dnsutils.tar  registry.k8s.io/e2e-test-images/jessie-dnsutils:<tag>
-#                Debian bookworm's dig (bind9-dnsutils), getent and dash with
-#                their library closure, and busybox's small tools: what the
-#                DNS specs' probe runs (upstream's is Debian jessie)
+#                Debian bookworm's dig (bind9-dnsutils), getent and dash
+#                (sh, as in Debian) with their library closure, and
+#                busybox's small tools: what the DNS specs' probe runs
+#                (upstream's is Debian jessie)
 #   busybox.tar  registry.k8s.io/e2e-test-images/busybox:<manifest's tag>
 #                Debian's static busybox (1.35 in bookworm; the manifest's
-#                tag names 1.37), every applet linked, /tmp
+#                tag names 1.37), every applet linked, /tmp, and Debian's
+#                static bash as sh: Debian's busybox ash (1.35 and 1.37
+#                alike) drops environment variables whose names are not
+#                shell names, and the EnvFrom specs run `sh -c env` to see
+#                data-1 and the like, as upstream's busybox ash passes on
 #
 #   scripts/build-test-images.sh          build if needed, print the directory
 #   scripts/build-test-images.sh --dir    print the directory only
@@ -34,9 +42,10 @@ N=$(scripts/build-kubernetes.sh --version)
 DIR=$CACHE/test-images/$N
 # Debian's busybox-static, pinned; apt-get download fetches it.
 BUSYBOX_DEB=busybox-static=1:1.35.0-4+deb12u1+b1
+BASH_STATIC_DEB=bash-static=5.2.15-2+b13
 # The tools the e2e tests run in agnhost beyond busybox's, from Debian
 # with their dependency closure as this machine's apt resolves it.
-AGNHOST_DEBS=(curl netcat-openbsd dash)
+AGNHOST_DEBS=(bind9-dnsutils libc-bin curl netcat-openbsd iproute2 iperf bash)
 DNSUTILS_DEBS=(bind9-dnsutils libc-bin dash)
 case "${1:-}" in
   --dir) echo "$DIR"; exit 0 ;;
@@ -93,12 +102,17 @@ log "fetching $BUSYBOX_DEB"
 apt_download "$tmp/busybox-deb" "$BUSYBOX_DEB"
 dpkg-deb -x "$tmp"/busybox-deb/busybox-static_*.deb "$tmp/busybox-root"
 BUSYBOX=$tmp/busybox-root/bin/busybox
-busybox_args() { # root: links for the applets the tree at root does not hold
-  local root=$1 applet
+busybox_args() { # root [also-bin]: links for the applets the tree at root does not hold
+  local root=$1 also_bin=${2:-} applet
   printf "%s\n" -file "$BUSYBOX:/bin/busybox"
-  while read -r applet; do
+  {
+    "$BUSYBOX" --list-full
+    # Upstream's busybox image has every applet in /bin (its sysctl
+    # specs run /bin/sysctl, which Debian's list puts in /sbin).
+    [ -z "$also_bin" ] || "$BUSYBOX" --list | sed 's|^|bin/|'
+  } | sort -u | while read -r applet; do
     [ "$applet" = bin/busybox ] || [ -e "$root/$applet" ] || [ -L "$root/$applet" ] || printf "%s\n" -link "/$applet=/bin/busybox"
-  done < <("$BUSYBOX" --list-full | sort -u)
+  done
 }
 tree_args() { # root: ocipack arguments for every directory, file and link under it
   local root=$1 p rel
@@ -114,9 +128,9 @@ tree_args() { # root: ocipack arguments for every directory, file and link under
   done < <(find "$root" -mindepth 1 -print0 | sort -z)
 }
 
-debian_root() { # name root packages...: the packages and their library closure under root
-  local name=$1 root=$2 deb closure
-  shift 2
+debian_root() { # name root sh packages...: the packages and their library closure under root, sh linked to the shell named
+  local name=$1 root=$2 sh=$3 deb closure
+  shift 3
   mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
     --no-breaks --no-replaces --no-enhances "$@" | grep -v -e '^ ' -e '^<' | sort -u)
   log "fetching $* and their libraries (${#closure[@]} packages) for $name"
@@ -125,16 +139,21 @@ debian_root() { # name root packages...: the packages and their library closure 
     dpkg-deb -x "$deb" "$root"
     dpkg-deb -f "$deb" Package Version | sed 's/^[A-Za-z]*: //' | paste -sd' '
   done > "$DIR/.$name.debs"
-  # No docs. dash is sh: Debian's static busybox prefers its own applets
-  # to PATH, so its ash would run busybox's tools over Debian's (its nc
-  # has no -v).
+  # No docs. sh is never busybox's: Debian's static busybox prefers its
+  # own applets to PATH, so its ash would run busybox's tools over
+  # Debian's (its nc has no -v).
   rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/locale"
-  ln -sf dash "$root/bin/sh"
+  ln -sf "$sh" "$root/bin/sh"
 }
 
-mkdir -p "$tmp/busybox-image/tmp"
+mkdir -p "$tmp/busybox-image/tmp" "$tmp/busybox-image/bin"
 chmod 1777 "$tmp/busybox-image/tmp"
-mapfile -t busybox_image < <(tree_args "$tmp/busybox-image"; busybox_args "$tmp/busybox-image")
+log "fetching $BASH_STATIC_DEB"
+apt_download "$tmp/bash-deb" "$BASH_STATIC_DEB"
+dpkg-deb -x "$tmp"/bash-deb/bash-static_*.deb "$tmp/bash-root"
+install -m 0755 "$tmp/bash-root/bin/bash-static" "$tmp/busybox-image/bin/bash"
+ln -s bash "$tmp/busybox-image/bin/sh"
+mapfile -t busybox_image < <(tree_args "$tmp/busybox-image"; busybox_args "$tmp/busybox-image" also-bin)
 pack() { # name ref args...
   local name=$1 ref=$2
   shift 2
@@ -155,7 +174,14 @@ ln -s agnhost "$root/agnhost-2"
 # porter serves TLS with these, at the root, as upstream's Dockerfile adds them.
 cp "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/"
 chmod 0644 "$root/localhost.crt" "$root/localhost.key"
-debian_root agnhost "$root" "${AGNHOST_DEBS[@]}"
+debian_root agnhost "$root" bash "${AGNHOST_DEBS[@]}"
+# The user and group upstream's Dockerfile adds (adduser on Alpine).
+mkdir -p "$root/etc"
+printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin' \
+  'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' > "$root/etc/passwd"
+printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' 'user-defined-in-image:x:1000:' \
+  'group-defined-in-image:x:50000:user-defined-in-image' > "$root/etc/group"
+chmod 0644 "$root/etc/passwd" "$root/etc/group"
 # The nc alternative, which netcat-openbsd's script would make.
 ln -sf /bin/nc.openbsd "$root/usr/bin/nc"
 mapfile -t agnhost_image < <(tree_args "$root"; busybox_args "$root")
@@ -166,7 +192,7 @@ mv -f "$DIR/.agnhost.debs" "$DIR/agnhost.debs"
 droot=$tmp/dnsutils-root
 mkdir -p "$droot/tmp" "$droot/results"
 chmod 1777 "$droot/tmp"
-debian_root jessie-dnsutils "$droot" "${DNSUTILS_DEBS[@]}"
+debian_root jessie-dnsutils "$droot" dash "${DNSUTILS_DEBS[@]}"
 mapfile -t dnsutils_image < <(tree_args "$droot"; busybox_args "$droot")
 pack jessie-dnsutils "registry.k8s.io/e2e-test-images/jessie-dnsutils:$DNSUTILS_TAG" "${dnsutils_image[@]}" -cmd sh
 mv -f "$DIR/.jessie-dnsutils.debs" "$DIR/jessie-dnsutils.debs"
