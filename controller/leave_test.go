@@ -198,3 +198,32 @@ func TestRemovedNodesLeaveTheCluster(t *testing.T) {
 		t.Errorf("VMs left: %v", keys(vms))
 	}
 }
+
+// A node that leaves but reports a component unhealthy (a drain that ran
+// out of its share of the leave window) goes, with a Warning that says
+// what did not finish.
+func TestUncleanLeaveIsAWarning(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = time.Minute })
+	e.do("POST", v1.PathClusters, e.spec("ul", 1, 2))
+	w2 := e.enrollClusterNode("ul", "ul-w2")
+	op := e.start("DELETE", v1.PathClusters+"/ul/nodes/ul-w2", nil)
+	role := e.ownRole(w2)
+	if role.Leave == nil {
+		t.Fatalf("the removed node's role has no leave: %+v", role.Redacted())
+	}
+	left := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseLeft, ObservedRevision: role.Revision,
+		Components: []v1.ComponentStatus{
+			{Name: "drain", Healthy: false, Phase: "Left", Message: "drain given up 3m0s before the leave deadline: 1 pods still on the node: default/web-1 (disruption budget)"},
+			{Name: "kubeadm", Healthy: true, Phase: "Left", Message: "kubeadm reset"},
+		}}
+	if r := doJSON(t, w2, "POST", e.tc.url+v1.PathNodeStatus, left); r.status != http.StatusNoContent {
+		t.Fatalf("status: %d %s", r.status, r.body)
+	}
+	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("removal: %+v", got)
+	}
+	ev := e.event("ul", "ul-w2", "left the cluster")
+	if ev.Type != "Warning" || !strings.Contains(ev.Message, "drain did not finish cleanly") || !strings.Contains(ev.Message, "default/web-1") {
+		t.Errorf("unclean leave event %+v", ev)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vmware/govmomi/vim25/types"
@@ -240,6 +241,12 @@ func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.Manag
 	case nodeErr != nil || node.EnrolledAt.IsZero():
 		return done(stepLeft, fmt.Sprintf("%s: never enrolled; nothing to leave", m.Name)), nil
 	case reported && st.Phase == v1.PhaseLeft:
+		if bad := unhealthyComponents(st); len(bad) > 0 {
+			// A drain that ran out of time, say: the node left, but its
+			// pods were not all moved first.
+			return stepResult{next: stepLeft, typ: "Warning", msg: fmt.Sprintf("%s: left the cluster, but %s did not finish cleanly (%s)",
+				m.Name, strings.Join(bad, ", "), agentReport(st, reported))}, nil
+		}
 		return done(stepLeft, fmt.Sprintf("%s: left the cluster (%s)", m.Name, agentReport(st, reported))), nil
 	}
 	warn := func(why string) stepResult {
@@ -263,6 +270,17 @@ func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.Manag
 		return warn(fmt.Sprintf("it did not report %s by its deadline %s", v1.PhaseLeft, m.LeaveBy.UTC().Format(time.RFC3339))), nil
 	}
 	return stepResult{wait: min(left, leavePoll)}, nil
+}
+
+// unhealthyComponents names the components a status reports unhealthy.
+func unhealthyComponents(st v1.Status) []string {
+	var names []string
+	for _, c := range st.Components {
+		if !c.Healthy {
+			names = append(names, c.Name)
+		}
+	}
+	return names
 }
 
 // agentReport sums up a node's last status for an event: its phase, when,
