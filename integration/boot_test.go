@@ -143,6 +143,11 @@ func TestImageBoot(t *testing.T) {
 	if m := imageboot.KubeletReport.FindStringSubmatch(serial); m == nil || m[1] != pins.Kubernetes[0].Version {
 		t.Errorf("kubelet version %q, want %s", m, pins.Kubernetes[0].Version)
 	}
+	// The image's systemd runs the kubelet with kubeadm's flags, and the
+	// kubelet waits, restarting, for the configuration kubeadm writes.
+	if m := imageboot.KubeletUnitReport.FindStringSubmatch(serial); m == nil || (m[1] != "active" && m[1] != "activating") || m[2] == "0" {
+		t.Errorf("kubelet unit: %q, want it active or activating, having run without /var/lib/kubelet/config.yaml", m)
+	}
 
 	// The controller's side: the node enrolled and reports status.
 	deadline := time.Now().Add(2 * time.Minute)

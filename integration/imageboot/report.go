@@ -11,18 +11,24 @@ import (
 // it has enrolled and made its first pass. So a tiny unit ordered after
 // it, and after the first-boot import of the container images, reports on
 // the serial console: the agent's state, containerd's, the images
-// containerd holds for the kubelet, and the kubelet's own version. Tests
+// containerd holds for the kubelet, the kubelet's own version, and its
+// unit: before kubeadm has run, the kubelet starts, finds no
+// /var/lib/kubelet/config.yaml and is restarted until kubeadm writes one
+// (the unit's state is activating or, between restarts, active). Tests
 // add it to their copy of the disk; images never carry it.
 const reportUnit = `[Unit]
 Description=Report harmony-agent's state on the serial console (image boot test)
 Wants=harmony-agent.service
-After=harmony-agent.service harmony-images-import.service containerd.service
+After=harmony-agent.service harmony-images-import.service containerd.service kubelet.service
 
 [Service]
 Type=oneshot
+TimeoutStartSec=5min
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: containerd is $(systemctl is-active containerd.service)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: images $(ctr --namespace k8s.io images ls -q | sort | tr "\\n" " ")" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet $(kubelet --version)" > /dev/ttyS0'
+ExecStart=-/usr/bin/timeout 90 /bin/sh -c 'until journalctl -u kubelet.service -o cat | grep -q /var/lib/kubelet/config.yaml; do sleep 1; done'
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet unit $(systemctl show -p ActiveState --value kubelet.service), $(journalctl -u kubelet.service -o cat | grep -c /var/lib/kubelet/config.yaml) runs without its configuration" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
 
 [Install]
@@ -39,6 +45,9 @@ var (
 	ContainerdReport = regexp.MustCompile(`harmony-boot-report: containerd is ([a-z]+)`)
 	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
 	KubeletReport    = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
+	// The kubelet unit's state, and how many of its runs said they
+	// lacked the configuration kubeadm writes.
+	KubeletUnitReport = regexp.MustCompile(`harmony-boot-report: kubelet unit ([a-z]+), ([0-9]+) runs without its configuration`)
 )
 
 // InjectAgentReporter adds the reporting unit to the disk's root.
