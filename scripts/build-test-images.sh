@@ -20,12 +20,14 @@
 #                busybox's small tools: what the DNS specs' probe runs
 #                (upstream's is Debian jessie)
 #   busybox.tar  registry.k8s.io/e2e-test-images/busybox:<manifest's tag>
-#                Debian's static busybox (1.35 in bookworm; the manifest's
-#                tag names 1.37), every applet linked, /tmp, and Debian's
-#                static bash as sh: Debian's busybox ash (1.35 and 1.37
-#                alike) drops environment variables whose names are not
-#                shell names, and the EnvFrom specs run `sh -c env` to see
-#                data-1 and the like, as upstream's busybox ash passes on
+#                busybox 1.35.0 built static with its defconfig from the
+#                upstream source in Debian's source package (the orig
+#                tarball, pinned by its SHA-256) without Debian's patches:
+#                one of them makes ash drop environment variables whose
+#                names are not shell names (data-1), which the EnvFrom
+#                specs print with `sh -c env`; and the specs match ash's
+#                own error messages, so sh must be busybox's ash. Every
+#                applet linked in /bin, as upstream's image has them; /tmp
 #
 #   scripts/build-test-images.sh          build if needed, print the directory
 #   scripts/build-test-images.sh --dir    print the directory only
@@ -42,7 +44,10 @@ N=$(scripts/build-kubernetes.sh --version)
 DIR=$CACHE/test-images/$N
 # Debian's busybox-static, pinned; apt-get download fetches it.
 BUSYBOX_DEB=busybox-static=1:1.35.0-4+deb12u1+b1
-BASH_STATIC_DEB=bash-static=5.2.15-2+b13
+# The busybox image's: upstream's source, from Debian's source package.
+BUSYBOX_SRC_VERSION=1.35.0
+BUSYBOX_SRC_URL=http://deb.debian.org/debian/pool/main/b/busybox/busybox_$BUSYBOX_SRC_VERSION.orig.tar.bz2
+BUSYBOX_SRC_SHA256=faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
 # The tools the e2e tests run in agnhost beyond busybox's, from Debian
 # with their dependency closure as this machine's apt resolves it.
 AGNHOST_DEBS=(bind9-dnsutils libc-bin curl netcat-openbsd iproute2 iperf bash)
@@ -102,17 +107,12 @@ log "fetching $BUSYBOX_DEB"
 apt_download "$tmp/busybox-deb" "$BUSYBOX_DEB"
 dpkg-deb -x "$tmp"/busybox-deb/busybox-static_*.deb "$tmp/busybox-root"
 BUSYBOX=$tmp/busybox-root/bin/busybox
-busybox_args() { # root [also-bin]: links for the applets the tree at root does not hold
-  local root=$1 also_bin=${2:-} applet
+busybox_args() { # root: links for the applets the tree at root does not hold
+  local root=$1 applet
   printf "%s\n" -file "$BUSYBOX:/bin/busybox"
-  {
-    "$BUSYBOX" --list-full
-    # Upstream's busybox image has every applet in /bin (its sysctl
-    # specs run /bin/sysctl, which Debian's list puts in /sbin).
-    [ -z "$also_bin" ] || "$BUSYBOX" --list | sed 's|^|bin/|'
-  } | sort -u | while read -r applet; do
+  while read -r applet; do
     [ "$applet" = bin/busybox ] || [ -e "$root/$applet" ] || [ -L "$root/$applet" ] || printf "%s\n" -link "/$applet=/bin/busybox"
-  done
+  done < <("$BUSYBOX" --list-full | sort -u)
 }
 tree_args() { # root: ocipack arguments for every directory, file and link under it
   local root=$1 p rel
@@ -146,14 +146,35 @@ debian_root() { # name root sh packages...: the packages and their library closu
   ln -sf "$sh" "$root/bin/sh"
 }
 
+# The busybox image's busybox, built once per version into the cache
+# (about 3 minutes of CPU).
+UPSTREAM_BUSYBOX=$CACHE/busybox-upstream/$BUSYBOX_SRC_VERSION/busybox
+if [ ! -x "$UPSTREAM_BUSYBOX" ]; then
+  log "building busybox $BUSYBOX_SRC_VERSION from upstream's source (Debian's orig tarball)"
+  src=$tmp/busybox-src
+  mkdir -p "$src"
+  curl -fsSL -o "$src/orig.tar.bz2" "$BUSYBOX_SRC_URL"
+  echo "$BUSYBOX_SRC_SHA256  $src/orig.tar.bz2" | sha256sum -c --quiet - || {
+    log "$BUSYBOX_SRC_URL does not have the pinned SHA-256"; exit 1; }
+  tar -xjf "$src/orig.tar.bz2" -C "$src"
+  (cd "$src/busybox-$BUSYBOX_SRC_VERSION" &&
+    make defconfig >/dev/null &&
+    sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' .config &&
+    grep -qx 'CONFIG_STATIC=y' .config &&
+    make -j"$(nproc)" busybox >"$src/build.log" 2>&1) || {
+    log "busybox build failed; its log:"; tail -30 "$src/build.log" >&2; exit 1; }
+  mkdir -p "$(dirname "$UPSTREAM_BUSYBOX")"
+  install -m 0755 "$src/busybox-$BUSYBOX_SRC_VERSION/busybox" "$UPSTREAM_BUSYBOX.tmp"
+  mv -f "$UPSTREAM_BUSYBOX.tmp" "$UPSTREAM_BUSYBOX"
+fi
 mkdir -p "$tmp/busybox-image/tmp" "$tmp/busybox-image/bin"
 chmod 1777 "$tmp/busybox-image/tmp"
-log "fetching $BASH_STATIC_DEB"
-apt_download "$tmp/bash-deb" "$BASH_STATIC_DEB"
-dpkg-deb -x "$tmp"/bash-deb/bash-static_*.deb "$tmp/bash-root"
-install -m 0755 "$tmp/bash-root/bin/bash-static" "$tmp/busybox-image/bin/bash"
-ln -s bash "$tmp/busybox-image/bin/sh"
-mapfile -t busybox_image < <(tree_args "$tmp/busybox-image"; busybox_args "$tmp/busybox-image" also-bin)
+install -m 0755 "$UPSTREAM_BUSYBOX" "$tmp/busybox-image/bin/busybox"
+# As upstream's image: every applet in /bin.
+while read -r applet; do
+  ln -s busybox "$tmp/busybox-image/bin/$applet"
+done < <("$UPSTREAM_BUSYBOX" --list | grep -vx busybox)
+mapfile -t busybox_image < <(tree_args "$tmp/busybox-image")
 pack() { # name ref args...
   local name=$1 ref=$2
   shift 2

@@ -10,7 +10,8 @@ export PATH="/usr/local/go/bin:$PATH"
 # run as, Debian's real daemons. iproute2: test hosts are network namespaces.
 # qemu-utils: qemu-img checks the VMDK writer. The images: debootstrap,
 # fdisk (sfdisk), dosfstools and mtools (the ESP), e2fsprogs (the root),
-# gcc and libc6-dev (the static pause binary), containerd and runc (ctr
+# gcc and libc6-dev (the static pause binary; busybox for the e2e busybox
+# image, from its bzip2 tarball), containerd and runc (ctr
 # imports the container images in a test and runs one), qemu-system-x86 and ovmf (the boot
 # test), acl, attr and libcap2-bin (setfacl, setfattr, setcap: the test that
 # the debootstrap cache keeps ACLs, xattrs and file capabilities),
@@ -18,7 +19,7 @@ export PATH="/usr/local/go/bin:$PATH"
 # image).
 need_apt=()
 for pkg in make git ca-certificates curl openssl iproute2 util-linux qemu-utils keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter \
-  debootstrap fdisk dosfstools mtools e2fsprogs gcc libc6-dev binutils containerd runc qemu-system-x86 ovmf \
+  debootstrap fdisk dosfstools mtools e2fsprogs gcc libc6-dev binutils bzip2 containerd runc qemu-system-x86 ovmf \
   acl attr libcap2-bin systemd-container; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
