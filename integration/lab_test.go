@@ -715,7 +715,10 @@ func (l *labUnderTest) checkScaleMasters(t *testing.T) {
 				}
 			}
 			return len(ms) == n && ready == n
-		}, func() { t.Logf("masters %+v", l.masters(t)) })
+		}, func() {
+			t.Logf("masters %+v", l.masters(t))
+			dumpLabLogs(t, l.stateDir) // the agents' journals say why a master is not Ready
+		})
 		l.checkMembers(t, l.masters(t))
 	}
 	scale(5)
