@@ -706,7 +706,10 @@ func (l *labUnderTest) checkScaleMasters(t *testing.T) {
 	scale := func(n int) {
 		op, err := l.ctl.ScaleCluster(context.Background(), lab.ClusterName, v1.ScaleRequest{Masters: &n})
 		l.waitOperation(t, op, err)
-		testutil.Eventually(t, 10*time.Minute, fmt.Sprintf("%d masters Ready", n), func() bool {
+		// Generous: a join under CI's load can be retried several times
+		// (a second learner waits for the first to be promoted; kubeadm's
+		// preflight fails until the first-boot image import is done).
+		testutil.Eventually(t, 15*time.Minute, fmt.Sprintf("%d masters Ready", n), func() bool {
 			ms := l.masters(t)
 			ready := 0
 			for _, m := range ms {
