@@ -104,6 +104,7 @@ func TestImageBoot(t *testing.T) {
 		{"kernel", regexp.MustCompile(`Linux version`)},
 		{"systemd", regexp.MustCompile(`Welcome to .*Debian`)},
 		{"harmony-agent settled", imageboot.AgentReport},
+		{"boot report done", imageboot.KubeletUnitReport},
 	}
 	for _, m := range marks {
 		at, err := vm.WaitSerial(ctx, m.re)
