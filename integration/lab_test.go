@@ -53,6 +53,7 @@ func labInputs(t *testing.T) (binDir, imagesDir string) {
 // the lab's claims against it, in order.
 func TestLab(t *testing.T) {
 	binDir, imagesDir := labInputs(t)
+	testutil.Heavy(t)
 	stateDir := filepath.Join(t.TempDir(), "lab")
 	logs := &testutil.LogBuffer{}
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/procfs"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // labEnv is what a test that boots bodies needs, or a reason to skip.
@@ -187,9 +188,10 @@ func isStatic(t *testing.T, path string) bool {
 
 func TestBody(t *testing.T) {
 	env := needLab(t)
+	testutil.Heavy(t)
 	log := testLog(t)
-	// Generous: CI runs this beside TestLab's five bodies on two cores,
-	// where one image conversion took 3m49s and a boot two minutes.
+	// Generous: in a CI run beside TestLab (before the two took turns),
+	// one image conversion took 3m49s and a boot two minutes.
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
