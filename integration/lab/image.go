@@ -12,7 +12,7 @@ import (
 
 // RunningVMs are the lab's VMs whose bodies run, by name.
 func RunningVMs(stateDir string) ([]*VM, error) {
-	r, abs, err := openLab(stateDir)
+	r, err := openLab(stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -25,7 +25,7 @@ func RunningVMs(stateDir string) ([]*VM, error) {
 		if !e.IsDir() || !vmName.MatchString(e.Name()) {
 			continue
 		}
-		vm, err := r.vm(abs, e.Name())
+		vm, err := r.vm(e.Name())
 		if err != nil {
 			return nil, err
 		}

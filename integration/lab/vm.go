@@ -24,36 +24,36 @@ type VM struct {
 
 // OpenVM names a VM of the lab in stateDir; the VM need not exist yet.
 func OpenVM(stateDir, name string) (*VM, error) {
-	r, abs, err := openLab(stateDir)
+	r, err := openLab(stateDir)
 	if err != nil {
 		return nil, err
 	}
-	return r.vm(abs, name)
+	return r.vm(name)
 }
 
-// openLab is the record of the lab in stateDir, and the directory made
-// absolute; an error if no lab is there.
-func openLab(stateDir string) (*record, string, error) {
+// openLab is the record of the lab in stateDir; an error if no lab is
+// there.
+func openLab(stateDir string) (*record, error) {
 	abs, err := filepath.Abs(stateDir)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	r, err := loadRecord(abs)
 	if err != nil {
-		return nil, abs, err
+		return nil, err
 	}
 	if r == nil {
-		return nil, abs, fmt.Errorf("no lab in %s", abs)
+		return nil, fmt.Errorf("no lab in %s", abs)
 	}
-	return r, abs, nil
+	return r, nil
 }
 
-// vm names one of the lab's VMs; stateDir is the lab's, absolute.
-func (r *record) vm(stateDir, name string) (*VM, error) {
+// vm names one of the lab's VMs.
+func (r *record) vm(name string) (*VM, error) {
 	if !vmName.MatchString(name) {
 		return nil, fmt.Errorf("VM name %q: the lab runs VMs named [a-z0-9-], at most 31", name)
 	}
-	return &VM{Name: name, Netns: vmNetns(r.ID, name), Dir: r.vmDir(name), stateDir: stateDir}, nil
+	return &VM{Name: name, Netns: vmNetns(r.ID, name), Dir: r.vmDir(name), stateDir: r.dir()}, nil
 }
 
 // Body is the VM's running body; an error if it is powered off.
@@ -127,7 +127,7 @@ func (e errNoVM) Error() string { return fmt.Sprintf("no VM %q in the lab's vCen
 
 // withVM logs in to the lab's vCenter and calls f with the VM.
 func (v *VM) withVM(ctx context.Context, f func(*vsphere.Session, vmState) error) error {
-	r, _, err := openLab(v.stateDir)
+	r, err := openLab(v.stateDir)
 	if err != nil {
 		return err
 	}
