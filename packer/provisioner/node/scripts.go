@@ -82,6 +82,10 @@ echo localhost > /etc/hostname
 # Caches and logs.
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/lib/dpkg/*-old
+# ldconfig's aux-cache records the libraries' inode numbers and change
+# times, which differ in every build: without it two builds of one checkout
+# are byte-identical, and ldconfig rebuilds it when it next runs.
+rm -f /var/cache/ldconfig/aux-cache
 rm -rf /var/log/journal/* /var/log/installer
 find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -delete
 find /var/log -type f -exec truncate -s 0 {} +
