@@ -19,6 +19,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	imagecomponents "github.com/harmonykaas/harmony/images/components"
 )
 
 // nodeStack acts on the role: it feeds each new role to the reconcile
@@ -209,6 +210,7 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconci
 		kcfg.Unconfined = func(argv []string, maxRuntime time.Duration) []string {
 			return service.TransientCommand("kubeadm", maxRuntime, argv)
 		}
+		kcfg.ImagesDir, kcfg.ImagesImported = imagecomponents.ContainerImagesDir, imagecomponents.ContainerImagesImported
 	}
 	ku := kubeadm.New(kcfg)
 	components := []reconcile.Component{network.New(network.Config{}), ha, ka, et, ku}

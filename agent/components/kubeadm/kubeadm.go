@@ -128,6 +128,13 @@ type Config struct {
 	// CommandTimeout bounds one kubeadm run; default 5m (a join waits for
 	// discovery and the kubelet's TLS bootstrap).
 	CommandTimeout time.Duration
+	// ImagesDir holds the container images the node image carries, and
+	// ImagesImported is the stamp its first-boot unit leaves once
+	// containerd has them (both node paths). While the directory holds an
+	// image and the stamp is missing, the runs that start the kubelet
+	// (join, kubelet-start) wait: kubeadm's image preflight would fail,
+	// and the kubelet could not run a static pod yet. Empty: no wait.
+	ImagesDir, ImagesImported string
 }
 
 // Component converges kubeadm. It is also a prometheus.Collector.
@@ -175,6 +182,27 @@ func New(cfg Config) *Component {
 
 // Name implements reconcile.Component.
 func (c *Component) Name() string { return Name }
+
+// Inputs are the node paths that another program writes and a pass
+// reads: the agent watches them, so the join follows the import at once.
+func (c *Component) Inputs() []string {
+	if c.cfg.ImagesImported == "" {
+		return nil
+	}
+	return []string{c.cfg.ImagesImported}
+}
+
+// imagesPending says what the kubelet's first start waits for, or "".
+func (c *Component) imagesPending(host *reconcile.Host) string {
+	if c.cfg.ImagesImported == "" || exists(host.Path(c.cfg.ImagesImported)) {
+		return ""
+	}
+	tars, err := filepath.Glob(host.Path(filepath.Join(c.cfg.ImagesDir, "*.tar")))
+	if err != nil || len(tars) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("waiting for the first-boot import of the node image's %d container images (%s)", len(tars), c.cfg.ImagesImported)
+}
 
 func (c *Component) checkConfig() error {
 	for _, b := range []struct{ name, path string }{{"Binary", c.cfg.Binary}, {"APIServerBinary", c.cfg.APIServerBinary}} {
@@ -255,6 +283,10 @@ func (c *Component) reconcileWorker(ctx context.Context, host *reconcile.Host, p
 	}
 	st.Message = "joined (" + KubeletKubeconfig + " exists)"
 	if !exists(host.Path(KubeletKubeconfig)) {
+		if wait := c.imagesPending(host); wait != "" {
+			st.Message = wait
+			return st
+		}
 		if _, err := c.kubeadm(ctx, host, p.token, "join", "--config", JoinConfigFile); err != nil {
 			return c.fail(ctx, host, st, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -455,5 +456,59 @@ func TestJoinedWorkerIsHealthyOnlyWithItsKubelet(t *testing.T) {
 	st = c.Reconcile(context.Background(), host, role)
 	if st.Healthy || !strings.Contains(st.Message, "kubelet: GET /healthz") {
 		t.Errorf("joined worker, no kubelet: %+v", st)
+	}
+}
+
+// While the node image's first-boot unit still imports the container
+// images, neither a worker nor a joining master runs kubeadm join (its
+// image preflight would fail), and a master writes nothing of kubeadm's
+// yet; the stamp is an input, and once it exists the join runs.
+func TestJoinWaitsForTheImageImport(t *testing.T) {
+	bin := k8sBin(t)
+	cl := newTestCluster(t)
+	for _, name := range []string{"w1", "m2"} {
+		t.Run(name, func(t *testing.T) {
+			host := &reconcile.Host{Root: t.TempDir(), Services: servicetest.New()}
+			imagesDir, stamp := "/usr/share/harmony/images", "/var/lib/harmony-images/imported"
+			if err := os.MkdirAll(host.Path(imagesDir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(host.Path(imagesDir+"/pause.tar"), []byte("not read"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var joins atomic.Int32
+			c := New(Config{
+				Binary: filepath.Join(bin, "kubeadm"), Kubelet: true, DialContext: refuseDial,
+				ImagesDir: imagesDir, ImagesImported: stamp, CommandTimeout: 5 * time.Second,
+				Command: func(ctx context.Context, argv []string) *exec.Cmd {
+					if slices.Contains(argv, "join") {
+						joins.Add(1)
+					}
+					return exec.CommandContext(ctx, argv[0], argv[1:]...)
+				},
+			})
+			if got := c.Inputs(); !slices.Equal(got, []string{stamp}) {
+				t.Errorf("inputs %q, want the stamp", got)
+			}
+			role := cl.role(t, name, 0)
+			st := c.Reconcile(context.Background(), host, role)
+			if joins.Load() != 0 || st.Healthy || !strings.Contains(st.Message, "first-boot import") || !strings.Contains(st.Message, stamp) {
+				t.Errorf("images not imported: %d joins, %+v", joins.Load(), st)
+			}
+			if exists(host.Path(ManifestsDir)) || exists(host.Path(PKIDir + "/apiserver.crt")) {
+				t.Errorf("kubeadm's local phases ran before the images were imported")
+			}
+			if err := os.MkdirAll(filepath.Dir(host.Path(stamp)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(host.Path(stamp), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// No apiserver answers here, so the join itself fails.
+			st = c.Reconcile(context.Background(), host, role)
+			if joins.Load() != 1 || st.Phase != reconcile.PhaseFailed {
+				t.Errorf("images imported: %d joins, %+v", joins.Load(), st)
+			}
+		})
 	}
 }

@@ -60,6 +60,15 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		return fail(err)
 	}
 
+	// The runs that start the kubelet wait for its images; until then
+	// nothing of kubeadm's runs, so a join finds no half-made node.
+	startsKubelet := c.cfg.Kubelet && (p.first && !exists(host.Path(KubeletConfigFile)) ||
+		!p.first && !exists(host.Path(KubeletKubeconfig)))
+	if wait := c.imagesPending(host); startsKubelet && wait != "" {
+		st.Phase = reconcile.PhaseConverged
+		st.Message = wait
+		return st
+	}
 	if c.cfg.Kubelet && !p.first && !exists(host.Path(KubeletKubeconfig)) {
 		if err := c.joinControlPlane(ctx, host, p, &st); err != nil {
 			return fail(err)

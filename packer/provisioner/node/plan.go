@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/harmonykaas/harmony/images/components"
 )
 
 // Where things go in the image.
 const (
 	kubernetesRoot = "/opt/harmony/kubernetes" // <version>/bin/{kubeadm,kubelet,kubectl}
-	imagesDir      = "/usr/share/harmony/images"
+	imagesDir      = components.ContainerImagesDir
 	unitDir        = "/etc/systemd/system"
 )
 

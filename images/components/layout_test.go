@@ -1,0 +1,29 @@
+package components
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The first-boot unit imports from the directory the build fills and
+// leaves the stamp the agent waits for: a path changed on one side only
+// would make every kubeadm run wait forever.
+func TestImportUnitUsesTheLayout(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "systemd", "harmony-images-import.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(data)
+	for _, want := range []string{
+		"ConditionPathExists=!" + ContainerImagesImported + "\n",
+		"StateDirectory=" + filepath.Base(filepath.Dir(ContainerImagesImported)) + "\n",
+		"for f in " + ContainerImagesDir + "/*.tar;",
+		"ExecStartPost=/usr/bin/touch " + ContainerImagesImported + "\n",
+	} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("harmony-images-import.service lacks %q", want)
+		}
+	}
+}
