@@ -85,6 +85,14 @@ func isUnhealthyCluster(err error) bool {
 	return errors.As(err, &ae) && ae.Code == codeUnavailable && strings.Contains(ae.Message, "unhealthy cluster")
 }
 
+// isTooManyLearners reports etcd's refusal to add a learner while
+// another one (a master joining at the same time) has not been promoted:
+// etcd allows one learner at a time by default.
+func isTooManyLearners(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == codeFailedPrecondition && strings.Contains(ae.Message, "too many learner members")
+}
+
 // isMemberNotFound reports a member ID the cluster does not know.
 func isMemberNotFound(err error) bool {
 	var ae *APIError

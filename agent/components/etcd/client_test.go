@@ -118,6 +118,12 @@ func TestGatewayErrors(t *testing.T) {
 		t.Errorf("add refused for an unhealthy cluster: %v", err)
 	}
 
+	// What etcd 3.6 answered a master that joined while another was a learner.
+	cl, url, _ = gatewayStub(t, 412, `{"error":"etcdserver: too many learner members in cluster","message":"etcdserver: too many learner members in cluster","code":9}`)
+	if _, _, err := cl.MemberAddLearner(ctx, url, "https://198.18.0.13:2380"); !isTooManyLearners(err) || isUnhealthyCluster(err) || isLearnerNotReady(err) {
+		t.Errorf("add refused while another learner waits: %v", err)
+	}
+
 	cl, url, _ = gatewayStub(t, 503, `{"error":"etcdserver: rpc not supported for learner","message":"etcdserver: rpc not supported for learner","code":14}`)
 	if _, err := cl.MemberList(ctx, url); err == nil || isUnhealthyCluster(err) || !strings.Contains(err.Error(), "learner") {
 		t.Errorf("member list from a learner: %v", err)
@@ -225,5 +231,41 @@ func TestRequestTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("took %v", d)
+	}
+}
+
+// A membership change that etcd refuses for now (unhealthy cluster, or a
+// learner already waiting) is tried again until it succeeds or
+// PromoteWait runs out; any other refusal ends it at once.
+func TestReconfigRetriesOnlyWhatPasses(t *testing.T) {
+	refusal := func(code int, msg string) error { return &APIError{HTTPStatus: 412, Code: code, Message: msg} }
+	tooMany := refusal(codeFailedPrecondition, "etcdserver: too many learner members in cluster")
+	unhealthy := refusal(codeUnavailable, "etcdserver: unhealthy cluster")
+	badURL := refusal(3, "etcdserver: bad peer URL")
+	c := New(Config{PromoteWait: 30 * time.Second})
+	for _, tc := range []struct {
+		name    string
+		answers []error
+		calls   int
+		want    error
+	}{
+		{"another learner, then promoted", []error{tooMany, tooMany, nil}, 3, nil},
+		{"unhealthy, then healthy", []error{unhealthy, nil}, 2, nil},
+		{"bad request", []error{badURL, nil}, 1, badURL},
+	} {
+		calls := 0
+		err := c.retryReconfig(context.Background(), func() error {
+			calls++
+			return tc.answers[calls-1]
+		})
+		if err != tc.want || calls != tc.calls {
+			t.Errorf("%s: %d calls, %v; want %d, %v", tc.name, calls, err, tc.calls, tc.want)
+		}
+	}
+	short := New(Config{PromoteWait: 1500 * time.Millisecond})
+	calls := 0
+	err := short.retryReconfig(context.Background(), func() error { calls++; return tooMany })
+	if !isTooManyLearners(err) || calls < 2 || calls > 3 {
+		t.Errorf("past PromoteWait: %d calls, %v", calls, err)
 	}
 }

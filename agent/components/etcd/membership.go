@@ -116,12 +116,14 @@ var errStateAppeared = errors.New("etcd wrote its state during this pass; it sta
 // retryReconfig retries a membership change that etcd refuses as unsafe
 // for now (its strict reconfiguration check wants the leader connected to
 // every voting member for a few seconds, so a cluster that has just formed,
-// or just lost a member, refuses), for up to PromoteWait.
+// or just lost a member, refuses) or as one learner too many (another
+// master joining at the same time, until it is promoted), for up to
+// PromoteWait.
 func (c *Component) retryReconfig(ctx context.Context, change func() error) error {
 	deadline := time.Now().Add(c.cfg.PromoteWait)
 	for {
 		err := change()
-		if err == nil || !isUnhealthyCluster(err) || !time.Now().Before(deadline) {
+		if err == nil || !(isUnhealthyCluster(err) || isTooManyLearners(err)) || !time.Now().Before(deadline) {
 			return err
 		}
 		select {
