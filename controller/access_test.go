@@ -10,41 +10,61 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/store"
 )
 
-// routeAccess is who may call a route, as the README's security model
-// says: enrollment, the CA bundle and /healthz are open; a node reads its
-// role, reports status and renews; /metrics takes a scraper or an admin;
-// everything else is the admin API.
-func routeAccess(pattern string) []string {
+// routeAccess is each route's permission, as the README's security model
+// says: enrollment, the CA bundle, /healthz and the session routes are
+// open; a node reads its role, reports status and renews; /metrics takes
+// a scraper or an admin; a user sees the cluster list, the API document
+// and themselves, and a cluster's routes by their grant on it; renewing
+// an admin certificate takes that certificate; everything else is the
+// admins'.
+func routeAccess(pattern string) string {
 	switch pattern {
-	case "GET " + v1.PathHealthz, "GET " + v1.PathCA, "POST " + v1.PathEnroll:
-		return nil
+	case "GET " + v1.PathHealthz, "GET " + v1.PathCA, "POST " + v1.PathEnroll,
+		"POST " + v1.PathSetup, "POST " + v1.PathLogin, "POST " + v1.PathRefresh, "POST " + v1.PathLogout:
+		return "public"
 	case "POST " + v1.PathRenew, "GET " + v1.PathNodeRole, "POST " + v1.PathNodeStatus:
-		return []string{v1.OrgNodes}
+		return "node"
 	case "GET " + v1.PathMetrics:
-		return []string{v1.OrgAdmins, v1.OrgScrapers}
+		return "metrics"
+	case "POST " + v1.PathAdminCert:
+		return "admin-certificate"
+	case "GET " + v1.PathClusters, "GET " + v1.PathOpenAPI, "GET " + v1.PathWhoAmI:
+		return "signed-in"
+	case "GET " + v1.PathClusters + "/{name}", "GET " + v1.PathClusters + "/{name}/grants", "GET " + v1.PathOperations + "/{id}":
+		return "cluster:view"
+	case "POST " + v1.PathClusters + "/{name}/scale", "POST " + v1.PathClusters + "/{name}/retry",
+		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/kubeconfig",
+		"POST " + v1.PathClusters + "/{name}/grants", "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}":
+		return "cluster:admin"
 	}
-	return []string{v1.OrgAdmins}
+	return "admin"
 }
 
-// callerState is what is wrong, if anything, with a caller's certificate
-// beyond its organization.
+// callerState is what is wrong, if anything, with a caller's credential
+// beyond what it is.
 type callerState int
 
 const (
 	callerGood     callerState = iota
-	callerNoCert               // presents no certificate
+	callerNoCert               // presents no credential
 	callerOtherCA              // signed by a CA the controller never saw
 	callerRevoked              // admin or scraper certificate revoked, or never recorded
 	callerNodeGone             // node certificate of a deleted node
+	callerBadToken             // a bearer token that is no session's
 )
 
 type caller struct {
 	name   string
 	client *http.Client
-	org    string
-	state  callerState
+	// kind is a certificate's organization, or kindUser.
+	kind  string
+	state callerState
+	// A user's role, and their grant on cluster "x".
+	role  v1.UserRole
+	grant v1.GrantRole
 }
 
 // accessAnswer is what a route must say to a caller: admitted means anything
@@ -56,8 +76,8 @@ type accessAnswer struct {
 	code     string
 }
 
-func (c caller) expect(allowed []string) accessAnswer {
-	if len(allowed) == 0 {
+func (c caller) expect(pattern, perm string) accessAnswer {
+	if perm == "public" {
 		return accessAnswer{admitted: true}
 	}
 	switch c.state {
@@ -65,15 +85,50 @@ func (c caller) expect(allowed []string) accessAnswer {
 		return accessAnswer{status: http.StatusUnauthorized, code: v1.CodeNoClientCert}
 	case callerOtherCA:
 		return accessAnswer{status: http.StatusUnauthorized, code: v1.CodeBadClientCert}
-	}
-	if !slices.Contains(allowed, c.org) {
-		return accessAnswer{status: http.StatusForbidden, code: v1.CodeForbidden}
-	}
-	switch c.state {
+	case callerBadToken:
+		return accessAnswer{status: http.StatusUnauthorized, code: v1.CodeSessionInvalid}
 	case callerRevoked:
 		return accessAnswer{status: http.StatusUnauthorized, code: v1.CodeCertRevoked}
 	case callerNodeGone:
 		return accessAnswer{status: http.StatusForbidden, code: v1.CodeNodeGone}
+	}
+	forbidden := accessAnswer{status: http.StatusForbidden, code: v1.CodeForbidden}
+	admin := c.kind == v1.OrgAdmins || c.kind == kindUser && c.role == v1.UserRoleAdmin
+	switch perm {
+	case "node":
+		if c.kind == v1.OrgNodes {
+			return accessAnswer{admitted: true}
+		}
+		return forbidden
+	case "metrics":
+		if admin || c.kind == v1.OrgScrapers {
+			return accessAnswer{admitted: true}
+		}
+		return forbidden
+	case "admin-certificate":
+		if c.kind == v1.OrgAdmins {
+			return accessAnswer{admitted: true}
+		}
+		return forbidden
+	}
+	if c.kind != v1.OrgAdmins && c.kind != kindUser {
+		return forbidden
+	}
+	switch {
+	case admin:
+		return accessAnswer{admitted: true}
+	case perm == "admin":
+		return forbidden
+	case perm == "signed-in":
+		return accessAnswer{admitted: true}
+	case strings.HasPrefix(pattern, "GET "+v1.PathOperations):
+		// Operation "x" does not exist, so it belongs to no cluster the
+		// user may see.
+		return accessAnswer{status: http.StatusNotFound, code: v1.CodeNotFound}
+	case c.grant == "":
+		return accessAnswer{status: http.StatusNotFound, code: v1.CodeNotFound}
+	case perm == "cluster:admin" && c.grant != v1.GrantAdmin:
+		return forbidden
 	}
 	return accessAnswer{admitted: true}
 }
@@ -121,13 +176,15 @@ func (tc *testController) unrecordedCert(org, name string) tls.Certificate {
 	return chainCert(tc.t, string(tc.c.ca.ChainPEM(leaf)), key)
 }
 
-// TestEveryRouteAdmitsExactlyItsOrganizations calls every registered
-// route with every kind of caller and checks the authentication accessAnswer,
-// which comes before the handler: 401 without a certificate or with one of
-// another CA, 403 for a wrong organization, 401 for a revoked or
-// unrecorded admin or scraper certificate, 403 node_gone for a deleted
-// node, and neither 401 nor 403 for the callers the route is for.
-func TestEveryRouteAdmitsExactlyItsOrganizations(t *testing.T) {
+// TestEveryRouteAdmitsExactlyItsCallers calls every registered route with
+// every kind of caller and checks the answer of the permission check,
+// which comes before the handler: 401 without a credential, with a
+// certificate of another CA or a token that is no session's; 401 for a
+// revoked or unrecorded admin or scraper certificate; 403 node_gone for a
+// deleted node; 403 for a caller the route is not for; 404 for a user on
+// a cluster not granted to them; and neither 401 nor 403 for the callers
+// the route is for.
+func TestEveryRouteAdmitsExactlyItsCallers(t *testing.T) {
 	tc := startController(t, t.TempDir())
 	node := tc.enrolledNode("w1")
 	gone := tc.enrolledNode("gone")
@@ -139,41 +196,65 @@ func TestEveryRouteAdmitsExactlyItsOrganizations(t *testing.T) {
 	if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathCertificates+"/"+serialOf(revoked.Leaf)+"/revoke", nil); r.status != http.StatusOK {
 		t.Fatalf("revoke scraper: %d %s", r.status, r.body)
 	}
+	// Cluster "x" is the path value every route is called with; users
+	// hold grants on it. It is a bare record: the handlers may fail on
+	// it, but only after the permission check.
+	tc.putClusterRecord("x")
+	users := map[string]*http.Client{}
+	for _, u := range []struct {
+		name  string
+		role  v1.UserRole
+		grant v1.GrantRole
+	}{{"root", v1.UserRoleAdmin, ""}, {"viewer", v1.UserRoleUser, v1.GrantView}, {"owner", v1.UserRoleUser, v1.GrantAdmin}, {"stranger", v1.UserRoleUser, ""}} {
+		users[u.name] = tc.userClient(u.name, u.role)
+		if u.grant != "" {
+			if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathClusters+"/x/grants", v1.GrantRequest{User: u.name, Role: u.grant}); r.status != http.StatusCreated {
+				t.Fatalf("grant %s: %d %s", u.name, r.status, r.body)
+			}
+		}
+	}
 	callers := []caller{
-		{"no certificate", tc.anonClient(), "", callerNoCert},
-		{"node", tc.certClient(node), v1.OrgNodes, callerGood},
-		{"scraper", tc.certClient(scraper), v1.OrgScrapers, callerGood},
-		{"admin", tc.admin, v1.OrgAdmins, callerGood},
-		{"deleted node", tc.certClient(gone), v1.OrgNodes, callerNodeGone},
-		{"revoked scraper", tc.certClient(revoked), v1.OrgScrapers, callerRevoked},
-		{"unrecorded admin", tc.certClient(tc.unrecordedCert(v1.OrgAdmins, "stray")), v1.OrgAdmins, callerRevoked},
-		{"unrecorded scraper", tc.certClient(tc.unrecordedCert(v1.OrgScrapers, "stray")), v1.OrgScrapers, callerRevoked},
-		{"other CA's node", tc.certClient(otherCACert(t, "w1", v1.OrgNodes)), v1.OrgNodes, callerOtherCA},
-		{"other CA's scraper", tc.certClient(otherCACert(t, "prometheus", v1.OrgScrapers)), v1.OrgScrapers, callerOtherCA},
-		{"other CA's admin", tc.certClient(otherCACert(t, "admin", v1.OrgAdmins)), v1.OrgAdmins, callerOtherCA},
+		{name: "nobody", client: tc.anonClient(), state: callerNoCert},
+		{name: "a token of no session", client: bearerClient(tc.anonClient(), "eyJhbGciOiJFUzI1NiJ9.e30.c2ln"), state: callerBadToken},
+		{name: "node", client: tc.certClient(node), kind: v1.OrgNodes},
+		{name: "scraper", client: tc.certClient(scraper), kind: v1.OrgScrapers},
+		{name: "admin certificate", client: tc.admin, kind: v1.OrgAdmins},
+		{name: "admin user", client: users["root"], kind: kindUser, role: v1.UserRoleAdmin},
+		{name: "user with a view grant", client: users["viewer"], kind: kindUser, role: v1.UserRoleUser, grant: v1.GrantView},
+		{name: "user with an admin grant", client: users["owner"], kind: kindUser, role: v1.UserRoleUser, grant: v1.GrantAdmin},
+		{name: "user without a grant", client: users["stranger"], kind: kindUser, role: v1.UserRoleUser},
+		{name: "deleted node", client: tc.certClient(gone), kind: v1.OrgNodes, state: callerNodeGone},
+		{name: "revoked scraper", client: tc.certClient(revoked), kind: v1.OrgScrapers, state: callerRevoked},
+		{name: "unrecorded admin", client: tc.certClient(tc.unrecordedCert(v1.OrgAdmins, "stray")), kind: v1.OrgAdmins, state: callerRevoked},
+		{name: "unrecorded scraper", client: tc.certClient(tc.unrecordedCert(v1.OrgScrapers, "stray")), kind: v1.OrgScrapers, state: callerRevoked},
+		{name: "other CA's node", client: tc.certClient(otherCACert(t, "w1", v1.OrgNodes)), kind: v1.OrgNodes, state: callerOtherCA},
+		{name: "other CA's scraper", client: tc.certClient(otherCACert(t, "prometheus", v1.OrgScrapers)), kind: v1.OrgScrapers, state: callerOtherCA},
+		{name: "other CA's admin", client: tc.certClient(otherCACert(t, "admin", v1.OrgAdmins)), kind: v1.OrgAdmins, state: callerOtherCA},
 	}
 
 	doc, _ := loadOpenAPI(t)
-	routes := append([]string{"GET " + v1.PathHealthz}, tc.c.patterns...)
-	if len(routes) < 30 {
+	routes := slices.Clone(tc.c.patterns)
+	// Deleting cluster x goes last: the other routes need it.
+	deleteCluster := "DELETE " + v1.PathClusters + "/{name}"
+	routes = append(slices.DeleteFunc(routes, func(p string) bool { return p == deleteCluster }), deleteCluster)
+	if len(routes) < 45 {
 		t.Fatalf("only %d routes registered", len(routes))
 	}
 	kinds := map[string]int{}
 	for _, pattern := range routes {
-		allowed := routeAccess(pattern)
-		kinds[strings.Join(allowed, ",")]++
+		perm := routeAccess(pattern)
+		kinds[perm]++
 		method, path, _ := strings.Cut(pattern, " ")
-		// The API document states the same access.
-		op, ok := doc.Paths[path][strings.ToLower(method)]
-		if !ok {
+		// The API document states the same permission.
+		if op, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
 			t.Errorf("%s is not in the API document", pattern)
-		} else if documented := slices.Sorted(slices.Values(op.Organizations)); !slices.Equal(documented, slices.Sorted(slices.Values(allowed))) {
-			t.Errorf("%s is documented for %v, want %v", pattern, op.Organizations, allowed)
+		} else if op.Permission != perm {
+			t.Errorf("%s is documented as %q, want %q", pattern, op.Permission, perm)
 		}
 		url := tc.url + templateSegment.ReplaceAllString(path, "x")
 		for _, c := range callers {
 			got := doJSON(t, c.client, method, url, nil)
-			want := c.expect(allowed)
+			want := c.expect(pattern, perm)
 			if want.admitted {
 				if got.status == http.StatusUnauthorized || got.status == http.StatusForbidden {
 					t.Errorf("%s by %s: %d %s (%s), want it admitted", pattern, c.name, got.status, got.err.Code, got.err.Message)
@@ -186,13 +267,13 @@ func TestEveryRouteAdmitsExactlyItsOrganizations(t *testing.T) {
 		}
 	}
 	// Every kind of route was tried.
-	for _, k := range []string{"", v1.OrgNodes, v1.OrgAdmins, v1.OrgAdmins + "," + v1.OrgScrapers} {
-		if kinds[k] == 0 {
-			t.Errorf("no route with access %q", k)
+	for _, perm := range permissionNames {
+		if kinds[perm] == 0 {
+			t.Errorf("no route with permission %q", perm)
 		}
 	}
-	if kinds[""] != 3 || kinds[v1.OrgNodes] != 3 || kinds[v1.OrgAdmins+","+v1.OrgScrapers] != 1 {
-		t.Errorf("routes by access %v: want 3 open, 3 for nodes, 1 for scrapers", kinds)
+	if kinds["public"] != 7 || kinds["node"] != 3 || kinds["metrics"] != 1 || kinds["admin-certificate"] != 1 {
+		t.Errorf("routes by permission %v: want 7 public, 3 for nodes, 1 for metrics, 1 for an admin certificate", kinds)
 	}
 	// The calls changed nothing they were refused: the nodes and the
 	// scraper still work.
@@ -205,4 +286,47 @@ func TestEveryRouteAdmitsExactlyItsOrganizations(t *testing.T) {
 	if r := doJSON(t, tc.admin, "GET", tc.url+v1.PathNodes+"/w1", nil); r.status != http.StatusOK {
 		t.Errorf("node w1 after the calls: %d", r.status)
 	}
+}
+
+// putClusterRecord stores a bare cluster record, enough for grants and
+// the permission checks; no workflow has anything to do for it.
+func (tc *testController) putClusterRecord(name string) {
+	tc.t.Helper()
+	rec := map[string]any{"spec": map[string]any{"name": name}, "uid": "test-" + name, "generation": 1, "observedGeneration": 1}
+	if err := tc.c.store.Update(func(tx *store.Tx) error { return tx.Put(store.Clusters, name, rec) }); err != nil {
+		tc.t.Fatal(err)
+	}
+}
+
+// userClient creates a user through the API, logs in, and returns a
+// client that sends the session's access token.
+func (tc *testController) userClient(name string, role v1.UserRole) *http.Client {
+	tc.t.Helper()
+	const password = "a test user's password"
+	if r := doJSON(tc.t, tc.admin, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: name, Role: role, Password: password}); r.status != http.StatusCreated {
+		tc.t.Fatalf("create user %s: %d %s", name, r.status, r.body)
+	}
+	r := doJSON(tc.t, tc.anonClient(), "POST", tc.url+v1.PathLogin, v1.LoginRequest{Username: name, Password: password})
+	if r.status != http.StatusOK {
+		tc.t.Fatalf("login %s: %d %s", name, r.status, r.body)
+	}
+	var sess v1.Session
+	r.decode(tc.t, &sess)
+	return bearerClient(tc.anonClient(), sess.AccessToken)
+}
+
+// bearerClient sends token in every request's Authorization header.
+func bearerClient(base *http.Client, token string) *http.Client {
+	return &http.Client{Timeout: base.Timeout, Transport: bearer{token: token, next: base.Transport}}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }

@@ -58,10 +58,13 @@ func (c *Controller) handleRetryCluster(w http.ResponseWriter, r *http.Request, 
 	return answerOperation(w, op, err)
 }
 
-func (c *Controller) handleListClusters(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+func (c *Controller) handleListClusters(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	items, err := c.clusters.List()
 	if err != nil {
 		return clusterError(err)
+	}
+	if items, err = c.visibleClusters(who, items); err != nil {
+		return internalError("grants", err)
 	}
 	writeJSON(w, http.StatusOK, v1.ClusterList{Items: items})
 	return nil

@@ -9,6 +9,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/access"
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/cluster"
 	"github.com/harmonykaas/harmony/controller/store"
@@ -98,8 +100,12 @@ type Controller struct {
 	sessions *sessions
 	clusters *cluster.Service
 	imports  *importRunner
-	// patterns are the routes registered, for the API document's test.
-	patterns []string
+	access   *access.Service
+	// patterns are the routes registered, for the API document's test,
+	// and permissions each one's permission, for the document.
+	patterns    []string
+	permissions map[string]permission
+	openAPI     func() []byte
 
 	listener      net.Listener
 	metricsLn     net.Listener
@@ -150,7 +156,11 @@ func New(cfg Config) (*Controller, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions()}
+	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions(), permissions: map[string]permission{}}
+	c.openAPI = sync.OnceValue(func() []byte {
+		doc, _ := json.MarshalIndent(openAPIDocument(c.permissions), "", "  ")
+		return doc
+	})
 	c.imports = &importRunner{run: c.runImport}
 	if err := c.openState(); err != nil {
 		return nil, err
@@ -167,6 +177,13 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.metrics = newMetrics()
 	c.removeStaleSpool()
+	c.access = access.New(access.Config{Store: c.store, DataDir: cfg.DataDir, Now: c.now, Log: c.log})
+	if path, err := c.access.PrepareSetup(); err != nil {
+		c.store.Close()
+		return nil, err
+	} else if path != "" {
+		c.log.Info("no admin user yet: the one-time setup token is in a file only root can read; harmonyctl setup uses it to create the first admin", "path", path)
+	}
 
 	if err := c.bind(); err != nil {
 		c.store.Close()

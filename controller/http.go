@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +20,8 @@ type apiError struct {
 	code    string
 	message string
 	field   string
+	// retryAfter, when set, goes into a Retry-After header.
+	retryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -87,7 +88,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 const maxErrorMessage = 16 << 10
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.status == http.StatusServiceUnavailable {
+	switch {
+	case e.retryAfter > 0:
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	case e.status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "5")
 	}
 	writeJSON(w, e.status, v1.ErrorBody{Error: v1.Error{Code: e.code, Message: clip(e.message), Field: e.field}})
@@ -100,22 +104,26 @@ func clip(msg string) string {
 	return fmt.Sprintf("%s… (%d more bytes cut)", strings.ToValidUTF8(msg[:maxErrorMessage], ""), len(msg)-maxErrorMessage)
 }
 
-// principal is who a verified client certificate says the caller is.
+// principal is who the caller is: a verified client certificate's holder,
+// or a signed-in user.
 type principal struct {
-	kind   string // one of v1.OrgNodes, v1.OrgAdmins, v1.OrgScrapers
+	kind   string // v1.OrgNodes, v1.OrgAdmins, v1.OrgScrapers, or kindUser
 	name   string
 	uid    string
 	serial string // of the certificate, lower-case hex
+	// role and groups are a user's.
+	role   v1.UserRole
+	groups []string
 }
 
 // handlerFunc is a handler that returns its refusal instead of writing it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, who principal) *apiError
 
 // route registers pattern with latency metrics, a body limit, panic
-// recovery, and the principals allowed; none means no client certificate
-// is needed.
-func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, h handlerFunc, allowed ...string) {
+// recovery, and its one permission, checked before h runs.
+func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, h handlerFunc, perm permission) {
 	c.patterns = append(c.patterns, pattern)
+	c.permissions[pattern] = perm
 	label := pattern
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -130,14 +138,11 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 			c.metrics.requestDuration.WithLabelValues(label, r.Method, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
 		}()
 		r.Body = http.MaxBytesReader(rec, r.Body, bodyLimit)
-		var who principal
-		if len(allowed) > 0 {
-			var err *apiError
-			if who, err = c.authenticate(r, allowed); err != nil {
-				c.log.Warn("request refused", "route", label, "reason", err.code, "detail", err.message, "remote", r.RemoteAddr)
-				writeError(rec, err)
-				return
-			}
+		who, aerr := c.authorize(r, perm)
+		if aerr != nil {
+			c.log.Warn("request refused", "route", label, "reason", aerr.code, "detail", aerr.message, "remote", r.RemoteAddr)
+			writeError(rec, aerr)
+			return
 		}
 		err := h(rec, r, who)
 		if err != nil {
@@ -182,7 +187,7 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 // authenticate verifies the client certificate against this controller's
 // CA and maps its organization to a principal. A node must still exist,
 // with the UID its certificate was issued for.
-func (c *Controller) authenticate(r *http.Request, allowed []string) (principal, *apiError) {
+func (c *Controller) authenticate(r *http.Request) (principal, *apiError) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return principal{}, refuse(http.StatusUnauthorized, v1.CodeNoClientCert, "this endpoint requires a client certificate issued by the controller's CA")
 	}
@@ -194,9 +199,6 @@ func (c *Controller) authenticate(r *http.Request, allowed []string) (principal,
 		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "client certificate has no single organization")
 	}
 	who := principal{kind: leaf.Subject.Organization[0], name: leaf.Subject.CommonName, uid: leaf.Subject.SerialNumber, serial: serialOf(leaf)}
-	if !slices.Contains(allowed, who.kind) {
-		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "%s %q may not use this endpoint", who.kind, who.name)
-	}
 	switch who.kind {
 	case v1.OrgAdmins, v1.OrgScrapers:
 		if e := c.checkRecorded(leaf, who); e != nil {
@@ -216,50 +218,64 @@ func (c *Controller) authenticate(r *http.Request, allowed []string) (principal,
 
 func (c *Controller) routes() http.Handler {
 	mux := http.NewServeMux()
-	node := []string{v1.OrgNodes}
-	admin := []string{v1.OrgAdmins}
 
-	mux.HandleFunc("GET "+v1.PathHealthz, func(w http.ResponseWriter, r *http.Request) {
+	c.route(mux, "GET "+v1.PathHealthz, 0, func(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
 		w.Write([]byte("ok\n"))
-	})
-	c.route(mux, "GET "+v1.PathCA, 0, c.handleCA)
-	c.route(mux, "POST "+v1.PathEnroll, v1.MaxEnrollBytes, c.handleEnroll)
-	c.route(mux, "POST "+v1.PathRenew, v1.MaxEnrollBytes, c.handleRenew, node...)
-	c.route(mux, "GET "+v1.PathNodeRole, 0, c.handleWatchRole, node...)
-	c.route(mux, "POST "+v1.PathNodeStatus, v1.MaxStatusBytes, c.handleStatus, node...)
+		return nil
+	}, permPublic)
+	c.route(mux, "GET "+v1.PathCA, 0, c.handleCA, permPublic)
+	c.route(mux, "POST "+v1.PathEnroll, v1.MaxEnrollBytes, c.handleEnroll, permPublic)
+	c.route(mux, "POST "+v1.PathRenew, v1.MaxEnrollBytes, c.handleRenew, permNode)
+	c.route(mux, "GET "+v1.PathNodeRole, 0, c.handleWatchRole, permNode)
+	c.route(mux, "POST "+v1.PathNodeStatus, v1.MaxStatusBytes, c.handleStatus, permNode)
 
-	c.route(mux, "GET "+v1.PathNodes, 0, c.handleListNodes, admin...)
-	c.route(mux, "POST "+v1.PathNodes, v1.MaxAdminBytes, c.handleAddNode, admin...)
-	c.route(mux, "GET "+v1.PathNodes+"/{name}", 0, c.handleGetNode, admin...)
-	c.route(mux, "DELETE "+v1.PathNodes+"/{name}", 0, c.handleDeleteNode, admin...)
-	c.route(mux, "POST "+v1.PathNodes+"/{name}/token", v1.MaxAdminBytes, c.handleNewToken, admin...)
-	c.route(mux, "GET "+v1.PathNodes+"/{name}/role", 0, c.handleGetRole, admin...)
-	c.route(mux, "PUT "+v1.PathNodes+"/{name}/role", v1.MaxRoleBytes, c.handleSetRole, admin...)
-	c.route(mux, "PUT "+v1.PathRoles, 64*v1.MaxRoleBytes, c.handleSetRoles, admin...)
-	c.route(mux, "POST "+v1.PathScraperCert, v1.MaxEnrollBytes, c.handleScraperCert, admin...)
-	c.route(mux, "POST "+v1.PathAdminCert, v1.MaxEnrollBytes, c.handleRenewAdmin, admin...)
-	c.route(mux, "GET "+v1.PathCertificates, 0, c.handleListCerts, admin...)
-	c.route(mux, "POST "+v1.PathCertificates+"/{serial}/revoke", 0, c.handleRevokeCert, admin...)
-	c.route(mux, "GET "+v1.PathProviders, 0, c.handleListProviders, admin...)
-	c.route(mux, "GET "+v1.PathProviders+"/{name}", 0, c.handleGetProvider, admin...)
-	c.route(mux, "PUT "+v1.PathProviders+"/{name}", v1.MaxAdminBytes, c.handleApplyProvider, admin...)
-	c.route(mux, "DELETE "+v1.PathProviders+"/{name}", 0, c.handleDeleteProvider, admin...)
-	c.route(mux, "GET "+v1.PathImages, 0, c.handleListImages, admin...)
-	c.route(mux, "POST "+v1.PathImages, MaxOVABytes, c.handleImportImage, admin...)
-	c.route(mux, "GET "+v1.PathClusters, 0, c.handleListClusters, admin...)
-	c.route(mux, "POST "+v1.PathClusters, v1.MaxAdminBytes, c.handleCreateCluster, admin...)
-	c.route(mux, "GET "+v1.PathClusters+"/{name}", 0, c.handleGetCluster, admin...)
-	c.route(mux, "DELETE "+v1.PathClusters+"/{name}", 0, c.handleDeleteCluster, admin...)
-	c.route(mux, "POST "+v1.PathClusters+"/{name}/scale", v1.MaxAdminBytes, c.handleScaleCluster, admin...)
-	c.route(mux, "POST "+v1.PathClusters+"/{name}/retry", 0, c.handleRetryCluster, admin...)
-	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/nodes/{node}", 0, c.handleRemoveNode, admin...)
-	c.route(mux, "POST "+v1.PathClusters+"/{name}/kubeconfig", v1.MaxAdminBytes, c.handleClusterKubeconfig, admin...)
-	c.route(mux, "GET "+v1.PathOperations+"/{id}", 0, c.handleGetOperation, admin...)
-	c.route(mux, "GET "+v1.PathOpenAPI, 0, c.handleOpenAPI, admin...)
+	c.route(mux, "GET "+v1.PathNodes, 0, c.handleListNodes, permAdmin)
+	c.route(mux, "POST "+v1.PathNodes, v1.MaxAdminBytes, c.handleAddNode, permAdmin)
+	c.route(mux, "GET "+v1.PathNodes+"/{name}", 0, c.handleGetNode, permAdmin)
+	c.route(mux, "DELETE "+v1.PathNodes+"/{name}", 0, c.handleDeleteNode, permAdmin)
+	c.route(mux, "POST "+v1.PathNodes+"/{name}/token", v1.MaxAdminBytes, c.handleNewToken, permAdmin)
+	c.route(mux, "GET "+v1.PathNodes+"/{name}/role", 0, c.handleGetRole, permAdmin)
+	c.route(mux, "PUT "+v1.PathNodes+"/{name}/role", v1.MaxRoleBytes, c.handleSetRole, permAdmin)
+	c.route(mux, "PUT "+v1.PathRoles, 64*v1.MaxRoleBytes, c.handleSetRoles, permAdmin)
+	c.route(mux, "POST "+v1.PathScraperCert, v1.MaxEnrollBytes, c.handleScraperCert, permAdmin)
+	c.route(mux, "POST "+v1.PathAdminCert, v1.MaxEnrollBytes, c.handleRenewAdmin, permAdminCert)
+	c.route(mux, "GET "+v1.PathCertificates, 0, c.handleListCerts, permAdmin)
+	c.route(mux, "POST "+v1.PathCertificates+"/{serial}/revoke", 0, c.handleRevokeCert, permAdmin)
+	c.route(mux, "GET "+v1.PathProviders, 0, c.handleListProviders, permAdmin)
+	c.route(mux, "GET "+v1.PathProviders+"/{name}", 0, c.handleGetProvider, permAdmin)
+	c.route(mux, "PUT "+v1.PathProviders+"/{name}", v1.MaxAdminBytes, c.handleApplyProvider, permAdmin)
+	c.route(mux, "DELETE "+v1.PathProviders+"/{name}", 0, c.handleDeleteProvider, permAdmin)
+	c.route(mux, "GET "+v1.PathImages, 0, c.handleListImages, permAdmin)
+	c.route(mux, "POST "+v1.PathImages, MaxOVABytes, c.handleImportImage, permAdmin)
+	c.route(mux, "GET "+v1.PathClusters, 0, c.handleListClusters, permSignedIn)
+	c.route(mux, "POST "+v1.PathClusters, v1.MaxAdminBytes, c.handleCreateCluster, permAdmin)
+	c.route(mux, "GET "+v1.PathClusters+"/{name}", 0, c.handleGetCluster, permClusterView)
+	c.route(mux, "DELETE "+v1.PathClusters+"/{name}", 0, c.handleDeleteCluster, permAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/scale", v1.MaxAdminBytes, c.handleScaleCluster, permClusterAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/retry", 0, c.handleRetryCluster, permClusterAdmin)
+	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/nodes/{node}", 0, c.handleRemoveNode, permClusterAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/kubeconfig", v1.MaxAdminBytes, c.handleClusterKubeconfig, permClusterAdmin)
+	c.route(mux, "GET "+v1.PathClusters+"/{name}/grants", 0, c.handleListGrants, permClusterView)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/grants", v1.MaxAuthBytes, c.handleGrant, permClusterAdmin)
+	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/grants/{kind}/{subject}", 0, c.handleRevoke, permClusterAdmin)
+	c.route(mux, "GET "+v1.PathOperations+"/{id}", 0, c.handleGetOperation, permOperationView)
+	c.route(mux, "GET "+v1.PathOpenAPI, 0, c.handleOpenAPI, permSignedIn)
+
+	c.route(mux, "POST "+v1.PathSetup, v1.MaxAuthBytes, c.handleSetup, permPublic)
+	c.route(mux, "POST "+v1.PathLogin, v1.MaxAuthBytes, c.handleLogin, permPublic)
+	c.route(mux, "POST "+v1.PathRefresh, v1.MaxAuthBytes, c.handleRefresh, permPublic)
+	c.route(mux, "POST "+v1.PathLogout, v1.MaxAuthBytes, c.handleLogout, permPublic)
+	c.route(mux, "GET "+v1.PathWhoAmI, 0, c.handleWhoAmI, permSignedIn)
+	c.route(mux, "GET "+v1.PathUsers, 0, c.handleListUsers, permAdmin)
+	c.route(mux, "POST "+v1.PathUsers, v1.MaxAuthBytes, c.handleCreateUser, permAdmin)
+	c.route(mux, "GET "+v1.PathUsers+"/{user}", 0, c.handleGetUser, permAdmin)
+	c.route(mux, "PATCH "+v1.PathUsers+"/{user}", v1.MaxAuthBytes, c.handleUpdateUser, permAdmin)
+	c.route(mux, "DELETE "+v1.PathUsers+"/{user}", 0, c.handleDeleteUser, permAdmin)
+	c.route(mux, "POST "+v1.PathUsers+"/{user}/end-sessions", 0, c.handleEndSessions, permAdmin)
 	c.route(mux, "GET "+v1.PathMetrics, 0, func(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
 		c.metricsHandler().ServeHTTP(w, r)
 		return nil
-	}, v1.OrgAdmins, v1.OrgScrapers)
+	}, permMetrics)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, refuse(http.StatusNotFound, v1.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))

@@ -1,12 +1,10 @@
 package controller
 
 import (
-	"encoding/json"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -20,23 +18,11 @@ import (
 type apiDoc struct {
 	pattern  string // "METHOD /path/{param}"
 	summary  string
-	access   access
 	query    []queryParam
 	body     any  // a wire type, []byte for an octet stream, nil for none
 	optional bool // the body may be left out
 	answers  []answer
 }
-
-// access is who may call a route: the organizations of the client
-// certificates it accepts, none for a public route.
-type access []string
-
-var (
-	docPublic         = access(nil)
-	docNode           = access{v1.OrgNodes}
-	docAdmin          = access{v1.OrgAdmins}
-	docAdminOrScraper = access{v1.OrgAdmins, v1.OrgScrapers}
-)
 
 type queryParam struct {
 	name, typ, description string
@@ -63,15 +49,15 @@ var (
 )
 
 var adminAPIDocs = []apiDoc{
-	{pattern: "GET " + v1.PathHealthz, summary: "Liveness: ok while the controller serves", access: docPublic,
+	{pattern: "GET " + v1.PathHealthz, summary: "Liveness: ok while the controller serves",
 		answers: []answer{{200, mediaType("text/plain"), "ok"}}},
-	{pattern: "GET " + v1.PathCA, summary: "The controller's CA bundle (PEM); no client certificate needed", access: docPublic,
+	{pattern: "GET " + v1.PathCA, summary: "The controller's CA bundle (PEM); no client certificate needed",
 		answers: []answer{{200, mediaType("application/x-pem-file"), "the CA certificates, PEM"}}},
-	{pattern: "POST " + v1.PathEnroll, summary: "Enroll a node: one-time token and CSR, over server-authenticated TLS", access: docPublic,
+	{pattern: "POST " + v1.PathEnroll, summary: "Enroll a node: one-time token and CSR, over server-authenticated TLS",
 		body: v1.EnrollRequest{}, answers: []answer{{200, v1.CertificateResponse{}, "the node's certificate"}}},
-	{pattern: "POST " + v1.PathRenew, summary: "Renew a node's certificate (node certificate)", access: docNode,
+	{pattern: "POST " + v1.PathRenew, summary: "Renew a node's certificate (node certificate)",
 		body: v1.RenewRequest{}, answers: []answer{{200, v1.CertificateResponse{}, "the node's new certificate"}}},
-	{pattern: "GET " + v1.PathNodeRole, summary: "A node's own role; long poll with ?after=REVISION&wait=DURATION (node certificate)", access: docNode,
+	{pattern: "GET " + v1.PathNodeRole, summary: "A node's own role; long poll with ?after=REVISION&wait=DURATION (node certificate)",
 		query: []queryParam{
 			{name: "after", typ: "integer", description: "answer with the role only once its revision is greater than this"},
 			{name: "wait", typ: "string", description: "how long to wait for a newer revision, " + docDuration + ", at most " + MaxWatchWait.String() + "; default 0, no wait"},
@@ -80,23 +66,23 @@ var adminAPIDocs = []apiDoc{
 			{200, v1.Role{}, "the role, its revision greater than after"},
 			{304, nil, "Not Modified: no revision greater than after came within wait"},
 		}},
-	{pattern: "POST " + v1.PathNodeStatus, summary: "A node's status report (node certificate); stored under the certificate's node name", access: docNode,
+	{pattern: "POST " + v1.PathNodeStatus, summary: "A node's status report (node certificate); stored under the certificate's node name",
 		body: v1.Status{}, answers: []answer{{204, nil, "stored"}}},
-	{pattern: "GET " + v1.PathNodes, summary: "List node records", access: docAdmin,
+	{pattern: "GET " + v1.PathNodes, summary: "List node records",
 		answers: []answer{{200, v1.NodeList{}, "the node records"}}},
-	{pattern: "POST " + v1.PathNodes, summary: "Create a node record; answers with its bootstrap document", access: docAdmin,
+	{pattern: "POST " + v1.PathNodes, summary: "Create a node record; answers with its bootstrap document",
 		body: v1.NodeSpec{}, answers: []answer{{201, v1.NodeWithBootstrap{}, "the node and its bootstrap document with a one-time token"}}},
-	{pattern: "GET " + v1.PathNodes + "/{name}", summary: "One node record", access: docAdmin,
+	{pattern: "GET " + v1.PathNodes + "/{name}", summary: "One node record",
 		answers: []answer{{200, v1.Node{}, "the node record with its last status"}}},
-	{pattern: "DELETE " + v1.PathNodes + "/{name}", summary: "Delete a node record; its certificate stops working", access: docAdmin,
+	{pattern: "DELETE " + v1.PathNodes + "/{name}", summary: "Delete a node record; its certificate stops working",
 		answers: []answer{{204, nil, "deleted"}}},
-	{pattern: "POST " + v1.PathNodes + "/{name}/token", summary: "A new bootstrap token (revokes unused ones); an empty body takes the defaults", access: docAdmin,
+	{pattern: "POST " + v1.PathNodes + "/{name}/token", summary: "A new bootstrap token (revokes unused ones); an empty body takes the defaults",
 		body: v1.TokenRequest{}, optional: true, answers: []answer{{201, v1.NodeWithBootstrap{}, "the node and its new bootstrap document"}}},
-	{pattern: "GET " + v1.PathNodes + "/{name}/role", summary: "A node's role", access: docAdmin,
+	{pattern: "GET " + v1.PathNodes + "/{name}/role", summary: "A node's role",
 		answers: []answer{{200, v1.Role{}, "the role"}}},
-	{pattern: "PUT " + v1.PathNodes + "/{name}/role", summary: "Replace a node's role; nodeName must be the node in the path", access: docAdmin,
+	{pattern: "PUT " + v1.PathNodes + "/{name}/role", summary: "Replace a node's role; nodeName must be the node in the path",
 		body: v1.Role{}, answers: []answer{{200, v1.Role{}, "the role as stored, with its new revision"}}},
-	{pattern: "PUT " + v1.PathRoles, summary: "Replace several roles in one transaction", access: docAdmin,
+	{pattern: "PUT " + v1.PathRoles, summary: "Replace several roles in one transaction",
 		body: v1.RoleList{}, answers: []answer{{200, schemaFunc(func(s *schemas) map[string]any {
 			return map[string]any{"oneOf": []any{
 				s.of(reflect.TypeOf(v1.Role{})),
@@ -104,80 +90,103 @@ var adminAPIDocs = []apiDoc{
 					"properties": map[string]any{"revision": map[string]any{"type": "integer"}}},
 			}}
 		}), "the stored role when the list has one item, else the new revision"}}},
-	{pattern: "POST " + v1.PathScraperCert, summary: "Issue a metrics scraper certificate for a CSR", access: docAdmin,
+	{pattern: "POST " + v1.PathScraperCert, summary: "Issue a metrics scraper certificate for a CSR",
 		body: v1.ScraperCertRequest{}, answers: []answer{{200, v1.CertificateResponse{}, "the scraper's certificate, organization " + v1.OrgScrapers}}},
-	{pattern: "POST " + v1.PathAdminCert, summary: "Renew the calling admin's certificate for a CSR (same name, new key); the old one stays valid until revoked or expired", access: docAdmin,
+	{pattern: "POST " + v1.PathAdminCert, summary: "Renew the calling admin's certificate for a CSR (same name, new key); the old one stays valid until revoked or expired",
 		body: v1.AdminCertRequest{}, answers: []answer{{200, v1.CertificateResponse{}, "the new admin certificate, organization " + v1.OrgAdmins}}},
-	{pattern: "GET " + v1.PathCertificates, summary: "List the admin and scraper certificates the controller issued, revoked ones too", access: docAdmin,
+	{pattern: "GET " + v1.PathCertificates, summary: "List the admin and scraper certificates the controller issued, revoked ones too",
 		answers: []answer{{200, v1.CertificateList{}, "the certificates; current marks the caller's"}}},
-	{pattern: "POST " + v1.PathCertificates + "/{serial}/revoke", summary: "Revoke an admin or scraper certificate: every later request with it is refused. The last valid admin certificate cannot be revoked", access: docAdmin,
+	{pattern: "POST " + v1.PathCertificates + "/{serial}/revoke", summary: "Revoke an admin or scraper certificate: every later request with it is refused. The last valid admin certificate cannot be revoked",
 		answers: []answer{{200, v1.Certificate{}, "the certificate, revoked"}}},
-	{pattern: "GET " + v1.PathProviders, summary: "List providers (passwords are never returned)", access: docAdmin,
+	{pattern: "GET " + v1.PathProviders, summary: "List providers (passwords are never returned)",
 		answers: []answer{{200, v1.ProviderList{}, "the providers"}}},
-	{pattern: "GET " + v1.PathProviders + "/{name}", summary: "One provider (without its password)", access: docAdmin,
+	{pattern: "GET " + v1.PathProviders + "/{name}", summary: "One provider (without its password)",
 		answers: []answer{{200, v1.Provider{}, "the provider"}}},
-	{pattern: "PUT " + v1.PathProviders + "/{name}", summary: "Create or update a provider; checked against vCenter first. Without vcenter.password an update keeps the stored one", access: docAdmin,
+	{pattern: "PUT " + v1.PathProviders + "/{name}", summary: "Create or update a provider; checked against vCenter first. Without vcenter.password an update keeps the stored one",
 		body: v1.Provider{}, answers: []answer{
 			{200, v1.Provider{}, "updated (without its password)"},
 			{201, v1.Provider{}, "created (without its password)"},
 		}},
-	{pattern: "DELETE " + v1.PathProviders + "/{name}", summary: "Delete a provider no cluster uses", access: docAdmin,
+	{pattern: "DELETE " + v1.PathProviders + "/{name}", summary: "Delete a provider no cluster uses",
 		answers: []answer{{204, nil, "deleted"}}},
-	{pattern: "GET " + v1.PathImages, summary: "List imported images", access: docAdmin,
+	{pattern: "GET " + v1.PathImages, summary: "List imported images",
 		query:   []queryParam{{name: "provider", typ: "string", description: "only this provider's images"}},
 		answers: []answer{{200, v1.ImageList{}, "the images"}}},
-	{pattern: "POST " + v1.PathImages, summary: "Upload an OVA (the raw file as application/octet-stream) to import into ?provider= as a template", access: docAdmin,
+	{pattern: "POST " + v1.PathImages, summary: "Upload an OVA (the raw file as application/octet-stream) to import into ?provider= as a template",
 		query: []queryParam{{name: "provider", typ: "string", description: "the provider to import into", required: true}},
 		body:  []byte{},
 		answers: []answer{
 			{docAsync.status, docAsync.body, docAsync.description + "; the import runs in the background"},
 			{200, v1.Image{}, "the same file was imported before: the existing image, nothing done"},
 		}},
-	{pattern: "GET " + v1.PathClusters, summary: "List clusters", access: docAdmin,
+	{pattern: "GET " + v1.PathClusters, summary: "List clusters",
 		answers: []answer{{200, v1.ClusterList{}, "the clusters"}}},
-	{pattern: "POST " + v1.PathClusters, summary: "Create a cluster: validated and pre-checked against vCenter, then built in the background", access: docAdmin,
+	{pattern: "POST " + v1.PathClusters, summary: "Create a cluster: validated and pre-checked against vCenter, then built in the background",
 		body: v1.ClusterSpec{}, answers: []answer{docAsync}},
-	{pattern: "GET " + v1.PathClusters + "/{name}", summary: "A cluster with its nodes (vCenter power, agent reports), conditions and events", access: docAdmin,
+	{pattern: "GET " + v1.PathClusters + "/{name}", summary: "A cluster with its nodes (vCenter power, agent reports), conditions and events",
 		answers: []answer{{200, v1.Cluster{}, "the cluster"}}},
-	{pattern: "DELETE " + v1.PathClusters + "/{name}", summary: "Delete a cluster's VMs; data disks stay unless ?purge=true", access: docAdmin,
+	{pattern: "DELETE " + v1.PathClusters + "/{name}", summary: "Delete a cluster's VMs; data disks stay unless ?purge=true",
 		query:   []queryParam{{name: "purge", typ: "boolean", description: "delete the data disks too"}},
 		answers: []answer{docAsync}},
-	{pattern: "POST " + v1.PathClusters + "/{name}/scale", summary: "Scale workers, or masters in pairs", access: docAdmin,
+	{pattern: "POST " + v1.PathClusters + "/{name}/scale", summary: "Scale workers, or masters in pairs",
 		body: v1.ScaleRequest{}, answers: []answer{docAsync}},
-	{pattern: "POST " + v1.PathClusters + "/{name}/retry", summary: "Retry the steps that failed for good", access: docAdmin,
+	{pattern: "POST " + v1.PathClusters + "/{name}/retry", summary: "Retry the steps that failed for good",
 		answers: []answer{docAsync}},
-	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off", access: docAdmin,
+	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off",
 		query:   []queryParam{{name: "keepVM", typ: "boolean", description: "power the VM off and keep it instead of deleting it"}},
 		answers: []answer{docAsync}},
-	{pattern: "POST " + v1.PathClusters + "/{name}/kubeconfig", summary: "Issue a cluster-admin kubeconfig (system:masters, through the VIP) with a new key; an empty body takes the default lifetime", access: docAdmin,
+	{pattern: "POST " + v1.PathClusters + "/{name}/kubeconfig", summary: "Issue a cluster-admin kubeconfig (system:masters, through the VIP) with a new key; an empty body takes the default lifetime",
 		body: v1.KubeconfigRequest{}, optional: true, answers: []answer{{200, v1.Kubeconfig{}, "the kubeconfig and when its certificate expires"}}},
-	{pattern: "GET " + v1.PathOperations + "/{id}", summary: "An operation with its progress; ?watch=true&revision=N&timeout=30s long-polls for newer events", access: docAdmin,
+	{pattern: "GET " + v1.PathClusters + "/{name}/grants", summary: "The users' and groups' grants on a cluster",
+		answers: []answer{{200, v1.GrantList{}, "the grants"}}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/grants", summary: "Grant a user or a group a role on the cluster (view, edit or admin); replaces the subject's earlier grant",
+		body: v1.GrantRequest{}, answers: []answer{{201, v1.Grant{}, "the grant"}}},
+	{pattern: "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}", summary: "Revoke a user's (kind user) or a group's (kind group) grant on the cluster",
+		answers: []answer{{204, nil, "revoked"}}},
+	{pattern: "POST " + v1.PathSetup, summary: "Create the first admin with the one-time setup token a new controller wrote into its data directory",
+		body: v1.SetupRequest{}, answers: []answer{{201, v1.User{}, "the admin user; the token is used up"}}},
+	{pattern: "POST " + v1.PathLogin, summary: "Log in with a user name and password; throttled per user and per address (429 with Retry-After)",
+		body: v1.LoginRequest{}, answers: []answer{{200, v1.Session{}, "a session: an access token (15 minutes) and a refresh token (12 hours)"}}},
+	{pattern: "POST " + v1.PathRefresh, summary: "New tokens for a live session; the user is read again, so a disabled or deleted user is refused",
+		body: v1.RefreshRequest{}, answers: []answer{{200, v1.Session{}, "the session with a new access token"}}},
+	{pattern: "POST " + v1.PathLogout, summary: "End the session of a refresh token; its access tokens stop working at once",
+		body: v1.RefreshRequest{}, answers: []answer{{204, nil, "ended"}}},
+	{pattern: "GET " + v1.PathWhoAmI, summary: "Who the controller takes the caller for",
+		answers: []answer{{200, v1.WhoAmI{}, "the caller"}}},
+	{pattern: "GET " + v1.PathUsers, summary: "List users (password hashes are never returned)",
+		answers: []answer{{200, v1.UserList{}, "the users"}}},
+	{pattern: "POST " + v1.PathUsers, summary: "Create a local user; the password is hashed with argon2id",
+		body: v1.UserCreate{}, answers: []answer{{201, v1.User{}, "the user"}}},
+	{pattern: "GET " + v1.PathUsers + "/{user}", summary: "One user",
+		answers: []answer{{200, v1.User{}, "the user"}}},
+	{pattern: "PATCH " + v1.PathUsers + "/{user}", summary: "Change a user's password, role or disabled flag; any change ends the user's sessions",
+		body: v1.UserUpdate{}, answers: []answer{{200, v1.User{}, "the user as changed"}}},
+	{pattern: "DELETE " + v1.PathUsers + "/{user}", summary: "Delete a user with their sessions and grants",
+		answers: []answer{{204, nil, "deleted"}}},
+	{pattern: "POST " + v1.PathUsers + "/{user}/end-sessions", summary: "End every session of a user at once",
+		answers: []answer{{200, v1.SessionsEnded{}, "how many sessions ended"}}},
+	{pattern: "GET " + v1.PathOperations + "/{id}", summary: "An operation with its progress; ?watch=true&revision=N&timeout=30s long-polls for newer events",
 		query: []queryParam{
 			{name: "watch", typ: "boolean", description: "wait until there is an event newer than revision, or the operation ends, or timeout passes"},
 			{name: "revision", typ: "integer", description: "the revision the caller has seen; events up to it are left out"},
 			{name: "timeout", typ: "string", description: "how long a watch waits, " + docDuration + ", at most " + maxOperationWatch.String() + "; default " + DefaultOperationWatch.String()},
 		},
 		answers: []answer{{200, v1.Operation{}, "the operation; when watching, as soon as it has news or at the timeout"}}},
-	{pattern: "GET " + v1.PathOpenAPI, summary: "This document", access: docAdmin,
+	{pattern: "GET " + v1.PathOpenAPI, summary: "This document",
 		answers: []answer{{200, schemaFunc(func(*schemas) map[string]any { return map[string]any{"type": "object"} }), "the OpenAPI document"}}},
-	{pattern: "GET " + v1.PathMetrics, summary: "Prometheus metrics (admin or scraper certificate)", access: docAdminOrScraper,
+	{pattern: "GET " + v1.PathMetrics, summary: "Prometheus metrics (admin or scraper certificate)",
 		answers: []answer{{200, mediaType("text/plain"), "metrics in the Prometheus text format"}}},
 }
 
-var (
-	openAPIOnce sync.Once
-	openAPIJSON []byte
-)
-
 func (c *Controller) handleOpenAPI(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
-	openAPIOnce.Do(func() { openAPIJSON, _ = json.MarshalIndent(openAPIDocument(), "", "  ") })
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(openAPIJSON)
+	w.Write(c.openAPI())
 	return nil
 }
 
-// openAPIDocument builds the OpenAPI 3.1 document of the API.
-func openAPIDocument() map[string]any {
+// openAPIDocument builds the OpenAPI 3.1 document of the API, with each
+// route's permission as routes() registered it.
+func openAPIDocument(perms map[string]permission) map[string]any {
 	s := &schemas{defs: map[string]any{}}
 	errorRef := s.of(reflect.TypeOf(v1.ErrorBody{}))
 	content := func(body any) map[string]any {
@@ -226,14 +235,17 @@ func openAPIDocument() map[string]any {
 			responses[strconv.Itoa(a.status)] = r
 		}
 		op["responses"] = responses
-		if len(d.access) == 0 {
-			op["security"] = []any{}
-			op["description"] = "Public: no client certificate needed."
-		} else {
-			op["security"] = []any{map[string]any{"clientCertificate": []any{}}}
-			op["description"] = "Needs a client certificate of organization " + strings.Join(d.access, " or ") + "."
+		perm, ok := perms[d.pattern]
+		if !ok {
+			perm = permAdmin // documented but not registered: the test says so
 		}
-		op["x-harmony-organizations"] = append([]string{}, d.access...)
+		if perm.allows == nil {
+			op["security"] = []any{}
+		} else {
+			op["security"] = []any{map[string]any{"clientCertificate": []any{}}, map[string]any{"session": []any{}}}
+		}
+		op["description"] = perm.doc
+		op["x-harmony-permission"] = perm.name
 		if paths[path] == nil {
 			paths[path] = map[string]any{}
 		}
@@ -248,18 +260,24 @@ func openAPIDocument() map[string]any {
 	return map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "Harmony controller API", "version": buildinfo.Version,
-			"description": "Admin and node API of harmony-controller, over mutual TLS. Every admin route needs a client certificate from the controller's CA with organization " + v1.OrgAdmins +
-				" (admin.conf); node routes need the node's enrolled certificate (" + v1.OrgNodes + "); " + v1.PathMetrics + " also takes a scraper certificate (" + v1.OrgScrapers + ")." +
+			"description": "Admin, user and node API of harmony-controller, over TLS. A caller is a signed-in user (Authorization: Bearer and the access token of a session from POST " + v1.PathLogin +
+				"), or holds a client certificate from the controller's CA: an admin's (" + v1.OrgAdmins + ", admin.conf, the break-glass credential), an enrolled node's (" + v1.OrgNodes + ") or a metrics scraper's (" + v1.OrgScrapers + ")." +
+				" Every route declares one permission (x-harmony-permission): public, node, metrics, admin, admin-certificate, signed-in, cluster:view or cluster:admin." +
+				" A user sees only the clusters granted to them; any other cluster answers 404." +
 				" Long operations (creating, scaling, retrying or deleting a cluster, removing a node, importing an image) answer 202 with an Operation;" +
 				" GET " + v1.PathOperations + "/{id} polls it, or with ?watch=true&revision=N&timeout=30s long-polls for newer events." +
 				" Errors are JSON: {\"error\": {\"code\", \"message\", \"field\"}}, with a stable code."},
 		"paths":    paths,
-		"security": []any{map[string]any{"clientCertificate": []any{}}},
+		"security": []any{map[string]any{"clientCertificate": []any{}}, map[string]any{"session": []any{}}},
 		"components": map[string]any{
 			"schemas": s.defs,
-			"securitySchemes": map[string]any{"clientCertificate": map[string]any{"type": "mutualTLS",
-				"description": "A client certificate issued by the controller's CA. Its single organization says who the caller is: " +
-					v1.OrgAdmins + " (admins), " + v1.OrgNodes + " (enrolled nodes, whose record must still exist) or " + v1.OrgScrapers + " (metrics scrapers)."}},
+			"securitySchemes": map[string]any{
+				"clientCertificate": map[string]any{"type": "mutualTLS",
+					"description": "A client certificate issued by the controller's CA. Its single organization says who the caller is: " +
+						v1.OrgAdmins + " (admins), " + v1.OrgNodes + " (enrolled nodes, whose record must still exist) or " + v1.OrgScrapers + " (metrics scrapers)."},
+				"session": map[string]any{"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+					"description": "A session's access token from POST " + v1.PathLogin + " (15 minutes; POST " + v1.PathRefresh + " with the refresh token gives a new one, re-reading the user)."},
+			},
 		},
 	}
 }

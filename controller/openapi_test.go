@@ -36,15 +36,17 @@ type openAPIOperation struct {
 		In       string `json:"in"`
 		Required bool   `json:"required"`
 	} `json:"parameters"`
-	RequestBody   *json.RawMessage           `json:"requestBody"`
-	Responses     map[string]json.RawMessage `json:"responses"`
-	Security      []map[string][]string      `json:"security"`
-	Organizations []string                   `json:"x-harmony-organizations"`
+	RequestBody *json.RawMessage           `json:"requestBody"`
+	Responses   map[string]json.RawMessage `json:"responses"`
+	Security    []map[string][]string      `json:"security"`
+	Permission  string                     `json:"x-harmony-permission"`
 }
 
 func loadOpenAPI(t *testing.T) (openAPIDoc, []byte) {
 	t.Helper()
-	data, err := json.Marshal(openAPIDocument())
+	c := &Controller{permissions: map[string]permission{}}
+	c.routes()
+	data, err := json.Marshal(openAPIDocument(c.permissions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +65,9 @@ func (d openAPIDoc) hasOperation(method, path string) bool {
 }
 
 var templateSegment = regexp.MustCompile(`\{[^}/]+\}`)
+
+var permissionNames = []string{permPublic.name, permNode.name, permMetrics.name, permAdmin.name, permAdminCert.name,
+	permSignedIn.name, permClusterView.name, permClusterAdmin.name}
 
 // TestOpenAPIDocumentShape checks the document's header, that every
 // operation is complete, and that every schema it refers to is defined.
@@ -104,8 +109,11 @@ func TestOpenAPIDocumentShape(t *testing.T) {
 			if got := templateSegment.FindAllString(path, -1); !slices.Equal(got, inPath) {
 				t.Errorf("%s: path parameters %v, want %v", where, inPath, got)
 			}
-			if (len(op.Organizations) == 0) != (len(op.Security) == 0) {
-				t.Errorf("%s: organizations %v do not agree with security %v", where, op.Organizations, op.Security)
+			if (op.Permission == permPublic.name) != (len(op.Security) == 0) {
+				t.Errorf("%s: permission %q does not agree with security %v", where, op.Permission, op.Security)
+			}
+			if !slices.Contains(permissionNames, op.Permission) {
+				t.Errorf("%s: permission %q is none of %q", where, op.Permission, permissionNames)
 			}
 		}
 	}
@@ -192,6 +200,12 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 		"PathClusters":     v1.PathClusters,
 		"PathOperations":   v1.PathOperations,
 		"PathOpenAPI":      v1.PathOpenAPI,
+		"PathSetup":        v1.PathSetup,
+		"PathLogin":        v1.PathLogin,
+		"PathRefresh":      v1.PathRefresh,
+		"PathLogout":       v1.PathLogout,
+		"PathWhoAmI":       v1.PathWhoAmI,
+		"PathUsers":        v1.PathUsers,
 	}
 	matches := routePattern.FindAllStringSubmatch(body, -1)
 	// Every registration must be in the form the pattern reads; one in
@@ -238,7 +252,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			t.Errorf("route %s is not in the OpenAPI document", p)
 		}
 	}
-	registered := append([]string{"GET " + v1.PathHealthz}, tc.c.patterns...)
+	registered := slices.Clone(tc.c.patterns)
 	anon := tc.anonClient()
 	for path, ops := range doc.Paths {
 		for method, op := range ops {
@@ -249,7 +263,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			}
 			url := tc.url + templateSegment.ReplaceAllString(path, "x")
 			got := doJSON(t, anon, strings.ToUpper(method), url, nil)
-			if len(op.Organizations) == 0 {
+			if op.Permission == permPublic.name {
 				if got.status == http.StatusUnauthorized {
 					t.Errorf("%s is documented as public, but refuses a caller without a certificate", pattern)
 				}
@@ -263,8 +277,8 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			// the certificate check.
 			got = doJSON(t, tc.admin, strings.ToUpper(method), url, nil)
 			admitted := got.status != http.StatusUnauthorized && got.status != http.StatusForbidden
-			if slices.Contains(op.Organizations, v1.OrgAdmins) != admitted {
-				t.Errorf("%s is documented for %v, but an admin gets %d %s", pattern, op.Organizations, got.status, got.err.Code)
+			if (op.Permission != permNode.name) != admitted {
+				t.Errorf("%s is documented as %s, but an admin gets %d %s", pattern, op.Permission, got.status, got.err.Code)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/access"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
@@ -371,6 +372,9 @@ func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 			}
 		}
 		if err := tx.Delete(store.Secrets, secretKey(name)); err != nil {
+			return err
+		}
+		if err := access.DeleteClusterGrants(tx, name); err != nil {
 			return err
 		}
 		return tx.Delete(store.Clusters, name)

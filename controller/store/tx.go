@@ -28,11 +28,19 @@ const (
 	// Secrets holds vCenter passwords and cluster CAs: never returned by
 	// the API, never logged.
 	Secrets Bucket = "secrets"
+	// Users holds local users, with their password hashes.
+	Users Bucket = "users"
+	// Sessions holds the users' login sessions until they expire.
+	Sessions Bucket = "sessions"
+	// Grants holds users' and groups' roles on clusters, keyed
+	// "cluster/kind/subject".
+	Grants Bucket = "grants"
 )
 
 var recordBuckets = [][]byte{
 	[]byte(Providers), []byte(Images), []byte(Clusters), []byte(Machines),
 	[]byte(Operations), []byte(Events), []byte(Addresses), []byte(Secrets),
+	[]byte(Users), []byte(Sessions), []byte(Grants),
 }
 
 // Tx is one transaction over the record buckets and the node records: a

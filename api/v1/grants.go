@@ -1,0 +1,107 @@
+package v1
+
+import (
+	"io"
+	"time"
+)
+
+// GrantRole is what a grant lets a user do on one cluster. In Harmony:
+// view and edit see the cluster and get a kubeconfig; admin also scales,
+// retries, removes nodes, grants and revokes. In the cluster, each maps
+// to the Kubernetes ClusterRole of the same name (admin to cluster-admin).
+type GrantRole string
+
+// Grant roles, weakest first.
+const (
+	GrantView  GrantRole = "view"
+	GrantEdit  GrantRole = "edit"
+	GrantAdmin GrantRole = "admin"
+)
+
+// Grant subject kinds, as in PathClusters/{name}/grants/{kind}/{subject}.
+const (
+	GrantKindUser  = "user"
+	GrantKindGroup = "group"
+)
+
+func (r GrantRole) rank() int {
+	switch r {
+	case GrantView:
+		return 1
+	case GrantEdit:
+		return 2
+	case GrantAdmin:
+		return 3
+	}
+	return 0
+}
+
+// AtLeast reports whether r allows what o does.
+func (r GrantRole) AtLeast(o GrantRole) bool { return r.rank() > 0 && r.rank() >= o.rank() }
+
+// Grant is one user's or group's role on a cluster.
+type Grant struct {
+	Cluster   string    `json:"cluster"`
+	Kind      string    `json:"kind"`
+	Subject   string    `json:"subject"`
+	Role      GrantRole `json:"role"`
+	CreatedAt time.Time `json:"createdAt"`
+	By        string    `json:"by"`
+}
+
+// GrantList answers GET PathClusters/{name}/grants.
+type GrantList struct {
+	Items []Grant `json:"items"`
+}
+
+// GrantRequest is the body of POST PathClusters/{name}/grants: exactly one
+// of user and group. A second grant to the same subject replaces the
+// first.
+type GrantRequest struct {
+	User  string    `json:"user,omitempty"`
+	Group string    `json:"group,omitempty"`
+	Role  GrantRole `json:"role"`
+}
+
+// maxGroupName bounds a group name: an LDAP group's DN or name.
+const maxGroupName = 512
+
+// DecodeGrantRequest reads and validates a grant.
+func DecodeGrantRequest(r io.Reader) (*GrantRequest, error) {
+	var g GrantRequest
+	if err := decodeStrict(r, MaxAuthBytes, &g); err != nil {
+		return nil, err
+	}
+	switch {
+	case g.User == "" && g.Group == "":
+		return nil, fieldErr("user", "set user or group")
+	case g.User != "" && g.Group != "":
+		return nil, fieldErr("group", "set user or group, not both")
+	case g.User != "":
+		if err := ValidateUserName("user", g.User); err != nil {
+			return nil, err
+		}
+	default:
+		if err := ValidateGroupName("group", g.Group); err != nil {
+			return nil, err
+		}
+	}
+	if g.Role.rank() == 0 {
+		return nil, fieldErr("role", "%q is not a grant role: view, edit or admin", g.Role)
+	}
+	return &g, nil
+}
+
+// ValidateGroupName checks a group name for field: printable, no '/'
+// (it is a path segment), at most 512 bytes.
+func ValidateGroupName(field, group string) error {
+	if group == "" || len(group) > maxGroupName {
+		return fieldErr(field, "must be 1 to %d bytes", maxGroupName)
+	}
+	for _, r := range group {
+		if r < 0x20 || r == 0x7f || r == '/' {
+			return fieldErr(field, "%q has a control character or '/'", group)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package access
+
+import (
+	"encoding/json"
+	"fmt"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+// Grants are keyed cluster/kind/subject, so one cluster's are one prefix
+// and go with it (DeleteClusterGrants, in the cluster's last step).
+func grantKey(cluster, kind, subject string) string { return cluster + "/" + kind + "/" + subject }
+
+// Grant gives a user or a group a role on an existing cluster, replacing
+// the subject's earlier grant there.
+func (s *Service) Grant(cluster string, req v1.GrantRequest, by string) (v1.Grant, error) {
+	g := v1.Grant{Cluster: cluster, Kind: v1.GrantKindUser, Subject: req.User, Role: req.Role, CreatedAt: s.now().UTC(), By: by}
+	if req.Group != "" {
+		g.Kind, g.Subject = v1.GrantKindGroup, req.Group
+	}
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		if !tx.Has(store.Clusters, cluster) {
+			return fmt.Errorf("cluster %q: %w", cluster, store.ErrNotFound)
+		}
+		if g.Kind == v1.GrantKindUser && !tx.Has(store.Users, g.Subject) {
+			return fmt.Errorf("user %q: %w", g.Subject, store.ErrNotFound)
+		}
+		return tx.Put(store.Grants, grantKey(cluster, g.Kind, g.Subject), g)
+	})
+	if err != nil {
+		return v1.Grant{}, err
+	}
+	s.log.Info("granted", "cluster", cluster, g.Kind, g.Subject, "role", g.Role, "by", by)
+	return g, nil
+}
+
+// Revoke removes a subject's grant on a cluster.
+func (s *Service) Revoke(cluster, kind, subject, by string) error {
+	if kind != v1.GrantKindUser && kind != v1.GrantKindGroup {
+		return fmt.Errorf("grant kind %q (user or group): %w", kind, store.ErrNotFound)
+	}
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		key := grantKey(cluster, kind, subject)
+		if !tx.Has(store.Grants, key) {
+			return fmt.Errorf("%s %q has no grant on cluster %q: %w", kind, subject, cluster, store.ErrNotFound)
+		}
+		return tx.Delete(store.Grants, key)
+	})
+	if err == nil {
+		s.log.Info("revoked", "cluster", cluster, kind, subject, "by", by)
+	}
+	return err
+}
+
+// Grants lists one cluster's grants, or every cluster's for "".
+func (s *Service) Grants(cluster string) ([]v1.Grant, error) {
+	prefix := ""
+	if cluster != "" {
+		prefix = cluster + "/"
+	}
+	var out []v1.Grant
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		return tx.List(store.Grants, prefix, func(_ string, data []byte) error {
+			var g v1.Grant
+			if err := json.Unmarshal(data, &g); err != nil {
+				return err
+			}
+			out = append(out, g)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// member is a user with their groups, as grants name them.
+type member struct {
+	user   string
+	groups map[string]bool
+}
+
+func newMember(user string, groups []string) member {
+	m := member{user: user, groups: map[string]bool{}}
+	for _, g := range groups {
+		m.groups[g] = true
+	}
+	return m
+}
+
+func (m member) holds(g v1.Grant) bool {
+	return g.Kind == v1.GrantKindUser && g.Subject == m.user || g.Kind == v1.GrantKindGroup && m.groups[g.Subject]
+}
+
+// Roles returns, per cluster, the strongest role a user has there, by
+// their own grants and their groups'.
+func (s *Service) Roles(user string, groups []string) (map[string]v1.GrantRole, error) {
+	return s.roles(newMember(user, groups), "")
+}
+
+// RoleOn is the strongest role a user has on one cluster, "" for none.
+func (s *Service) RoleOn(user string, groups []string, cluster string) (v1.GrantRole, error) {
+	roles, err := s.roles(newMember(user, groups), cluster)
+	return roles[cluster], err
+}
+
+func (s *Service) roles(m member, cluster string) (map[string]v1.GrantRole, error) {
+	grants, err := s.Grants(cluster)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]v1.GrantRole{}
+	for _, g := range grants {
+		if m.holds(g) && !out[g.Cluster].AtLeast(g.Role) {
+			out[g.Cluster] = g.Role
+		}
+	}
+	return out, nil
+}
+
+// DeleteClusterGrants removes a cluster's grants in the transaction that
+// removes the cluster, so a new cluster of the same name starts with none.
+func DeleteClusterGrants(tx *store.Tx, cluster string) error {
+	return tx.DeletePrefix(store.Grants, cluster+"/")
+}
+
+func deleteUserGrants(tx *store.Tx, user string) error {
+	var keys []string
+	err := tx.List(store.Grants, "", func(key string, data []byte) error {
+		var g v1.Grant
+		if err := json.Unmarshal(data, &g); err != nil {
+			return err
+		}
+		if g.Kind == v1.GrantKindUser && g.Subject == user {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	for _, k := range keys {
+		if err := tx.Delete(store.Grants, k); err != nil {
+			return err
+		}
+	}
+	return err
+}

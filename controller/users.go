@@ -1,0 +1,240 @@
+package controller
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/access"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+// permOperationView lets a user watch the operations of clusters granted
+// to them; an image import's operation is the admins'.
+var permOperationView = permission{name: "cluster:view", doc: permClusterView.doc + " The cluster is the operation's.",
+	allows: permSignedIn.allows, cluster: v1.GrantView,
+	clusterOf: func(c *Controller, r *http.Request) (string, *apiError) {
+		op, err := c.clusters.Operation(r.PathValue("id"), 0)
+		if err != nil || op.Cluster == "" {
+			return "", refuse(http.StatusNotFound, v1.CodeNotFound, "operation %q not found", r.PathValue("id"))
+		}
+		return op.Cluster, nil
+	}}
+
+// grantedRole is a user's strongest role on a cluster.
+func (c *Controller) grantedRole(who principal, cluster string) (v1.GrantRole, error) {
+	return c.access.RoleOn(who.name, who.groups, cluster)
+}
+
+// accessError maps the access service's refusals.
+func accessError(err error, what string) *apiError {
+	var te *access.ThrottledError
+	var se *access.SessionError
+	switch {
+	case errors.As(err, &te):
+		e := refuse(http.StatusTooManyRequests, v1.CodeThrottled, "%v", te)
+		e.retryAfter = te.RetryAfter
+		return e
+	case errors.Is(err, access.ErrBadCredentials):
+		return refuse(http.StatusUnauthorized, v1.CodeBadCredentials, "wrong user name or password")
+	case errors.As(err, &se):
+		return refuse(http.StatusUnauthorized, v1.CodeSessionInvalid, "the session is not valid (expired, ended, or not this controller's): log in again")
+	case errors.Is(err, access.ErrSetupDone):
+		return refuse(http.StatusConflict, v1.CodeSetupDone, "the first admin is set up already; sign in, or ask an admin")
+	}
+	return storeError(err, what)
+}
+
+func remoteAddr(r *http.Request) netip.Addr {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	a, _ := netip.ParseAddr(host)
+	return a
+}
+
+func (c *Controller) handleSetup(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	req, err := v1.DecodeSetupRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	u, err := c.access.Setup(r.Context(), *req)
+	if err != nil {
+		return accessError(err, "user")
+	}
+	writeJSON(w, http.StatusCreated, u)
+	return nil
+}
+
+func (c *Controller) handleLogin(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	req, err := v1.DecodeLoginRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	sess, err := c.access.Login(r.Context(), req.Username, req.Password, remoteAddr(r))
+	if err != nil {
+		return accessError(err, "user")
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+func (c *Controller) handleRefresh(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	req, err := v1.DecodeRefreshRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	sess, err := c.access.Refresh(req.RefreshToken)
+	if err != nil {
+		return accessError(err, "session")
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+func (c *Controller) handleLogout(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	req, err := v1.DecodeRefreshRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	if err := c.access.Logout(req.RefreshToken); err != nil {
+		return accessError(err, "session")
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (c *Controller) handleWhoAmI(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	out := v1.WhoAmI{Kind: who.kind, Name: who.name, Role: who.role}
+	if who.kind == v1.OrgAdmins {
+		out.Role = v1.UserRoleAdmin
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (c *Controller) handleListUsers(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	users, err := c.access.Users()
+	if err != nil {
+		return internalError("users", err)
+	}
+	writeJSON(w, http.StatusOK, v1.UserList{Users: users})
+	return nil
+}
+
+func (c *Controller) handleCreateUser(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeUserCreate(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	u, err := c.access.CreateUser(r.Context(), *req)
+	if err != nil {
+		return accessError(err, "user "+strconv.Quote(req.Name))
+	}
+	c.log.Info("user created", "user", u.Name, "role", u.Role, "by", who.name)
+	writeJSON(w, http.StatusCreated, u)
+	return nil
+}
+
+func (c *Controller) handleGetUser(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	u, err := c.access.User(r.PathValue("user"))
+	if err != nil {
+		return accessError(err, "user "+strconv.Quote(r.PathValue("user")))
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (c *Controller) handleUpdateUser(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	req, err := v1.DecodeUserUpdate(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	u, err := c.access.UpdateUser(r.Context(), r.PathValue("user"), *req)
+	if err != nil {
+		return accessError(err, "user "+strconv.Quote(r.PathValue("user")))
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (c *Controller) handleDeleteUser(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	if err := c.access.DeleteUser(r.PathValue("user")); err != nil {
+		return accessError(err, "user "+strconv.Quote(r.PathValue("user")))
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (c *Controller) handleEndSessions(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	n, err := c.access.EndSessions(r.PathValue("user"))
+	if err != nil {
+		return accessError(err, "user "+strconv.Quote(r.PathValue("user")))
+	}
+	writeJSON(w, http.StatusOK, v1.SessionsEnded{Ended: n})
+	return nil
+}
+
+func (c *Controller) handleListGrants(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	name := r.PathValue("name")
+	exists := false
+	if err := c.store.View(func(tx *store.Tx) error { exists = tx.Has(store.Clusters, name); return nil }); err != nil {
+		return internalError("store", err)
+	}
+	if !exists {
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "cluster %q not found", name)
+	}
+	grants, err := c.access.Grants(name)
+	if err != nil {
+		return internalError("grants", err)
+	}
+	writeJSON(w, http.StatusOK, v1.GrantList{Items: grants})
+	return nil
+}
+
+func (c *Controller) handleGrant(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeGrantRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	g, err := c.access.Grant(r.PathValue("name"), *req, who.name)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
+	}
+	if err != nil {
+		return internalError("grant", err)
+	}
+	writeJSON(w, http.StatusCreated, g)
+	return nil
+}
+
+func (c *Controller) handleRevoke(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	err := c.access.Revoke(r.PathValue("name"), r.PathValue("kind"), r.PathValue("subject"), who.name)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
+	}
+	if err != nil {
+		return internalError("revoke", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// visibleClusters filters a cluster list to what who may see.
+func (c *Controller) visibleClusters(who principal, items []v1.Cluster) ([]v1.Cluster, error) {
+	if isAdmin(who) {
+		return items, nil
+	}
+	roles, err := c.access.Roles(who.name, who.groups)
+	if err != nil {
+		return nil, err
+	}
+	out := []v1.Cluster{}
+	for _, cl := range items {
+		if roles[cl.Spec.Name] != "" {
+			out = append(out, cl)
+		}
+	}
+	return out, nil
+}
