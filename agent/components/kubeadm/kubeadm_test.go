@@ -495,7 +495,7 @@ func TestJoinWaitsForTheImageImport(t *testing.T) {
 			if joins.Load() != 0 || st.Healthy || !strings.Contains(st.Message, "first-boot import") || !strings.Contains(st.Message, stamp) {
 				t.Errorf("images not imported: %d joins, %+v", joins.Load(), st)
 			}
-			if exists(host.Path(ManifestsDir)) || exists(host.Path(PKIDir + "/apiserver.crt")) {
+			if exists(host.Path(ManifestsDir)) || exists(host.Path(PKIDir+"/apiserver.crt")) {
 				t.Errorf("kubeadm's local phases ran before the images were imported")
 			}
 			if err := os.MkdirAll(filepath.Dir(host.Path(stamp)), 0o755); err != nil {
