@@ -63,8 +63,14 @@ func clusterGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			grants, err := c.Grants(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			return printOutput(output, cl, func(w io.Writer) {
 				printClusters(w, []v1.Cluster{*cl})
+				fmt.Fprintln(w)
+				printGrants(w, grants)
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "CONDITION\tSTATUS\tREASON\tMESSAGE")
 				for _, c := range cl.Status.Conditions {

@@ -30,9 +30,11 @@ func main() {
 	root := &cobra.Command{
 		Use:   "harmonyctl",
 		Short: "Drive a Harmony controller",
-		Long: `harmonyctl drives a Harmony controller with the admin credential of a
-client config: --config, else $HARMONY_CONFIG, else ~/.harmony/config. The
-controller writes one to DATA_DIR/admin.conf on first start.`,
+		Long: `harmonyctl drives a Harmony controller with the credential of a client
+config: --config, else $HARMONY_CONFIG, else ~/.harmony/config. It holds a
+user's session (harmonyctl login), or an admin certificate: the controller
+writes one to DATA_DIR/admin.conf on first start, the break-glass
+credential.`,
 		Version:       buildinfo.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -55,10 +57,15 @@ controller writes one to DATA_DIR/admin.conf on first start.`,
 	image.AddCommand(imageImportCommand(g), imageListCommand(g))
 	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
-		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g))
+		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
+		clusterGrantCommand(g), clusterRevokeCommand(g))
+	user := &cobra.Command{Use: "user", Short: "Manage local users (admins only)"}
+	user.AddCommand(userAddCommand(g), userListCommand(g), userDeleteCommand(g), userPasswdCommand(g),
+		userDisableCommand(g, true), userDisableCommand(g, false), userEndSessionsCommand(g))
 	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
 	operation.AddCommand(operationGetCommand(g))
-	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation)
+	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation, user,
+		loginCommand(g), logoutCommand(g), whoamiCommand(g), setupCommand(g))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)
@@ -86,7 +93,16 @@ func (g *globals) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, g.server)
+	c, err := client.New(cfg, g.server)
+	if err != nil {
+		return nil, err
+	}
+	// A refreshed session goes back into the config, for the next command.
+	c.OnSessionRefresh(func(s *clientconfig.Session) error {
+		cfg.Session = s
+		return cfg.Write(path)
+	})
+	return c, nil
 }
 
 func printJSON(w io.Writer, v any) error {

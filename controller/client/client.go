@@ -5,24 +5,38 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 )
 
-// Client calls the admin API with the admin credential of a client config.
+// Client calls the API with the credential of a client config: a user's
+// session, refreshed as it nears its end, or an admin certificate.
 type Client struct {
 	server string
 	http   *http.Client
 	// upload has no overall timeout: an OVA takes as long as it takes.
 	upload *http.Client
+
+	mu      sync.Mutex
+	session *clientconfig.Session
+	// saveSession keeps a refreshed session (in the config file).
+	saveSession func(*clientconfig.Session) error
 }
+
+// refreshBefore is how long before its end an access token is replaced.
+const refreshBefore = 30 * time.Second
+
+// OnSessionRefresh sets where a refreshed session is kept.
+func (c *Client) OnSessionRefresh(save func(*clientconfig.Session) error) { c.saveSession = save }
 
 // APIError is a JSON error answer.
 type APIError struct {
@@ -51,32 +65,112 @@ func New(cfg *clientconfig.Config, server string) (*Client, error) {
 		return nil, fmt.Errorf("server %q: %w", server, err)
 	}
 	transport := &http.Transport{TLSClientConfig: tlsConf}
-	return &Client{
+	c := &Client{
 		server: strings.TrimSuffix(server, "/"),
 		// Above the controller's longest watch (2 minutes).
 		http:   &http.Client{Transport: transport, Timeout: 3 * time.Minute},
 		upload: &http.Client{Transport: transport},
-	}, nil
+	}
+	if cfg.Session != nil {
+		s := *cfg.Session
+		c.session = &s
+	}
+	return c, nil
 }
 
-// Do sends one request and decodes a 2xx body into out.
-func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(data)
+// authorize puts the session's access token on req, refreshing it first
+// when, by this machine's clock, it is about to end.
+func (c *Client) authorize(ctx context.Context, req *http.Request) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == nil {
+		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.server+path, rd)
+	if time.Until(c.session.AccessExpiresAt) < refreshBefore {
+		if err := c.refresh(ctx); err != nil {
+			return err
+		}
+	}
+	req.Header.Set("Authorization", "Bearer "+c.session.AccessToken)
+	return nil
+}
+
+// refreshAfterRefusal refreshes a session whose access token the
+// controller refused (its clock may run ahead of this machine's); it
+// reports whether the request is worth sending again.
+func (c *Client) refreshAfterRefusal(ctx context.Context, refused string, err error) bool {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Body.Code != v1.CodeSessionInvalid {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == nil {
+		return false
+	}
+	if c.session.AccessToken != refused {
+		return true // another request refreshed it meanwhile
+	}
+	return c.refresh(ctx) == nil
+}
+
+// refresh replaces the session's tokens; c.mu is held.
+func (c *Client) refresh(ctx context.Context) error {
+	var fresh v1.Session
+	r, err := http.NewRequestWithContext(ctx, "POST", c.server+v1.PathRefresh, jsonBody(v1.RefreshRequest{RefreshToken: c.session.RefreshToken}))
 	if err != nil {
 		return err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Content-Type", "application/json")
+	if err := c.send(c.http, r, &fresh); err != nil {
+		return fmt.Errorf("refresh the session of %s (run harmonyctl login again if it has ended): %w", c.session.Username, err)
 	}
-	return c.send(c.http, req, out)
+	c.session = clientconfig.FromAPI(fresh)
+	if c.saveSession != nil {
+		if err := c.saveSession(c.session); err != nil {
+			return fmt.Errorf("keep the refreshed session: %w", err)
+		}
+	}
+	return nil
+}
+
+func jsonBody(v any) io.Reader {
+	data, _ := json.Marshal(v)
+	return bytes.NewReader(data)
+}
+
+// Do sends one request and decodes a 2xx body into out. A session's
+// access token that the controller refuses is refreshed, and the request
+// sent once more.
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(data)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.server+path, rd)
+		if err != nil {
+			return err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if err := c.authorize(ctx, req); err != nil {
+			return err
+		}
+		err = c.send(c.http, req, out)
+		sent, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+		if err == nil || attempt > 0 || sent == "" || !c.refreshAfterRefusal(ctx, sent, err) {
+			return err
+		}
+	}
 }
 
 // Upload streams a file body, such as an OVA, and decodes a 2xx answer
@@ -88,6 +182,9 @@ func (c *Client) Upload(ctx context.Context, path string, body io.Reader, size i
 	}
 	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/octet-stream")
+	if err := c.authorize(ctx, req); err != nil {
+		return 0, err
+	}
 	var status int
 	err = c.send(c.upload, req, out, &status)
 	return status, err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -20,16 +21,35 @@ import (
 // EnvVar names the environment variable that points at a config file.
 const EnvVar = "HARMONY_CONFIG"
 
-// Config is an admin client configuration. It holds a private key: the
-// file is written with mode 0600.
+// Config is a client configuration: the controller, its CA, and a
+// credential, an admin certificate and key (admin.conf), a user's session
+// (harmonyctl login), or both. It holds secrets: the file is written with
+// mode 0600.
 type Config struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Server     string `json:"server"`
 	// CertificateAuthority is the PEM bundle that verifies the server.
-	CertificateAuthority string `json:"certificateAuthority"`
-	ClientCertificate    string `json:"clientCertificate"`
-	ClientKey            string `json:"clientKey"`
+	CertificateAuthority string   `json:"certificateAuthority"`
+	ClientCertificate    string   `json:"clientCertificate,omitempty"`
+	ClientKey            string   `json:"clientKey,omitempty"`
+	Session              *Session `json:"session,omitempty"`
+}
+
+// Session is a signed-in user's, from harmonyctl login; when present it
+// is the credential used, and the client refreshes it.
+type Session struct {
+	Username         string    `json:"username"`
+	AccessToken      string    `json:"accessToken"`
+	AccessExpiresAt  time.Time `json:"accessExpiresAt"`
+	RefreshToken     string    `json:"refreshToken"`
+	RefreshExpiresAt time.Time `json:"refreshExpiresAt"`
+}
+
+// FromAPI is the session an API answer holds.
+func FromAPI(s v1.Session) *Session {
+	return &Session{Username: s.User.Name, AccessToken: s.AccessToken, AccessExpiresAt: s.AccessExpiresAt,
+		RefreshToken: s.RefreshToken, RefreshExpiresAt: s.RefreshExpiresAt}
 }
 
 const kind = "ClientConfig"
@@ -93,27 +113,36 @@ func (c *Config) validate() error {
 	if _, err := v1.ParseCertificatesPEM([]byte(c.CertificateAuthority)); err != nil {
 		return fmt.Errorf("certificateAuthority: %w", err)
 	}
-	if _, err := tls.X509KeyPair([]byte(c.ClientCertificate), []byte(c.ClientKey)); err != nil {
-		return fmt.Errorf("clientCertificate/clientKey: %w", err)
+	if c.ClientCertificate != "" || c.ClientKey != "" || c.Session == nil {
+		if _, err := tls.X509KeyPair([]byte(c.ClientCertificate), []byte(c.ClientKey)); err != nil {
+			return fmt.Errorf("clientCertificate/clientKey: %w", err)
+		}
+	}
+	if s := c.Session; s != nil && (s.Username == "" || s.AccessToken == "" || s.RefreshToken == "") {
+		return errors.New("session: username, accessToken and refreshToken are all needed; run harmonyctl login again")
 	}
 	return nil
 }
 
 // TLSConfig returns a client TLS configuration that trusts only the
-// configured CA and presents the admin certificate.
+// configured CA and presents the admin certificate, if there is one.
 func (c *Config) TLSConfig() (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(c.CertificateAuthority)) {
 		return nil, errors.New("certificateAuthority holds no certificate")
 	}
-	pair, err := tls.X509KeyPair([]byte(c.ClientCertificate), []byte(c.ClientKey))
-	if err != nil {
-		return nil, fmt.Errorf("client certificate: %w", err)
+	var certs []tls.Certificate
+	if c.ClientCertificate != "" {
+		pair, err := tls.X509KeyPair([]byte(c.ClientCertificate), []byte(c.ClientKey))
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		certs = append(certs, pair)
 	}
 	// The server must be the controller, not any holder of a certificate
 	// from its CA (a node's, say), or the admin's requests, passwords
 	// included, would go to it.
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12,
+	return &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12,
 		VerifyConnection: v1.VerifyController}, nil
 }
 

@@ -1,0 +1,120 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// userPath is the path of one user, with an optional suffix.
+func userPath(name, suffix string) string {
+	return v1.PathUsers + "/" + url.PathEscape(name) + suffix
+}
+
+// Login starts a session. It needs no credential, only the controller's
+// CA in the config.
+func (c *Client) Login(ctx context.Context, username, password string) (*v1.Session, error) {
+	var s v1.Session
+	if err := c.Do(ctx, "POST", v1.PathLogin, v1.LoginRequest{Username: username, Password: password}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Logout ends the client's session.
+func (c *Client) Logout(ctx context.Context) error {
+	c.mu.Lock()
+	s := c.session
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", c.server+v1.PathLogout, jsonBody(v1.RefreshRequest{RefreshToken: s.RefreshToken}))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.send(c.http, req, nil)
+}
+
+// Setup creates the first admin with the controller's setup token.
+func (c *Client) Setup(ctx context.Context, req v1.SetupRequest) (*v1.User, error) {
+	var u v1.User
+	if err := c.Do(ctx, "POST", v1.PathSetup, req, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+// WhoAmI is who the controller takes the client for.
+func (c *Client) WhoAmI(ctx context.Context) (*v1.WhoAmI, error) {
+	var w v1.WhoAmI
+	if err := c.Do(ctx, "GET", v1.PathWhoAmI, nil, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// Users lists users.
+func (c *Client) Users(ctx context.Context) ([]v1.User, error) {
+	var l v1.UserList
+	if err := c.Do(ctx, "GET", v1.PathUsers, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Users, nil
+}
+
+// CreateUser adds a local user.
+func (c *Client) CreateUser(ctx context.Context, req v1.UserCreate) (*v1.User, error) {
+	var u v1.User
+	if err := c.Do(ctx, "POST", v1.PathUsers, req, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+// UpdateUser changes a user; any change ends their sessions.
+func (c *Client) UpdateUser(ctx context.Context, name string, req v1.UserUpdate) (*v1.User, error) {
+	var u v1.User
+	if err := c.Do(ctx, "PATCH", userPath(name, ""), req, &u); err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+// DeleteUser removes a user with their sessions and grants.
+func (c *Client) DeleteUser(ctx context.Context, name string) error {
+	return c.Do(ctx, "DELETE", userPath(name, ""), nil, nil)
+}
+
+// EndSessions ends every session of a user; it returns how many.
+func (c *Client) EndSessions(ctx context.Context, name string) (int, error) {
+	var e v1.SessionsEnded
+	err := c.Do(ctx, "POST", userPath(name, "/end-sessions"), nil, &e)
+	return e.Ended, err
+}
+
+// Grants lists a cluster's grants.
+func (c *Client) Grants(ctx context.Context, cluster string) ([]v1.Grant, error) {
+	var l v1.GrantList
+	if err := c.Do(ctx, "GET", clusterPath(cluster, "/grants"), nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// Grant gives a user or a group a role on a cluster.
+func (c *Client) Grant(ctx context.Context, cluster string, req v1.GrantRequest) (*v1.Grant, error) {
+	var g v1.Grant
+	if err := c.Do(ctx, "POST", clusterPath(cluster, "/grants"), req, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// Revoke removes a user's (kind "user") or a group's grant on a cluster.
+func (c *Client) Revoke(ctx context.Context, cluster, kind, subject string) error {
+	return c.Do(ctx, "DELETE", clusterPath(cluster, "/grants/"+url.PathEscape(kind)+"/"+url.PathEscape(subject)), nil, nil)
+}
