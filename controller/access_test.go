@@ -33,7 +33,8 @@ func routeAccess(pattern string) string {
 		return "admin-certificate"
 	case "GET " + v1.PathClusters, "GET " + v1.PathOpenAPI, "GET " + v1.PathWhoAmI:
 		return "signed-in"
-	case "GET " + v1.PathClusters + "/{name}", "GET " + v1.PathClusters + "/{name}/grants", "GET " + v1.PathOperations + "/{id}":
+	case "GET " + v1.PathClusters + "/{name}", "GET " + v1.PathClusters + "/{name}/grants", "GET " + v1.PathOperations + "/{id}",
+		"POST " + v1.PathClusters + "/{name}/credential":
 		return "cluster:view"
 	case "POST " + v1.PathClusters + "/{name}/scale", "POST " + v1.PathClusters + "/{name}/retry",
 		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/kubeconfig",

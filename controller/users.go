@@ -238,3 +238,28 @@ func (c *Controller) visibleClusters(who principal, items []v1.Cluster) ([]v1.Cl
 	}
 	return out, nil
 }
+
+func (c *Controller) handleCredential(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	csr, err := v1.DecodeCredentialRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	if e := checkCSRKey(csr); e != nil {
+		return e
+	}
+	name := r.PathValue("name")
+	role := v1.GrantAdmin
+	if !isAdmin(who) {
+		// The permission check found a grant; read the role it gives.
+		if role, err = c.grantedRole(who, name); err != nil {
+			return internalError("grant", err)
+		}
+	}
+	cred, err := c.clusters.UserCredential(name, who.name, role, csr.PublicKey, v1.DefaultCredentialLifetime)
+	if err != nil {
+		return clusterError(err)
+	}
+	c.log.Info("cluster credential issued", "cluster", name, "user", cred.User, "groups", cred.Groups, "expires", cred.ExpiresAt)
+	writeJSON(w, http.StatusOK, cred)
+	return nil
+}

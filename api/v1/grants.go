@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"crypto/x509"
 	"io"
 	"time"
 )
@@ -104,4 +105,58 @@ func ValidateGroupName(field, group string) error {
 		}
 	}
 	return nil
+}
+
+// KubernetesGroup is the group a user's short-lived cluster certificate
+// names for this grant; the first master binds it to
+// KubernetesClusterRole, so the cluster's own RBAC applies.
+func (r GrantRole) KubernetesGroup() string { return "harmony:grant:" + string(r) }
+
+// KubernetesClusterRole is the ClusterRole a grant's group is bound to.
+func (r GrantRole) KubernetesClusterRole() string {
+	if r == GrantAdmin {
+		return "cluster-admin"
+	}
+	return string(r)
+}
+
+// GrantRoles are the grant roles, weakest first.
+var GrantRoles = []GrantRole{GrantView, GrantEdit, GrantAdmin}
+
+// KubernetesUser is the user name in a Harmony user's cluster certificate:
+// prefixed, so that no Harmony name is taken for one of the cluster's own.
+func KubernetesUser(name string) string { return "harmony:" + name }
+
+// DefaultCredentialLifetime is how long a user's cluster certificate
+// lives: revoking a grant ends access within it, with no CA rotated.
+const DefaultCredentialLifetime = 5 * time.Minute
+
+// CredentialRequest is the body of POST PathClusters/{name}/credential:
+// a CSR for a key made on the user's machine, which never leaves it.
+type CredentialRequest struct {
+	CSR string `json:"csr"`
+}
+
+// Credential answers a credential request: a client certificate for the
+// cluster's apiserver, signed by the cluster's CA.
+type Credential struct {
+	Cluster string `json:"cluster"`
+	// Server is the cluster's API through its VIP.
+	Server string `json:"server"`
+	// CertificateAuthority is the cluster CA, PEM, to trust the server.
+	CertificateAuthority string    `json:"certificateAuthority"`
+	Certificate          string    `json:"certificate"`
+	ExpiresAt            time.Time `json:"expiresAt"`
+	// User and Groups are what the certificate names.
+	User   string   `json:"user"`
+	Groups []string `json:"groups"`
+}
+
+// DecodeCredentialRequest reads a credential request and its CSR.
+func DecodeCredentialRequest(r io.Reader) (*x509.CertificateRequest, error) {
+	var req CredentialRequest
+	if err := decodeStrict(r, MaxEnrollBytes, &req); err != nil {
+		return nil, err
+	}
+	return ParseCSR(req.CSR)
 }

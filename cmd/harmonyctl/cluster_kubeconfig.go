@@ -3,25 +3,36 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
 func clusterKubeconfigCommand(g *globals) *cobra.Command {
 	var out string
+	var admin bool
 	var lifetime time.Duration
 	cmd := &cobra.Command{
-		Use:   "kubeconfig NAME [-o FILE] [--lifetime 12h]",
-		Short: "Get a cluster-admin kubeconfig for a cluster's API on its VIP",
-		Long: `Have the controller issue a kubeconfig for the cluster: a new key and a
-client certificate from the cluster's CA in group system:masters, named
-for you, that expires after --lifetime (at most 168h). Each one issued is
-recorded in the cluster's events. It goes to standard output, or to -o
-FILE with mode 0600.`,
+		Use:   "kubeconfig NAME [-o FILE] [--admin [--lifetime 12h]]",
+		Short: "Get a kubeconfig for a cluster's API on its VIP",
+		Long: `Write a kubeconfig for the cluster. It holds no secret: kubectl runs
+"harmonyctl credential NAME" for a certificate that lives 5 minutes and
+names you and your grant on the cluster (view, edit or admin), which the
+cluster's RBAC binds to the ClusterRole of that name (admin: cluster-admin).
+Revoking the grant, disabling you or ending your sessions ends access
+within those 5 minutes, with no CA rotated.
+
+With --admin, a cluster admin gets instead a kubeconfig with its own key and
+a certificate in group system:masters that expires after --lifetime (at most
+168h); each one is recorded in the cluster's events.
+
+It goes to standard output, or to -o FILE with mode 0600.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.complete(clusterNames),
 		PreRunE:           func(*cobra.Command, []string) error { return atomicfile.CheckOutput(out) },
@@ -30,20 +41,69 @@ FILE with mode 0600.`,
 			if err != nil {
 				return err
 			}
-			kc, err := c.Kubeconfig(cmd.Context(), args[0], lifetime)
-			if err != nil {
-				return err
+			var data []byte
+			var summary string
+			if admin {
+				kc, err := c.Kubeconfig(cmd.Context(), args[0], lifetime)
+				if err != nil {
+					return err
+				}
+				data = []byte(kc.Kubeconfig)
+				summary = fmt.Sprintf("%s at %s, valid until %s", kc.User, kc.Server, kc.ExpiresAt.Local().Format(time.RFC1123))
+			} else {
+				if data, summary, err = execKubeconfig(cmd, g, args[0]); err != nil {
+					return err
+				}
 			}
-			if err := atomicfile.WriteOutput(out, nil, []byte(kc.Kubeconfig), 0o600); err != nil {
+			if err := atomicfile.WriteOutput(out, nil, data, 0o600); err != nil {
 				return err
 			}
 			if out != atomicfile.Stdout {
-				fmt.Fprintf(os.Stderr, "wrote %s: %s at %s, valid until %s\n", out, kc.User, kc.Server, kc.ExpiresAt.Local().Format(time.RFC1123))
+				fmt.Fprintf(os.Stderr, "wrote %s: %s\n", out, summary)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", atomicfile.Stdout, "file to write the kubeconfig to (0600), or - for standard output")
-	cmd.Flags().DurationVar(&lifetime, "lifetime", v1.DefaultKubeconfigLifetime, "how long the certificate is valid")
+	cmd.Flags().BoolVar(&admin, "admin", false, "a cluster-admin kubeconfig with its own certificate (cluster admins only)")
+	cmd.Flags().DurationVar(&lifetime, "lifetime", v1.DefaultKubeconfigLifetime, "with --admin: how long the certificate is valid")
 	return cmd
+}
+
+// execKubeconfig is a kubeconfig whose credential comes from this very
+// harmonyctl with this client config. Its server and CA come from a
+// first credential, which also checks the grant and fills the cache.
+func execKubeconfig(cmd *cobra.Command, g *globals, cluster string) ([]byte, string, error) {
+	path, err := clientconfig.Find(g.config)
+	if err != nil {
+		return nil, "", err
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", fmt.Errorf("find harmonyctl's own path for the kubeconfig: %w", err)
+	}
+	cfg, err := clientconfig.Load(path)
+	if err != nil {
+		return nil, "", err
+	}
+	server := cfg.Server
+	pluginArgs := []string{"credential", cluster, "--config", path}
+	if g.server != "" {
+		server = g.server
+		pluginArgs = append(pluginArgs, "--server", g.server)
+	}
+	c, err := g.client()
+	if err != nil {
+		return nil, "", err
+	}
+	cred, err := clusterCredential(cmd.Context(), c, path, server, cluster)
+	if err != nil {
+		return nil, "", err
+	}
+	data, err := kubeconfig.NewExec(cluster, cred.Credential.Server, []byte(cred.Credential.CertificateAuthority),
+		cred.Credential.User, self, pluginArgs).Marshal()
+	return data, fmt.Sprintf("%s at %s, credentials from %s %s", cred.Credential.User, cred.Credential.Server, self, pluginArgs[0]), err
 }

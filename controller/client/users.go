@@ -118,3 +118,13 @@ func (c *Client) Grant(ctx context.Context, cluster string, req v1.GrantRequest)
 func (c *Client) Revoke(ctx context.Context, cluster, kind, subject string) error {
 	return c.Do(ctx, "DELETE", clusterPath(cluster, "/grants/"+url.PathEscape(kind)+"/"+url.PathEscape(subject)), nil, nil)
 }
+
+// Credential asks for a short-lived client certificate for the cluster's
+// apiserver, for the key of csrPEM.
+func (c *Client) Credential(ctx context.Context, cluster, csrPEM string) (*v1.Credential, error) {
+	var cred v1.Credential
+	if err := c.Do(ctx, "POST", clusterPath(cluster, "/credential"), v1.CredentialRequest{CSR: csrPEM}, &cred); err != nil {
+		return nil, err
+	}
+	return &cred, nil
+}

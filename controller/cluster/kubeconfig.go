@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -20,26 +21,9 @@ import (
 // group system:masters, named for the caller, expiring after lifetime.
 // Each issue is recorded as a cluster event.
 func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubeconfig, error) {
-	var rec *record
-	var sec *secrets
-	err := s.cfg.Store.View(func(tx *store.Tx) error {
-		var err error
-		if rec, err = s.load(tx, name); err != nil {
-			return err
-		}
-		sec, err = loadSecrets(tx, name)
-		return err
-	})
+	rec, sec, clusterCA, now, err := s.clusterCA(name)
 	if err != nil {
 		return nil, err
-	}
-	if rec.Deleting {
-		return nil, refuse(Conflict, "", "cluster %q is being deleted", name)
-	}
-	now := s.cfg.Now().UTC()
-	clusterCA, err := ca.Parse([]byte(sec.PKI.ClusterCA.Certificate), []byte(sec.PKI.ClusterCA.Key), now)
-	if err != nil {
-		return nil, fmt.Errorf("cluster CA of %s: %w", name, err)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -71,5 +55,53 @@ func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubec
 		return nil, err
 	}
 	s.log.Info("kubeconfig issued", "cluster", name, "user", user, "expires", cert.NotAfter)
+	return out, nil
+}
+
+// clusterCA loads a cluster that is not being deleted, its secrets and
+// its CA, ready to sign.
+func (s *Service) clusterCA(name string) (*record, *secrets, *ca.CA, time.Time, error) {
+	var rec *record
+	var sec *secrets
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if rec, err = s.load(tx, name); err != nil {
+			return err
+		}
+		sec, err = loadSecrets(tx, name)
+		return err
+	})
+	if err != nil {
+		return nil, nil, nil, time.Time{}, err
+	}
+	if rec.Deleting {
+		return nil, nil, nil, time.Time{}, refuse(Conflict, "", "cluster %q is being deleted", name)
+	}
+	now := s.cfg.Now().UTC()
+	clusterCA, err := ca.Parse([]byte(sec.PKI.ClusterCA.Certificate), []byte(sec.PKI.ClusterCA.Key), now)
+	if err != nil {
+		return nil, nil, nil, time.Time{}, fmt.Errorf("cluster CA of %s: %w", name, err)
+	}
+	return rec, sec, clusterCA, now, nil
+}
+
+// UserCredential signs a user's key for the cluster's apiserver: the
+// user's name (KubernetesUser) and the group of their grant role, for
+// lifetime. The key was made on the user's machine; only its public half
+// is here. Not recorded as an event: kubectl asks for one every few
+// minutes.
+func (s *Service) UserCredential(name, user string, role v1.GrantRole, key crypto.PublicKey, lifetime time.Duration) (*v1.Credential, error) {
+	rec, sec, clusterCA, now, err := s.clusterCA(name)
+	if err != nil {
+		return nil, err
+	}
+	out := &v1.Credential{Cluster: name, Server: v1.APIServerURL(rec.Spec.VIP), CertificateAuthority: sec.PKI.ClusterCA.Certificate,
+		User: v1.KubernetesUser(user), Groups: []string{role.KubernetesGroup()}}
+	cert, err := clusterCA.Issue(ca.Leaf{CommonName: out.User, Organization: out.Groups[0], PublicKey: key, Lifetime: lifetime}, now)
+	if err != nil {
+		return nil, err
+	}
+	out.Certificate = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}))
+	out.ExpiresAt = cert.NotAfter
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -41,12 +42,50 @@ type NamedUser struct {
 }
 
 // User is a client certificate and its key (PEM), embedded or, as in
-// the kubelet's kubeconfig after TLS bootstrap, in files.
+// the kubelet's kubeconfig after TLS bootstrap, in files; or a command
+// that gives one (an exec credential plugin).
 type User struct {
 	CertData []byte `json:"client-certificate-data,omitempty"`
 	KeyData  []byte `json:"client-key-data,omitempty"`
 	CertFile string `json:"client-certificate,omitempty"`
 	KeyFile  string `json:"client-key,omitempty"`
+	Exec     *Exec  `json:"exec,omitempty"`
+}
+
+// ExecAPIVersion is the exec credential protocol kubectl speaks.
+const ExecAPIVersion = "client.authentication.k8s.io/v1"
+
+// Exec is an exec credential plugin: the command kubectl runs for a
+// credential, which prints an ExecCredential.
+type Exec struct {
+	APIVersion      string   `json:"apiVersion"`
+	Command         string   `json:"command"`
+	Args            []string `json:"args,omitempty"`
+	InteractiveMode string   `json:"interactiveMode"`
+}
+
+// ExecCredential is what the plugin prints: a client certificate and key
+// (PEM) and when the certificate expires, after which kubectl runs the
+// plugin again.
+type ExecCredential struct {
+	APIVersion string               `json:"apiVersion"`
+	Kind       string               `json:"kind"`
+	Status     ExecCredentialStatus `json:"status"`
+}
+
+// ExecCredentialStatus is an ExecCredential's credential.
+type ExecCredentialStatus struct {
+	ExpirationTimestamp   time.Time `json:"expirationTimestamp"`
+	ClientCertificateData string    `json:"clientCertificateData"`
+	ClientKeyData         string    `json:"clientKeyData"`
+}
+
+// NewExec is a kubeconfig with one cluster, one user whose credential
+// comes from command with args, and the context that joins them.
+func NewExec(cluster, server string, caPEM []byte, user, command string, args []string) *Config {
+	c := New(cluster, server, caPEM, user, nil, nil)
+	c.Users[0].User = User{Exec: &Exec{APIVersion: ExecAPIVersion, Command: command, Args: args, InteractiveMode: "Never"}}
+	return c
 }
 
 // NamedContext pairs a cluster with a user.

@@ -4,6 +4,9 @@ package kubeadm
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -24,6 +27,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -85,7 +89,8 @@ func TestFirstMasterInNetns(t *testing.T) {
 		"wrote " + InitConfigFile, "issued " + EtcdClientCertFile,
 		"ran kubeadm init phase certs all", "ran kubeadm init phase kubeconfig all", "ran kubeadm init phase control-plane all",
 		"started " + APIServerUnit,
-		"created ClusterRoleBinding " + clusterAdmins,
+		"created ClusterRoleBinding " + clusterAdmins, "created ClusterRoleBinding " + v1.GrantView.KubernetesGroup(),
+		"created ClusterRoleBinding " + v1.GrantAdmin.KubernetesGroup(),
 		"ran kubeadm init phase upload-config all", "ran kubeadm init phase bootstrap-token", "ran kubeadm init phase addon coredns",
 	} {
 		if !slices.Contains(actions, want) {
@@ -123,6 +128,9 @@ func TestFirstMasterInNetns(t *testing.T) {
 	if code, body := api.get(t, kubeconfigCert(t, host, "admin.conf"), "/api/v1/namespaces"); code != http.StatusOK {
 		t.Errorf("admin.conf lists namespaces: %d %s", code, tail(body, 300))
 	}
+
+	startRoleAggregation(t, ns, bin, host)
+	checkGrantRBAC(t, api, cl, superAdmin)
 
 	first, err := sup.State(ctx, APIServerUnit)
 	if err != nil || !first.Running {
@@ -358,4 +366,100 @@ func tail(s string, n int) string {
 		return fmt.Sprintf("…%s", s[len(s)-n:])
 	}
 	return s
+}
+
+// checkGrantRBAC: a certificate such as the controller gives a user, from
+// the cluster CA with the group of their grant, gets from the apiserver's
+// own RBAC what the grant says: view reads and cannot write, edit writes
+// in a namespace but cannot read nodes, admin can; no grant, nothing.
+func checkGrantRBAC(t *testing.T, api *apiClient, cl *testCluster, superAdmin *tls.Certificate) {
+	t.Helper()
+	// view and edit are aggregated roles: wait for their rules.
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, role := range []string{"view", "edit"} {
+		for {
+			_, body := api.get(t, superAdmin, "/apis/rbac.authorization.k8s.io/v1/clusterroles/"+role)
+			if strings.Contains(body, `"verbs"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ClusterRole %s has no rules: %s", role, tail(body, 300))
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	clusterCA, err := ca.Parse([]byte(cl.clusterCA.Certificate), []byte(cl.clusterCA.Key), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	userCert := func(group string) *tls.Certificate {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := clusterCA.Issue(ca.Leaf{CommonName: v1.KubernetesUser("alice"), Organization: group, PublicKey: &key.PublicKey,
+			Lifetime: v1.DefaultCredentialLifetime}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
+	}
+	configMap := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"grant-test"}}`
+	for _, tc := range []struct {
+		group                         string
+		readPods, writeMaps, readNode bool
+	}{
+		{v1.GrantView.KubernetesGroup(), true, false, false},
+		{v1.GrantEdit.KubernetesGroup(), true, true, false},
+		{v1.GrantAdmin.KubernetesGroup(), true, true, true},
+		{"harmony:grant:none", false, false, false},
+	} {
+		cert := userCert(tc.group)
+		want := func(ok bool, okCode int) int {
+			if ok {
+				return okCode
+			}
+			return http.StatusForbidden
+		}
+		if code, body := api.get(t, cert, "/api/v1/namespaces/default/pods"); code != want(tc.readPods, http.StatusOK) {
+			t.Errorf("%s lists pods: %d %s", tc.group, code, tail(body, 200))
+		}
+		code, body := api.send(t, cert, http.MethodPost, "/api/v1/namespaces/default/configmaps", configMap)
+		if code != want(tc.writeMaps, http.StatusCreated) {
+			t.Errorf("%s creates a ConfigMap: %d %s", tc.group, code, tail(body, 200))
+		}
+		if code == http.StatusCreated {
+			if code, body := api.send(t, cert, http.MethodDelete, "/api/v1/namespaces/default/configmaps/grant-test", ""); code != http.StatusOK {
+				t.Errorf("%s deletes its ConfigMap: %d %s", tc.group, code, tail(body, 200))
+			}
+		}
+		if code, body := api.get(t, cert, "/api/v1/nodes"); code != want(tc.readNode, http.StatusOK) {
+			t.Errorf("%s lists nodes: %d %s", tc.group, code, tail(body, 200))
+		}
+	}
+}
+
+// startRoleAggregation runs kube-controller-manager with only its
+// clusterrole-aggregation controller, as a cluster's controller manager
+// would: it fills the aggregated view and edit ClusterRoles.
+func startRoleAggregation(t *testing.T, ns, bin string, host *reconcile.Host) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &testutil.LogBuffer{}
+	cmd := inNetns(ns)(ctx, []string{filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig=" + host.Path(filepath.Join(KubernetesDir, "controller-manager.conf")),
+		"--controllers=clusterrole-aggregation", "--leader-elect=false", "--secure-port=0",
+		// Each controller as its own service account, as kubeadm runs it.
+		"--use-service-account-credentials=true"})
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("kube-controller-manager log (tail):\n%s", tail(logs.String(), 3000))
+		}
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // Records of what the phases last ran with, so that an unchanged node
@@ -90,7 +91,12 @@ type clusterRecord struct {
 // redo them) and again every clusterPhasesRefresh; every one is safe to
 // redo. They reach this master's apiserver directly, not through the VIP.
 func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *plan, initYAML []byte, st *reconcile.Status) (time.Time, error) {
-	inputs := digest(c.version, string(initYAML), fmt.Sprint(c.cfg.Kubelet))
+	var names []string
+	for _, b := range bindings() {
+		names = append(names, b.Body["metadata"].(map[string]any)["name"].(string))
+	}
+	// A new binding reruns the phases on clusters made before it.
+	inputs := digest(c.version, string(initYAML), fmt.Sprint(c.cfg.Kubelet), strings.Join(names, ","))
 	var rec clusterRecord
 	if data, err := os.ReadFile(host.Path(clusterPhasesRecord)); err == nil && json.Unmarshal(data, &rec) == nil &&
 		rec.Inputs == inputs && time.Since(rec.Completed) < clusterPhasesRefresh {
@@ -113,12 +119,10 @@ func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *
 	if changed {
 		st.Actions = append(st.Actions, "wrote "+LocalKubeconfig)
 	}
-	created, err := c.ensureClusterAdmins(ctx, host)
+	created, err := c.ensureBindings(ctx, host)
+	st.Actions = append(st.Actions, created...)
 	if err != nil {
 		return time.Time{}, err
-	}
-	if created {
-		st.Actions = append(st.Actions, "created ClusterRoleBinding "+clusterAdmins)
 	}
 
 	for _, args := range clusterPhaseArgs(p.token != "", c.cfg.Kubelet) {
@@ -155,25 +159,36 @@ func (c *Component) clusterRecordTime(host *reconcile.Host) time.Time {
 // ours use the local kubeconfig, so the component creates it.
 const clusterAdmins = "kubeadm:cluster-admins"
 
-// ensureClusterAdmins creates the binding unless it exists, with the
-// super-admin credentials. created reports a new binding.
-func (c *Component) ensureClusterAdmins(ctx context.Context, host *reconcile.Host) (created bool, err error) {
+// bindings are the ClusterRoleBindings the first master makes: admin.conf's
+// group to cluster-admin, and the group of each Harmony grant role to its
+// ClusterRole, so that a user's short-lived certificate from the
+// controller gets what their grant says from the cluster's own RBAC.
+func bindings() []kubeapi.Object {
+	objs := []kubeapi.Object{kubeapi.GroupBinding(clusterAdmins, "cluster-admin", clusterAdmins)}
+	for _, r := range v1.GrantRoles {
+		objs = append(objs, kubeapi.GroupBinding(r.KubernetesGroup(), r.KubernetesClusterRole(), r.KubernetesGroup()))
+	}
+	return objs
+}
+
+// ensureBindings creates the bindings that do not exist yet, with the
+// super-admin credentials; it returns what it created.
+func (c *Component) ensureBindings(ctx context.Context, host *reconcile.Host) ([]string, error) {
 	kc, err := readKubeconfig(host.Path(SuperAdminKubeconfig))
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
+		return nil, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
 	}
 	cert, err := kc.keyPair()
 	if err != nil {
-		return false, fmt.Errorf("%s client certificate: %w", SuperAdminKubeconfig, err)
+		return nil, fmt.Errorf("%s client certificate: %w", SuperAdminKubeconfig, err)
 	}
 	client, err := c.apiClient(host, &cert)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	binding := kubeapi.GroupBinding(clusterAdmins, "cluster-admin", clusterAdmins)
-	return kubeapi.FromHTTP(localAPI, client).CreateIfAbsent(ctx, binding.Collection, binding.Body)
+	return kubeapi.FromHTTP(localAPI, client).EnsureAll(ctx, bindings())
 }
 
 func digest(parts ...string) string {
