@@ -95,7 +95,7 @@ func TestEnrollExpiredTokenIsRefusedBeforeAnyCertificateIsIssued(t *testing.T) {
 	tok := tc.storedToken(b)
 	expiresAt := tok.ExpiresAt.UTC().Format(timeFormat)
 
-	tc.clock.advance(11 * time.Minute)
+	tc.clock.Advance(11 * time.Minute)
 	csr, key := makeCSR(t, csrOptions{cn: "w1"})
 	r, _ := tc.enroll(b.Token, csr, key)
 	r.wantStatus(t, http.StatusUnauthorized, v1.CodeTokenExpired)

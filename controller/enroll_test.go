@@ -118,7 +118,7 @@ func TestEnrollConcurrentUsesOfOneTokenIssueOneCertificate(t *testing.T) {
 func TestEnrollRefusesExpiredToken(t *testing.T) {
 	tc := startController(t, t.TempDir())
 	b := tc.addNode("w1", v1.NodeSpec{TokenTTL: "10m"})
-	tc.clock.advance(11 * time.Minute)
+	tc.clock.Advance(11 * time.Minute)
 	csr, key := makeCSR(t, csrOptions{cn: "w1"})
 	r, _ := tc.enroll(b.Token, csr, key)
 	r.wantStatus(t, http.StatusUnauthorized, v1.CodeTokenExpired)

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,36 +40,18 @@ type testController struct {
 	logs    *htest.LogBuffer
 	stop    context.CancelFunc
 	stopped chan struct{}
-	clock   *fakeClock
-}
-
-// fakeClock lets token-expiry tests move time without sleeping.
-type fakeClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (f *fakeClock) now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return time.Now().Add(f.offset)
-}
-
-func (f *fakeClock) advance(d time.Duration) {
-	f.mu.Lock()
-	f.offset += d
-	f.mu.Unlock()
+	clock   *htest.Clock
 }
 
 func startController(t *testing.T, dir string, mutate ...func(*Config)) *testController {
 	t.Helper()
 	logs := &htest.LogBuffer{}
-	clock := &fakeClock{}
+	clock := &htest.Clock{}
 	cfg := Config{
 		DataDir: dir,
 		Listen:  "127.0.0.1:0",
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:     clock.now,
+		Now:     clock.Now,
 	}
 	for _, m := range mutate {
 		m(&cfg)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/controller/controllertest"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // runWithStdin runs a command with stdin.
@@ -26,26 +26,14 @@ func runWithStdin(t *testing.T, cmd *cobra.Command, stdin string, args ...string
 	return runCommand(t, cmd, args...)
 }
 
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // From the setup token to signing out: the first admin from the token,
 // a login that trusts the controller by its CA pin, a user created by
 // that admin who signs in too, sees only what a user may, keeps working
 // past the access token's lifetime (the refreshed session is written
 // back), and is shut out at once when disabled.
 func TestUsersFromSetupToSignOut(t *testing.T) {
-	clk := &testClock{t: time.Now()}
-	tc := controllertest.Start(t, func(c *controller.Config) { c.Now = clk.now })
+	clk := &testutil.Clock{}
+	tc := controllertest.Start(t, func(c *controller.Config) { c.Now = clk.Now })
 	dir := t.TempDir()
 	pin := v1.CAPin(tc.CA().Certificate())
 	root := &globals{config: filepath.Join(dir, "root.conf"), server: tc.URL()}
@@ -100,12 +88,12 @@ func TestUsersFromSetupToSignOut(t *testing.T) {
 		t.Errorf("alice lists users: %v", err)
 	}
 	before, _ := clientconfig.Load(alice.config)
-	clk.add(v1.AccessTokenLifetime + time.Minute)
+	clk.Advance(v1.AccessTokenLifetime + time.Minute)
 	if out, err := runCommand(t, whoamiCommand(alice)); err != nil || out != "user alice (user)\n" {
 		t.Errorf("alice's whoami after the access token's lifetime: %q, %v", out, err)
 	}
 	after, _ := clientconfig.Load(alice.config)
-	if after.Session.AccessToken == before.Session.AccessToken || !after.Session.AccessExpiresAt.After(clk.now()) {
+	if after.Session.AccessToken == before.Session.AccessToken || !after.Session.AccessExpiresAt.After(clk.Now()) {
 		t.Errorf("the refreshed session was not written back")
 	}
 

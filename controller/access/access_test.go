@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,22 +19,10 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newTestService(t *testing.T) (*Service, *clock) {
+func newTestService(t *testing.T) (*Service, *testutil.Clock) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "store.db"), store.Options{Create: true})
@@ -43,8 +30,8 @@ func newTestService(t *testing.T) (*Service, *clock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	clk := &clock{t: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
-	return New(Config{Store: st, DataDir: dir, Now: clk.now, Log: slog.New(slog.DiscardHandler)}), clk
+	clk := &testutil.Clock{Base: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
+	return New(Config{Store: st, DataDir: dir, Now: clk.Now, Log: slog.New(slog.DiscardHandler)}), clk
 }
 
 const goodPassword = "correct horse battery"
@@ -119,7 +106,7 @@ func TestBruteForceIsThrottled(t *testing.T) {
 		default:
 			t.Fatalf("try %d: %v", i, err)
 		}
-		clk.add(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	if wrong > 12 || throttled < 88 {
 		t.Errorf("100 wrong passwords: %d checked, %d throttled", wrong, throttled)
@@ -129,7 +116,7 @@ func TestBruteForceIsThrottled(t *testing.T) {
 	if !errors.As(err, &te) || te.Of != "user" || te.RetryAfter <= 0 {
 		t.Fatalf("right password during the lock: %v", err)
 	}
-	clk.add(te.RetryAfter)
+	clk.Advance(te.RetryAfter)
 	if _, err := s.Login(ctx, "alice", goodPassword, client); err != nil {
 		t.Fatalf("right password after the lock: %v", err)
 	}
@@ -147,7 +134,7 @@ func TestAddressIsThrottled(t *testing.T) {
 		if _, err := s.Login(ctx, "nobody"+string(rune('a'+i)), "whatever password", client); !errors.Is(err, ErrBadCredentials) {
 			t.Fatalf("try %d: %v", i, err)
 		}
-		clk.add(time.Second)
+		clk.Advance(time.Second)
 	}
 	s.Login(ctx, "nobody", "whatever password", client)
 	_, err := s.Login(ctx, "bob", goodPassword, client)
@@ -186,7 +173,7 @@ func TestSessionTokens(t *testing.T) {
 	addUser(t, s, "carol", v1.UserRoleAdmin)
 	sess := login(t, s, "carol")
 	if sess.User.Name != "carol" || sess.User.Role != v1.UserRoleAdmin ||
-		!sess.AccessExpiresAt.Equal(clk.now().Add(v1.AccessTokenLifetime)) || !sess.RefreshExpiresAt.Equal(clk.now().Add(v1.RefreshTokenLifetime)) {
+		!sess.AccessExpiresAt.Equal(clk.Now().Add(v1.AccessTokenLifetime)) || !sess.RefreshExpiresAt.Equal(clk.Now().Add(v1.RefreshTokenLifetime)) {
 		t.Errorf("session %+v", sess)
 	}
 	if u, err := s.Authenticate(sess.AccessToken); err != nil || u.Name != "carol" {
@@ -199,7 +186,7 @@ func TestSessionTokens(t *testing.T) {
 		t.Errorf("an access token used to refresh: %v", err)
 	}
 
-	clk.add(v1.AccessTokenLifetime + time.Second)
+	clk.Advance(v1.AccessTokenLifetime + time.Second)
 	if _, err := s.Authenticate(sess.AccessToken); !isSessionError(err) || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("expired access token: %v", err)
 	}
@@ -213,7 +200,7 @@ func TestSessionTokens(t *testing.T) {
 	if !fresh.RefreshExpiresAt.Equal(sess.RefreshExpiresAt) {
 		t.Errorf("a refresh moved the session's end from %s to %s", sess.RefreshExpiresAt, fresh.RefreshExpiresAt)
 	}
-	clk.add(v1.RefreshTokenLifetime)
+	clk.Advance(v1.RefreshTokenLifetime)
 	if _, err := s.Refresh(fresh.RefreshToken); !isSessionError(err) {
 		t.Errorf("refresh after the session's end: %v", err)
 	}
@@ -242,7 +229,7 @@ func TestForgedTokensAreRefused(t *testing.T) {
 	}
 
 	foreignKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	now := clk.now()
+	now := clk.Now()
 	forge := func(method jwt.SigningMethod, key any, kid string) string {
 		tok := jwt.NewWithClaims(method, claims{
 			RegisteredClaims: jwt.RegisteredClaims{Issuer: tokenIssuer, Subject: "dave", Audience: jwt.ClaimStrings{tokenAudience},
@@ -347,10 +334,10 @@ func TestSigningKeysRotate(t *testing.T) {
 	s, clk := newTestService(t)
 	addUser(t, s, "fay", v1.UserRoleUser)
 	login(t, s, "fay")
-	clk.add(keyRotation - v1.RefreshTokenLifetime/2)
+	clk.Advance(keyRotation - v1.RefreshTokenLifetime/2)
 	old := login(t, s, "fay")
 	oldKey := s.keys.current.id
-	clk.add(v1.RefreshTokenLifetime / 2)
+	clk.Advance(v1.RefreshTokenLifetime / 2)
 	fresh := login(t, s, "fay")
 	if s.keys.current.id == oldKey {
 		t.Fatal("no new key after a day")
@@ -361,7 +348,7 @@ func TestSigningKeysRotate(t *testing.T) {
 	if _, err := s.Refresh(fresh.RefreshToken); err != nil {
 		t.Errorf("a refresh token of the new key: %v", err)
 	}
-	clk.add(keyRotation)
+	clk.Advance(keyRotation)
 	login(t, s, "fay")
 	if _, err := s.keys.verifier(oldKey); err == nil {
 		t.Errorf("the key retired a day ago is still kept")
