@@ -415,12 +415,17 @@ type setupRecord struct {
 // "" when there is nothing to set up. A token already written stays.
 func (s *Service) PrepareSetup() (string, error) {
 	path := filepath.Join(s.cfg.DataDir, SetupTokenFile)
+	hasAdmin, err := s.hasAdmin()
+	if err != nil {
+		return "", err
+	}
+	if hasAdmin {
+		// An admin made another way (harmonyctl user add): the token is
+		// no longer needed, so it must not stay usable.
+		return "", s.dropSetupToken()
+	}
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
-	}
-	hasAdmin, err := s.hasAdmin()
-	if err != nil || hasAdmin {
-		return "", err
 	}
 	token := rand.Text() + rand.Text()
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
@@ -437,6 +442,17 @@ func (s *Service) PrepareSetup() (string, error) {
 		return "", fmt.Errorf("write setup token: %w", err)
 	}
 	return path, nil
+}
+
+// dropSetupToken forgets the setup token and removes its file.
+func (s *Service) dropSetupToken() error {
+	if err := s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Delete(store.Secrets, secretSetupToken) }); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.cfg.DataDir, SetupTokenFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 func (s *Service) hasAdmin() (bool, error) {
@@ -473,6 +489,20 @@ func (s *Service) Setup(ctx context.Context, req v1.SetupRequest) (v1.User, erro
 		}
 		if tx.Has(store.Users, u.Name) {
 			return fmt.Errorf("user %q: %w", u.Name, store.ErrExists)
+		}
+		admin := false
+		if err := tx.List(store.Users, "", func(_ string, data []byte) error {
+			var other userRecord
+			if err := json.Unmarshal(data, &other); err != nil {
+				return err
+			}
+			admin = admin || other.Role == v1.UserRoleAdmin && !other.Disabled
+			return nil
+		}); err != nil {
+			return err
+		}
+		if admin {
+			return ErrSetupDone
 		}
 		if err := tx.Delete(store.Secrets, secretSetupToken); err != nil {
 			return err

@@ -388,4 +388,20 @@ func TestSetupToken(t *testing.T) {
 		t.Errorf("with an admin, a new setup token: %q, %v", path, err)
 	}
 	login(t, s, "admin")
+
+	// A token left when an admin is made another way is dropped at the
+	// next start, and refused before.
+	s2, _ := newTestService(t)
+	path, _ = s2.PrepareSetup()
+	data, _ = os.ReadFile(path)
+	addUser(t, s2, "other-admin", v1.UserRoleAdmin)
+	if _, err := s2.Setup(ctx, v1.SetupRequest{Token: strings.TrimSpace(string(data)), Name: "late", Password: goodPassword}); !errors.Is(err, ErrSetupDone) {
+		t.Errorf("setup with an admin present: %v", err)
+	}
+	if p, err := s2.PrepareSetup(); p != "" || err != nil {
+		t.Errorf("restart with an admin present: %q, %v", p, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the setup token file stays with an admin present: %v", err)
+	}
 }
