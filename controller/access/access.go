@@ -166,7 +166,6 @@ func (s *Service) CreateUser(ctx context.Context, req v1.UserCreate) (v1.User, e
 	if err != nil {
 		return v1.User{}, err
 	}
-	s.log.Info("user created", "user", u.Name, "role", u.Role)
 	return u.User, nil
 }
 
