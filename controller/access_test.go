@@ -307,6 +307,13 @@ func (tc *testController) userClient(name string, role v1.UserRole) *http.Client
 	if r := doJSON(tc.t, tc.admin, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: name, Role: role, Password: password}); r.status != http.StatusCreated {
 		tc.t.Fatalf("create user %s: %d %s", name, r.status, r.body)
 	}
+	return tc.loginClient(name, password)
+}
+
+// loginClient logs a user in and returns a client that sends the
+// session's access token.
+func (tc *testController) loginClient(name, password string) *http.Client {
+	tc.t.Helper()
 	r := doJSON(tc.t, tc.anonClient(), "POST", tc.url+v1.PathLogin, v1.LoginRequest{Username: name, Password: password})
 	if r.status != http.StatusOK {
 		tc.t.Fatalf("login %s: %d %s", name, r.status, r.body)

@@ -101,6 +101,7 @@ type Controller struct {
 	clusters *cluster.Service
 	imports  *importRunner
 	access   *access.Service
+	audit    *auditLog
 	// patterns are the routes registered, for the API document's test,
 	// and permissions each one's permission, for the document.
 	patterns    []string
@@ -178,6 +179,7 @@ func New(cfg Config) (*Controller, error) {
 	c.metrics = newMetrics()
 	c.removeStaleSpool()
 	c.access = access.New(access.Config{Store: c.store, DataDir: cfg.DataDir, Now: c.now, Log: c.log})
+	c.audit = newAuditLog(c.store, cfg.DataDir)
 	if path, err := c.access.PrepareSetup(); err != nil {
 		c.store.Close()
 		return nil, err
@@ -408,6 +410,9 @@ func (c *Controller) Close() error {
 	}
 	c.listener.Close()
 	c.localLn.Close() // removes the socket file
+	if c.audit != nil {
+		c.audit.close()
+	}
 	return c.store.Close()
 }
 

@@ -125,9 +125,13 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 	c.patterns = append(c.patterns, pattern)
 	c.permissions[pattern] = perm
 	label := pattern
+	audit := audited(strings.Fields(pattern)[0], perm)
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		var who principal
+		var code string
+		r, subject := withAuditSubject(r)
 		defer func() {
 			if p := recover(); p != nil {
 				c.log.Error("handler panic", "route", label, "panic", p)
@@ -136,16 +140,23 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 				}
 			}
 			c.metrics.requestDuration.WithLabelValues(label, r.Method, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
+			if audit {
+				if err := c.audit.record(auditEntry(r, label, who, *subject, rec.status, code, c.now())); err != nil {
+					c.log.Error("audit entry not recorded", "route", label, "err", err)
+				}
+			}
 		}()
 		r.Body = http.MaxBytesReader(rec, r.Body, bodyLimit)
 		who, aerr := c.authorize(r, perm)
 		if aerr != nil {
 			c.log.Warn("request refused", "route", label, "reason", aerr.code, "detail", aerr.message, "remote", r.RemoteAddr)
+			code = aerr.code
 			writeError(rec, aerr)
 			return
 		}
 		err := h(rec, r, who)
 		if err != nil {
+			code = err.code
 			writeError(rec, err)
 		}
 		if rec.status >= 500 && (err == nil || err.code != v1.CodeUnavailable) {
@@ -267,6 +278,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathRefresh, v1.MaxAuthBytes, c.handleRefresh, permPublic)
 	c.route(mux, "POST "+v1.PathLogout, v1.MaxAuthBytes, c.handleLogout, permPublic)
 	c.route(mux, "GET "+v1.PathWhoAmI, 0, c.handleWhoAmI, permSignedIn)
+	c.route(mux, "GET "+v1.PathAudit, 0, c.handleAudit, permAdmin)
 	c.route(mux, "GET "+v1.PathUsers, 0, c.handleListUsers, permAdmin)
 	c.route(mux, "POST "+v1.PathUsers, v1.MaxAuthBytes, c.handleCreateUser, permAdmin)
 	c.route(mux, "GET "+v1.PathUsers+"/{user}", 0, c.handleGetUser, permAdmin)

@@ -155,6 +155,13 @@ var adminAPIDocs = []apiDoc{
 		body: v1.RefreshRequest{}, answers: []answer{{204, nil, "ended"}}},
 	{pattern: "GET " + v1.PathWhoAmI, summary: "Who the controller takes the caller for",
 		answers: []answer{{200, v1.WhoAmI{}, "the caller"}}},
+	{pattern: "GET " + v1.PathAudit, summary: "Audited requests (every change, logins and enrollments; never a body), oldest first, at most the newest 1000",
+		query: []queryParam{
+			{name: "since", typ: "string", description: "a duration back from now (24h) or an RFC 3339 time"},
+			{name: "cluster", typ: "string", description: "only requests on this cluster"},
+			{name: "user", typ: "string", description: "only requests by (or, for a login, for) this user"},
+		},
+		answers: []answer{{200, v1.AuditList{}, "the entries"}}},
 	{pattern: "GET " + v1.PathUsers, summary: "List users (password hashes are never returned)",
 		answers: []answer{{200, v1.UserList{}, "the users"}}},
 	{pattern: "POST " + v1.PathUsers, summary: "Create a local user; the password is hashed with argon2id",

@@ -206,6 +206,7 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 		"PathLogout":       v1.PathLogout,
 		"PathWhoAmI":       v1.PathWhoAmI,
 		"PathUsers":        v1.PathUsers,
+		"PathAudit":        v1.PathAudit,
 	}
 	matches := routePattern.FindAllStringSubmatch(body, -1)
 	// Every registration must be in the form the pattern reads; one in

@@ -51,7 +51,8 @@ var (
 )
 
 // authorize finds the caller and checks perm; the one place every route's
-// permission is enforced.
+// permission is enforced. A caller it knows but refuses is returned with
+// the refusal, for the audit.
 func (c *Controller) authorize(r *http.Request, perm permission) (principal, *apiError) {
 	if perm.allows == nil {
 		return principal{}, nil
@@ -61,7 +62,7 @@ func (c *Controller) authorize(r *http.Request, perm permission) (principal, *ap
 		return principal{}, err
 	}
 	if !perm.allows(who) {
-		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "%s %q may not use this endpoint (it needs: %s)", who.kind, who.name, perm.name)
+		return who, refuse(http.StatusForbidden, v1.CodeForbidden, "%s %q may not use this endpoint (it needs: %s)", who.kind, who.name, perm.name)
 	}
 	if perm.cluster == "" || isAdmin(who) {
 		return who, nil
@@ -69,19 +70,19 @@ func (c *Controller) authorize(r *http.Request, perm permission) (principal, *ap
 	name := r.PathValue("name")
 	if perm.clusterOf != nil {
 		if name, err = perm.clusterOf(c, r); err != nil {
-			return principal{}, err
+			return who, err
 		}
 	}
 	role, gerr := c.grantedRole(who, name)
 	if gerr != nil {
-		return principal{}, storeError(gerr, "grant")
+		return who, storeError(gerr, "grant")
 	}
 	switch {
 	case role == "":
 		// As if the cluster did not exist: names do not leak.
-		return principal{}, refuse(http.StatusNotFound, v1.CodeNotFound, "cluster %q not found", name)
+		return who, refuse(http.StatusNotFound, v1.CodeNotFound, "cluster %q not found", name)
 	case !role.AtLeast(perm.cluster):
-		return principal{}, refuse(http.StatusForbidden, v1.CodeForbidden, "user %q has the %s grant on cluster %q; this needs %s", who.name, role, name, perm.cluster)
+		return who, refuse(http.StatusForbidden, v1.CodeForbidden, "user %q has the %s grant on cluster %q; this needs %s", who.name, role, name, perm.cluster)
 	}
 	return who, nil
 }

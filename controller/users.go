@@ -59,6 +59,7 @@ func (c *Controller) handleSetup(w http.ResponseWriter, r *http.Request, _ princ
 	if err != nil {
 		return badInput(err)
 	}
+	setAuditSubject(r, req.Name)
 	u, err := c.access.Setup(r.Context(), *req)
 	if err != nil {
 		return accessError(err, "user")
@@ -72,6 +73,7 @@ func (c *Controller) handleLogin(w http.ResponseWriter, r *http.Request, _ princ
 	if err != nil {
 		return badInput(err)
 	}
+	setAuditSubject(r, req.Username)
 	sess, err := c.access.Login(r.Context(), req.Username, req.Password, remoteAddr(r))
 	if err != nil {
 		return accessError(err, "user")

@@ -16,6 +16,7 @@ const (
 	PathLogout  = "/api/v1/logout"
 	PathSetup   = "/api/v1/setup"
 	PathWhoAmI  = "/api/v1/whoami"
+	PathAudit   = "/api/v1/audit"
 )
 
 // UserRole is what a Harmony user may do across the controller: an admin
@@ -263,4 +264,28 @@ func DecodeSetupRequest(r io.Reader) (*SetupRequest, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// AuditEntry is one audited request: who, from where, what, when, and the
+// answer. It never holds a body, so no secret.
+type AuditEntry struct {
+	Time time.Time `json:"time"`
+	// Actor is who the controller took the caller for: "user NAME", a
+	// certificate's "ORGANIZATION NAME", or "anonymous".
+	Actor string `json:"actor"`
+	// User is the user the request was by or, for a login or a setup,
+	// for; "" when none.
+	User    string `json:"user,omitempty"`
+	Remote  string `json:"remote"`
+	Method  string `json:"method"`
+	Route   string `json:"route"`
+	Path    string `json:"path"`
+	Cluster string `json:"cluster,omitempty"`
+	Status  int    `json:"status"`
+	Code    string `json:"code,omitempty"`
+}
+
+// AuditList answers GET PathAudit.
+type AuditList struct {
+	Items []AuditEntry `json:"items"`
 }

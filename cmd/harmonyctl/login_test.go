@@ -107,6 +107,25 @@ func TestUsersFromSetupToSignOut(t *testing.T) {
 		t.Errorf("a disabled user logs in: %s", out)
 	}
 
+	// The audit has alice's two logins, the second refused, and root's
+	// disabling of her.
+	if out, err := runCommand(t, auditCommand(root), "--user", "alice"); err != nil {
+		t.Errorf("audit: %v\n%s", err, out)
+	}
+	rootClient, err := root.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := rootClient.Audit(context.Background(), "1h", "", "alice")
+	var logins []int
+	for _, e := range entries {
+		if e.Route == "POST "+v1.PathLogin {
+			logins = append(logins, e.Status)
+		}
+	}
+	if err != nil || len(logins) != 2 || logins[0] != 200 || logins[1] != 401 {
+		t.Errorf("alice's logins in the audit: %v, %v", logins, err)
+	}
 	if out, err := runCommand(t, logoutCommand(root)); err != nil {
 		t.Fatalf("logout: %v\n%s", err, out)
 	}

@@ -65,7 +65,7 @@ credential.`,
 	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
 	operation.AddCommand(operationGetCommand(g))
 	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation, user,
-		loginCommand(g), logoutCommand(g), whoamiCommand(g), setupCommand(g), credentialCommand(g))
+		loginCommand(g), logoutCommand(g), whoamiCommand(g), setupCommand(g), credentialCommand(g), auditCommand(g))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := root.ExecuteContext(ctx)

@@ -128,3 +128,23 @@ func (c *Client) Credential(ctx context.Context, cluster, csrPEM string) (*v1.Cr
 	}
 	return &cred, nil
 }
+
+// Audit lists audited requests: since is a duration back (24h) or an RFC
+// 3339 time; cluster and user filter when set.
+func (c *Client) Audit(ctx context.Context, since, cluster, user string) ([]v1.AuditEntry, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"since": since, "cluster": cluster, "user": user} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	path := v1.PathAudit
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var l v1.AuditList
+	if err := c.Do(ctx, "GET", path, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}

@@ -35,12 +35,14 @@ const (
 	// Grants holds users' and groups' roles on clusters, keyed
 	// "cluster/kind/subject".
 	Grants Bucket = "grants"
+	// Audit holds the audited requests of the last 90 days, keyed by time.
+	Audit Bucket = "audit"
 )
 
 var recordBuckets = [][]byte{
 	[]byte(Providers), []byte(Images), []byte(Clusters), []byte(Machines),
 	[]byte(Operations), []byte(Events), []byte(Addresses), []byte(Secrets),
-	[]byte(Users), []byte(Sessions), []byte(Grants),
+	[]byte(Users), []byte(Sessions), []byte(Grants), []byte(Audit),
 }
 
 // Tx is one transaction over the record buckets and the node records: a
