@@ -69,7 +69,8 @@ func withAuditSubject(r *http.Request) (*http.Request, *string) {
 // caller's to log, the request's answer stands.
 func (a *auditLog) record(e v1.AuditEntry) error {
 	key := fmt.Sprintf("%019d-%06d", e.Time.UnixNano(), a.seq.Add(1)%1e6)
-	err := a.store.Update(func(tx *store.Tx) error {
+	// Batched: concurrent requests (a fleet enrolling) share one commit.
+	err := a.store.Batch(func(tx *store.Tx) error {
 		if err := tx.Put(store.Audit, key, e); err != nil {
 			return err
 		}
