@@ -28,6 +28,9 @@ const LocalSocketFile = "controller.sock"
 const (
 	LocalPathBackup      = "/backup"
 	LocalPathAdminConfig = "/admin-config"
+	// LocalPathInitAdmin creates the first admin user, with the setup
+	// token, from the appliance's console.
+	LocalPathInitAdmin = "/init-admin"
 )
 
 // maxSocketPath is what a sockaddr_un holds, with its terminating NUL.
@@ -133,6 +136,19 @@ func (c *Controller) localRoutes() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(data)
+	})
+	mux.HandleFunc("POST "+LocalPathInitAdmin, func(w http.ResponseWriter, r *http.Request) {
+		req, err := v1.DecodeSetupRequest(http.MaxBytesReader(w, r.Body, v1.MaxAuthBytes))
+		if err != nil {
+			writeError(w, badInput(err))
+			return
+		}
+		u, err := c.access.Setup(r.Context(), *req)
+		if err != nil {
+			writeError(w, accessError(err, "user"))
+			return
+		}
+		writeJSON(w, http.StatusCreated, u)
 	})
 	return mux
 }

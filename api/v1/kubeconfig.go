@@ -9,7 +9,7 @@ import (
 
 // Bounds of an admin kubeconfig's certificate.
 const (
-	DefaultKubeconfigLifetime = 12 * time.Hour
+	DefaultKubeconfigLifetime = time.Hour
 	MaxKubeconfigLifetime     = 7 * 24 * time.Hour
 	minKubeconfigLifetime     = 5 * time.Minute
 )
@@ -18,7 +18,7 @@ const (
 // (POST PathClusters/{name}/kubeconfig); an empty body takes the default
 // lifetime.
 type KubeconfigRequest struct {
-	// Lifetime of the client certificate, a Go duration; default 12h, at
+	// Lifetime of the client certificate, a Go duration; default 1h, at
 	// most 168h.
 	Lifetime string `json:"lifetime,omitempty"`
 }

@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), backupCommand(), restoreCommand(), adminConfigCommand())
+	root.AddCommand(serveCommand(), backupCommand(), restoreCommand(), adminConfigCommand(), initAdminCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "harmony-controller:", err)
 		os.Exit(1)

@@ -19,7 +19,7 @@ func clusterKubeconfigCommand(g *globals) *cobra.Command {
 	var admin bool
 	var lifetime time.Duration
 	cmd := &cobra.Command{
-		Use:   "kubeconfig NAME [-o FILE] [--admin [--lifetime 12h]]",
+		Use:   "kubeconfig NAME [-o FILE] [--admin [--lifetime 1h]]",
 		Short: "Get a kubeconfig for a cluster's API on its VIP",
 		Long: `Write a kubeconfig for the cluster. It holds no secret: kubectl runs
 "harmonyctl credential NAME" for a certificate that lives 5 minutes and
