@@ -301,8 +301,9 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 		s.log.Warn("login refused", "user", name, "remote", addrKey, "known", u.Name != "", "disabled", u.Disabled)
 		return v1.Session{}, ErrBadCredentials
 	}
+	// The address's failures stay until they are forgotten: one good
+	// account must not reset the count of guesses at the others.
 	s.users.succeed(name)
-	s.addresses.succeed(addrKey)
 	rec := sessionRecord{ID: rand.Text(), User: name, CreatedAt: now.UTC(), ExpiresAt: now.Add(v1.RefreshTokenLifetime).UTC(), Remote: addrKey}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := pruneSessions(tx, now); err != nil {

@@ -142,8 +142,22 @@ func TestAddressIsThrottled(t *testing.T) {
 	if !errors.As(err, &te) || te.Of != "address" {
 		t.Errorf("a known user from a throttled address: %v", err)
 	}
-	if _, err := s.Login(ctx, "bob", goodPassword, netip.MustParseAddr("198.18.0.51")); err != nil {
+	other := netip.MustParseAddr("198.18.0.51")
+	if _, err := s.Login(ctx, "bob", goodPassword, other); err != nil {
 		t.Errorf("the same user from another address: %v", err)
+	}
+	// A good login does not reset the address's failures: one valid
+	// account must not buy more guesses at the others.
+	for i := range addressFreeFailures - 1 {
+		s.Login(ctx, "guess"+string(rune('a'+i)), "whatever password", other)
+	}
+	if _, err := s.Login(ctx, "bob", goodPassword, other); err != nil {
+		t.Fatalf("bob's good login: %v", err)
+	}
+	s.Login(ctx, "guessx", "whatever password", other)
+	s.Login(ctx, "guessy", "whatever password", other)
+	if _, err := s.Login(ctx, "bob", goodPassword, other); !errors.As(err, &te) || te.Of != "address" {
+		t.Errorf("after 21 failures and one good login from an address: %v", err)
 	}
 }
 
