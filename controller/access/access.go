@@ -244,23 +244,19 @@ func (s *Service) EndSessions(name string) (int, error) {
 }
 
 func endSessions(tx *store.Tx, user string) (int, error) {
-	var ids []string
-	err := tx.List(store.Sessions, "", func(key string, data []byte) error {
-		var r sessionRecord
-		if err := json.Unmarshal(data, &r); err != nil {
-			return err
+	return deleteRecords(tx, store.Sessions, func(r sessionRecord) bool { return r.User == user })
+}
+
+// deleteRecords removes the records of b whose value matches; it returns
+// how many.
+func deleteRecords[T any](tx *store.Tx, b store.Bucket, match func(T) bool) (int, error) {
+	return tx.DeleteIf(b, "", func(_ string, data []byte) (bool, error) {
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return false, err
 		}
-		if r.User == user {
-			ids = append(ids, key)
-		}
-		return nil
+		return match(v), nil
 	})
-	for _, id := range ids {
-		if err := tx.Delete(store.Sessions, id); err != nil {
-			return 0, err
-		}
-	}
-	return len(ids), err
 }
 
 // Login checks a user's password and starts a session. Throttled keys are
@@ -319,19 +315,11 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 }
 
 func pruneSessions(tx *store.Tx, now time.Time) error {
-	var expired []string
-	err := tx.List(store.Sessions, "", func(key string, data []byte) error {
+	_, err := tx.DeleteIf(store.Sessions, "", func(_ string, data []byte) (bool, error) {
 		var r sessionRecord
-		if err := json.Unmarshal(data, &r); err != nil || now.After(r.ExpiresAt) {
-			expired = append(expired, key)
-		}
-		return nil
+		// An unreadable session is of no use: it goes too.
+		return json.Unmarshal(data, &r) != nil || now.After(r.ExpiresAt), nil
 	})
-	for _, id := range expired {
-		if err := tx.Delete(store.Sessions, id); err != nil {
-			return err
-		}
-	}
 	return err
 }
 
@@ -415,11 +403,15 @@ type setupRecord struct {
 // "" when there is nothing to set up. A token already written stays.
 func (s *Service) PrepareSetup() (string, error) {
 	path := filepath.Join(s.cfg.DataDir, SetupTokenFile)
-	hasAdmin, err := s.hasAdmin()
+	var admin bool
+	err := s.cfg.Store.View(func(tx *store.Tx) (err error) {
+		admin, err = hasAdmin(tx)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
-	if hasAdmin {
+	if admin {
 		// An admin made another way (harmonyctl user add): the token is
 		// no longer needed, so it must not stay usable.
 		return "", s.dropSetupToken()
@@ -449,20 +441,30 @@ func (s *Service) dropSetupToken() error {
 	if err := s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Delete(store.Secrets, secretSetupToken) }); err != nil {
 		return err
 	}
+	return s.removeSetupFile()
+}
+
+// removeSetupFile removes the setup token's file, once the token is gone
+// from the store.
+func (s *Service) removeSetupFile() error {
 	if err := os.Remove(filepath.Join(s.cfg.DataDir, SetupTokenFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
 }
 
-func (s *Service) hasAdmin() (bool, error) {
-	users, err := s.Users()
-	for _, u := range users {
-		if u.Role == v1.UserRoleAdmin && !u.Disabled {
-			return true, nil
+// hasAdmin reports whether an enabled admin user exists.
+func hasAdmin(tx *store.Tx) (bool, error) {
+	admin := false
+	err := tx.List(store.Users, "", func(_ string, data []byte) error {
+		var u userRecord
+		if err := json.Unmarshal(data, &u); err != nil {
+			return err
 		}
-	}
-	return false, err
+		admin = admin || u.Role == v1.UserRoleAdmin && !u.Disabled
+		return nil
+	})
+	return admin, err
 }
 
 func hashToken(token string) string {
@@ -490,15 +492,8 @@ func (s *Service) Setup(ctx context.Context, req v1.SetupRequest) (v1.User, erro
 		if tx.Has(store.Users, u.Name) {
 			return fmt.Errorf("user %q: %w", u.Name, store.ErrExists)
 		}
-		admin := false
-		if err := tx.List(store.Users, "", func(_ string, data []byte) error {
-			var other userRecord
-			if err := json.Unmarshal(data, &other); err != nil {
-				return err
-			}
-			admin = admin || other.Role == v1.UserRoleAdmin && !other.Disabled
-			return nil
-		}); err != nil {
+		admin, err := hasAdmin(tx)
+		if err != nil {
 			return err
 		}
 		if admin {
@@ -512,7 +507,7 @@ func (s *Service) Setup(ctx context.Context, req v1.SetupRequest) (v1.User, erro
 	if err != nil {
 		return v1.User{}, err
 	}
-	if err := os.Remove(filepath.Join(s.cfg.DataDir, SetupTokenFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := s.removeSetupFile(); err != nil {
 		s.log.Warn("the used setup token file stays; remove it", "err", err)
 	}
 	s.log.Info("first admin set up", "user", u.Name)

@@ -2,6 +2,7 @@ package access
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -53,7 +54,8 @@ func (s *Service) Revoke(cluster, kind, subject, by string) error {
 	return err
 }
 
-// Grants lists one cluster's grants, or every cluster's for "".
+// Grants lists one existing cluster's grants (store.ErrNotFound for no
+// such cluster), or every cluster's for "".
 func (s *Service) Grants(cluster string) ([]v1.Grant, error) {
 	prefix := ""
 	if cluster != "" {
@@ -61,6 +63,9 @@ func (s *Service) Grants(cluster string) ([]v1.Grant, error) {
 	}
 	var out []v1.Grant
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		if cluster != "" && !tx.Has(store.Clusters, cluster) {
+			return fmt.Errorf("cluster %q: %w", cluster, store.ErrNotFound)
+		}
 		return tx.List(store.Grants, prefix, func(_ string, data []byte) error {
 			var g v1.Grant
 			if err := json.Unmarshal(data, &g); err != nil {
@@ -105,6 +110,9 @@ func (s *Service) RoleOn(user string, groups []string, cluster string) (v1.Grant
 
 func (s *Service) roles(m member, cluster string) (map[string]v1.GrantRole, error) {
 	grants, err := s.Grants(cluster)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // no cluster, no role on it
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -124,21 +132,6 @@ func DeleteClusterGrants(tx *store.Tx, cluster string) error {
 }
 
 func deleteUserGrants(tx *store.Tx, user string) error {
-	var keys []string
-	err := tx.List(store.Grants, "", func(key string, data []byte) error {
-		var g v1.Grant
-		if err := json.Unmarshal(data, &g); err != nil {
-			return err
-		}
-		if g.Kind == v1.GrantKindUser && g.Subject == user {
-			keys = append(keys, key)
-		}
-		return nil
-	})
-	for _, k := range keys {
-		if err := tx.Delete(store.Grants, k); err != nil {
-			return err
-		}
-	}
+	_, err := deleteRecords(tx, store.Grants, func(g v1.Grant) bool { return g.Kind == v1.GrantKindUser && g.Subject == user })
 	return err
 }

@@ -102,16 +102,30 @@ func (t *Tx) List(b Bucket, prefix string, fn func(key string, data []byte) erro
 
 // DeletePrefix removes every record whose key starts with prefix.
 func (t *Tx) DeletePrefix(b Bucket, prefix string) error {
+	_, err := t.DeleteIf(b, prefix, func(string, []byte) (bool, error) { return true, nil })
+	return err
+}
+
+// DeleteIf removes the records under prefix that match says to; it
+// returns how many it removed.
+func (t *Tx) DeleteIf(b Bucket, prefix string, match func(key string, data []byte) (bool, error)) (int, error) {
 	var keys []string
-	if err := t.List(b, prefix, func(k string, _ []byte) error { keys = append(keys, k); return nil }); err != nil {
+	err := t.List(b, prefix, func(k string, v []byte) error {
+		ok, err := match(k, v)
+		if ok {
+			keys = append(keys, k)
+		}
 		return err
+	})
+	if err != nil {
+		return 0, err
 	}
 	for _, k := range keys {
 		if err := t.Delete(b, k); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return len(keys), nil
 }
 
 // NextSequence returns the bucket's next sequence number.
