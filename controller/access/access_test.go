@@ -419,3 +419,18 @@ func TestSetupToken(t *testing.T) {
 		t.Errorf("the setup token file stays with an admin present: %v", err)
 	}
 }
+
+// A controller started again verifies the tokens it signed before: the
+// keys come from the store.
+func TestTokensOutliveARestart(t *testing.T) {
+	s, _ := newTestService(t)
+	addUser(t, s, "gus", v1.UserRoleUser)
+	sess := login(t, s, "gus")
+	again := New(s.cfg)
+	if u, err := again.Authenticate(sess.AccessToken); err != nil || u.Name != "gus" {
+		t.Errorf("after a restart: %v, %v", u, err)
+	}
+	if _, err := again.Refresh(sess.RefreshToken); err != nil {
+		t.Errorf("refresh after a restart: %v", err)
+	}
+}

@@ -61,6 +61,10 @@ type keyRing struct {
 	keys map[string]*signingKey
 	// current signs new tokens.
 	current *signingKey
+	// loaded: keys holds the store's ring. It is read once; after that
+	// this controller's own rotations keep it, so a token with a made-up
+	// key ID costs no store read.
+	loaded bool
 }
 
 func newKeyRing(st *store.Store) *keyRing {
@@ -130,24 +134,24 @@ func (r *keyRing) load(ring []storedKey) error {
 		}
 	}
 	r.keys = keys
+	r.loaded = true
 	return nil
 }
 
-// verifier returns the public key of id, reading the store once when the
-// ring in memory does not know it (another replica rotated).
+// verifier returns the public key of id.
 func (r *keyRing) verifier(id string) (*ecdsa.PublicKey, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if k, ok := r.keys[id]; ok {
-		return &k.key.PublicKey, nil
-	}
-	var ring []storedKey
-	err := r.store.View(func(tx *store.Tx) error { return tx.Get(store.Secrets, secretKeyRing, &ring) })
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
-	if err := r.load(ring); err != nil {
-		return nil, err
+	if !r.loaded {
+		// The first token after a start may be from before it.
+		var ring []storedKey
+		err := r.store.View(func(tx *store.Tx) error { return tx.Get(store.Secrets, secretKeyRing, &ring) })
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		if err := r.load(ring); err != nil {
+			return nil, err
+		}
 	}
 	if k, ok := r.keys[id]; ok {
 		return &k.key.PublicKey, nil
