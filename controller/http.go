@@ -114,6 +114,9 @@ type principal struct {
 	// role and groups are a user's.
 	role   v1.UserRole
 	groups []string
+	// grant is the caller's role on the route's cluster, for a route with
+	// a cluster permission (an admin's is GrantAdmin).
+	grant v1.GrantRole
 }
 
 // handlerFunc is a handler that returns its refusal instead of writing it.

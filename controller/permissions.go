@@ -50,6 +50,18 @@ var (
 		allows: permSignedIn.allows, cluster: v1.GrantAdmin}
 )
 
+// permOperationView lets a user watch the operations of clusters granted
+// to them; an image import's operation is the admins'.
+var permOperationView = permission{name: "cluster:view", doc: permClusterView.doc + " The cluster is the operation's.",
+	allows: permSignedIn.allows, cluster: v1.GrantView,
+	clusterOf: func(c *Controller, r *http.Request) (string, *apiError) {
+		op, err := c.clusters.Operation(r.PathValue("id"), 0)
+		if err != nil || op.Cluster == "" {
+			return "", refuse(http.StatusNotFound, v1.CodeNotFound, "operation %q not found", r.PathValue("id"))
+		}
+		return op.Cluster, nil
+	}}
+
 // authorize finds the caller and checks perm; the one place every route's
 // permission is enforced. A caller it knows but refuses is returned with
 // the refusal, for the audit.
@@ -64,7 +76,11 @@ func (c *Controller) authorize(r *http.Request, perm permission) (principal, *ap
 	if !perm.allows(who) {
 		return who, refuse(http.StatusForbidden, v1.CodeForbidden, "%s %q may not use this endpoint (it needs: %s)", who.kind, who.name, perm.name)
 	}
-	if perm.cluster == "" || isAdmin(who) {
+	if perm.cluster == "" {
+		return who, nil
+	}
+	if isAdmin(who) {
+		who.grant = v1.GrantAdmin
 		return who, nil
 	}
 	name := r.PathValue("name")
@@ -84,6 +100,7 @@ func (c *Controller) authorize(r *http.Request, perm permission) (principal, *ap
 	case !role.AtLeast(perm.cluster):
 		return who, refuse(http.StatusForbidden, v1.CodeForbidden, "user %q has the %s grant on cluster %q; this needs %s", who.name, role, name, perm.cluster)
 	}
+	who.grant = role
 	return who, nil
 }
 

@@ -12,18 +12,6 @@ import (
 	"github.com/harmonykaas/harmony/controller/store"
 )
 
-// permOperationView lets a user watch the operations of clusters granted
-// to them; an image import's operation is the admins'.
-var permOperationView = permission{name: "cluster:view", doc: permClusterView.doc + " The cluster is the operation's.",
-	allows: permSignedIn.allows, cluster: v1.GrantView,
-	clusterOf: func(c *Controller, r *http.Request) (string, *apiError) {
-		op, err := c.clusters.Operation(r.PathValue("id"), 0)
-		if err != nil || op.Cluster == "" {
-			return "", refuse(http.StatusNotFound, v1.CodeNotFound, "operation %q not found", r.PathValue("id"))
-		}
-		return op.Cluster, nil
-	}}
-
 // grantedRole is a user's strongest role on a cluster.
 func (c *Controller) grantedRole(who principal, cluster string) (v1.GrantRole, error) {
 	return c.access.RoleOn(who.name, who.groups, cluster)
@@ -179,17 +167,9 @@ func (c *Controller) handleEndSessions(w http.ResponseWriter, r *http.Request, _
 }
 
 func (c *Controller) handleListGrants(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
-	name := r.PathValue("name")
-	exists := false
-	if err := c.store.View(func(tx *store.Tx) error { exists = tx.Has(store.Clusters, name); return nil }); err != nil {
-		return internalError("store", err)
-	}
-	if !exists {
-		return refuse(http.StatusNotFound, v1.CodeNotFound, "cluster %q not found", name)
-	}
-	grants, err := c.access.Grants(name)
+	grants, err := c.access.Grants(r.PathValue("name"))
 	if err != nil {
-		return internalError("grants", err)
+		return storeError(err, "cluster "+strconv.Quote(r.PathValue("name")))
 	}
 	writeJSON(w, http.StatusOK, v1.GrantList{Items: grants})
 	return nil
@@ -250,14 +230,7 @@ func (c *Controller) handleCredential(w http.ResponseWriter, r *http.Request, wh
 		return e
 	}
 	name := r.PathValue("name")
-	role := v1.GrantAdmin
-	if !isAdmin(who) {
-		// The permission check found a grant; read the role it gives.
-		if role, err = c.grantedRole(who, name); err != nil {
-			return internalError("grant", err)
-		}
-	}
-	cred, err := c.clusters.UserCredential(name, who.name, role, csr.PublicKey, v1.DefaultCredentialLifetime)
+	cred, err := c.clusters.UserCredential(name, who.name, who.grant, csr.PublicKey, v1.DefaultCredentialLifetime)
 	if err != nil {
 		return clusterError(err)
 	}
