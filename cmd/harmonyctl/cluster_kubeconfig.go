@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
@@ -37,21 +36,21 @@ It goes to standard output, or to -o FILE with mode 0600.`,
 		ValidArgsFunction: g.complete(clusterNames),
 		PreRunE:           func(*cobra.Command, []string) error { return atomicfile.CheckOutput(out) },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
+			conn, err := g.connect()
 			if err != nil {
 				return err
 			}
 			var data []byte
 			var summary string
 			if admin {
-				kc, err := c.Kubeconfig(cmd.Context(), args[0], lifetime)
+				kc, err := conn.Kubeconfig(cmd.Context(), args[0], lifetime)
 				if err != nil {
 					return err
 				}
 				data = []byte(kc.Kubeconfig)
 				summary = fmt.Sprintf("%s at %s, valid until %s", kc.User, kc.Server, kc.ExpiresAt.Local().Format(time.RFC1123))
 			} else {
-				if data, summary, err = execKubeconfig(cmd, g, args[0]); err != nil {
+				if data, summary, err = execKubeconfig(cmd, conn, g.server, args[0]); err != nil {
 					return err
 				}
 			}
@@ -71,35 +70,23 @@ It goes to standard output, or to -o FILE with mode 0600.`,
 }
 
 // execKubeconfig is a kubeconfig whose credential comes from this very
-// harmonyctl with this client config. Its server and CA come from a
-// first credential, which also checks the grant and fills the cache.
-func execKubeconfig(cmd *cobra.Command, g *globals, cluster string) ([]byte, string, error) {
-	path, err := clientconfig.Find(g.config)
+// harmonyctl with this client config (and --server, when one was given).
+// Its server and CA come from a first credential, which also checks the
+// grant and fills the cache.
+func execKubeconfig(cmd *cobra.Command, conn *connection, serverFlag, cluster string) ([]byte, string, error) {
+	path, err := filepath.Abs(conn.path)
 	if err != nil {
-		return nil, "", err
-	}
-	if path, err = filepath.Abs(path); err != nil {
 		return nil, "", err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", fmt.Errorf("find harmonyctl's own path for the kubeconfig: %w", err)
 	}
-	cfg, err := clientconfig.Load(path)
-	if err != nil {
-		return nil, "", err
-	}
-	server := cfg.Server
 	pluginArgs := []string{"credential", cluster, "--config", path}
-	if g.server != "" {
-		server = g.server
-		pluginArgs = append(pluginArgs, "--server", g.server)
+	if serverFlag != "" {
+		pluginArgs = append(pluginArgs, "--server", serverFlag)
 	}
-	c, err := g.client()
-	if err != nil {
-		return nil, "", err
-	}
-	cred, err := clusterCredential(cmd.Context(), c, path, server, cluster)
+	cred, err := clusterCredential(cmd.Context(), conn, cluster)
 	if err != nil {
 		return nil, "", err
 	}

@@ -20,7 +20,6 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
-	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
@@ -38,16 +37,16 @@ type cachedCredential struct {
 
 // credentialCache is the file of one controller's and cluster's credential
 // for one client config.
-func credentialCache(configPath, server, cluster string) string {
-	sum := sha256.Sum256([]byte(server + "\x00" + cluster))
-	return filepath.Join(filepath.Dir(configPath), "credentials", cluster+"-"+hex.EncodeToString(sum[:6])+".json")
+func credentialCache(conn *connection, cluster string) string {
+	sum := sha256.Sum256([]byte(conn.server + "\x00" + cluster))
+	return filepath.Join(filepath.Dir(conn.path), "credentials", cluster+"-"+hex.EncodeToString(sum[:6])+".json")
 }
 
 // clusterCredential returns a credential for cluster, from the cache while
 // it lasts, else a new one: a key made here, a CSR, and the controller's
 // certificate for it.
-func clusterCredential(ctx context.Context, c *client.Client, configPath, server, cluster string) (*cachedCredential, error) {
-	path := credentialCache(configPath, server, cluster)
+func clusterCredential(ctx context.Context, conn *connection, cluster string) (*cachedCredential, error) {
+	path := credentialCache(conn, cluster)
 	var cached cachedCredential
 	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &cached) == nil &&
 		time.Until(cached.Credential.ExpiresAt) > credentialReuse {
@@ -61,7 +60,7 @@ func clusterCredential(ctx context.Context, c *client.Client, configPath, server
 	if err != nil {
 		return nil, err
 	}
-	cred, err := c.Credential(ctx, cluster, v1.EncodeCSR(der))
+	cred, err := conn.Credential(ctx, cluster, v1.EncodeCSR(der))
 	if err != nil {
 		return nil, err
 	}
@@ -96,23 +95,11 @@ Revoking your grant, disabling you or ending your sessions stops new ones
 at once.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := clientconfig.Find(g.config)
+			conn, err := g.connect()
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			cfg, err := clientconfig.Load(path)
-			if err != nil {
-				return err
-			}
-			server := g.server
-			if server == "" {
-				server = cfg.Server
-			}
-			cred, err := clusterCredential(cmd.Context(), c, path, server, args[0])
+			cred, err := clusterCredential(cmd.Context(), conn, args[0])
 			if err != nil {
 				var apiErr *client.APIError
 				if errors.As(err, &apiErr) && apiErr.Status == 404 {

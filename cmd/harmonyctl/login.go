@@ -28,9 +28,19 @@ func (f *trustFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.caPin, "ca-pin", "", "the controller's CA pin (sha256:HEX, logged by the controller at start): the CA bundle is fetched and checked against it")
 }
 
-// baseConfig is the config at path, kept if it is for server, else a new
-// one for server with the CA the flags give; it holds no session.
-func (f *trustFlags) baseConfig(ctx context.Context, path, server string) (*clientconfig.Config, error) {
+// baseConfig is the config harmonyctl would use, and its path: kept if it
+// is for --server, else a new one for --server with the CA the flags give.
+// It holds no session.
+func (f *trustFlags) baseConfig(ctx context.Context, g *globals) (string, *clientconfig.Config, error) {
+	path, err := clientconfig.Find(g.config)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg, err := f.configFor(ctx, path, g.server)
+	return path, cfg, err
+}
+
+func (f *trustFlags) configFor(ctx context.Context, path, server string) (*clientconfig.Config, error) {
 	existing, err := clientconfig.Load(path)
 	if err == nil && (server == "" || server == existing.Server) && f.caFile == "" && f.caPin == "" {
 		existing.Session = nil
@@ -110,11 +120,7 @@ stays, as the break-glass credential.`,
   echo "$PASSWORD" | harmonyctl login --username ci --password-stdin`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path, err := clientconfig.Find(g.config)
-			if err != nil {
-				return err
-			}
-			cfg, err := trust.baseConfig(cmd.Context(), path, g.server)
+			path, cfg, err := trust.baseConfig(cmd.Context(), g)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,7 +85,17 @@ credential.`,
 	}
 }
 
-func (g *globals) client() (*client.Client, error) {
+// connection is a client with the config it was made from.
+type connection struct {
+	*client.Client
+	config *clientconfig.Config
+	// path is the config's file.
+	path string
+	// server is the controller's URL: --server, else the config's.
+	server string
+}
+
+func (g *globals) connect() (*connection, error) {
 	path, err := clientconfig.Find(g.config)
 	if err != nil {
 		return nil, err
@@ -102,7 +113,15 @@ func (g *globals) client() (*client.Client, error) {
 		cfg.Session = s
 		return cfg.Write(path)
 	})
-	return c, nil
+	return &connection{Client: c, config: cfg, path: path, server: cmp.Or(g.server, cfg.Server)}, nil
+}
+
+func (g *globals) client() (*client.Client, error) {
+	conn, err := g.connect()
+	if err != nil {
+		return nil, err
+	}
+	return conn.Client, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -9,7 +9,6 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
-	"github.com/harmonykaas/harmony/controller/clientconfig"
 )
 
 func setupCommand(g *globals) *cobra.Command {
@@ -26,11 +25,7 @@ then used up and its file removed. Then sign in with harmonyctl login.`,
 		Example: `  harmonyctl setup --server https://198.18.100.1:9443 --ca-file ca.pem --token-file /var/lib/harmony-controller/setup-token --username admin`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path, err := clientconfig.Find(g.config)
-			if err != nil {
-				return err
-			}
-			cfg, err := trust.baseConfig(cmd.Context(), path, g.server)
+			_, cfg, err := trust.baseConfig(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
