@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -26,22 +25,15 @@ certificate has expired or been revoked.`,
 			if err := atomicfile.CheckOutput(out); err != nil {
 				return err
 			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost,
-				"http://local"+controller.LocalPathAdminConfig+"?name="+url.QueryEscape(name), nil)
+			resp, err := callLocal(cmd.Context(), dataDir, http.MethodPost,
+				controller.LocalPathAdminConfig+"?name="+url.QueryEscape(name), nil, http.StatusOK)
 			if err != nil {
 				return err
-			}
-			resp, err := controller.LocalClient(dataDir).Do(req)
-			if err != nil {
-				return fmt.Errorf("the controller's local socket in %s does not answer (is the controller running?): %w", dataDir, err)
 			}
 			defer resp.Body.Close()
 			data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			if err != nil {
 				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("the controller refused: %s: %s", resp.Status, data)
 			}
 			return atomicfile.WriteOutput(out, cmd.OutOrStdout(), data, 0o600)
 		},

@@ -67,19 +67,12 @@ func writeBackup(ctx context.Context, dataDir string, w io.Writer) (*backup.Mani
 	case !errors.Is(err, store.ErrLocked):
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://local"+controller.LocalPathBackup, nil)
+	// A controller holds the store: it writes the backup.
+	resp, err := callLocal(ctx, dataDir, http.MethodGet, controller.LocalPathBackup, nil, http.StatusOK)
 	if err != nil {
-		return nil, err
-	}
-	resp, err := controller.LocalClient(dataDir).Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("a controller holds %s, and its local socket does not answer: %w", dataDir, err)
+		return nil, fmt.Errorf("backup: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return nil, fmt.Errorf("the controller refused the backup: %s: %s", resp.Status, msg)
-	}
 	// Everything written is read back as a backup on its way: a stream
 	// the controller cut short fails here, and the file is not kept.
 	m, err := backup.Verify(io.TeeReader(resp.Body, w))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,19 +42,11 @@ setup does over the network.`,
 			if err != nil {
 				return err
 			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, "http://local"+controller.LocalPathInitAdmin, bytes.NewReader(body))
+			resp, err := callLocal(cmd.Context(), dataDir, http.MethodPost, controller.LocalPathInitAdmin, bytes.NewReader(body), http.StatusCreated)
 			if err != nil {
 				return err
 			}
-			resp, err := controller.LocalClient(dataDir).Do(req)
-			if err != nil {
-				return fmt.Errorf("the controller's local socket in %s does not answer (is the controller running?): %w", dataDir, err)
-			}
-			defer resp.Body.Close()
-			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if resp.StatusCode != http.StatusCreated {
-				return fmt.Errorf("the controller refused: %s: %s", resp.Status, data)
-			}
+			resp.Body.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "created admin user %s; sign in with harmonyctl login --username %s\n", username, username)
 			return nil
 		},
