@@ -38,7 +38,8 @@ func routeAccess(pattern string) string {
 		return "cluster:view"
 	case "POST " + v1.PathClusters + "/{name}/scale", "POST " + v1.PathClusters + "/{name}/retry",
 		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/kubeconfig",
-		"POST " + v1.PathClusters + "/{name}/grants", "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}":
+		"POST " + v1.PathClusters + "/{name}/grants", "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}",
+		"POST " + v1.PathClusters + "/{name}/revoke-sessions":
 		return "cluster:admin"
 	}
 	return "admin"

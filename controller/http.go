@@ -273,6 +273,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "GET "+v1.PathClusters+"/{name}/grants", 0, c.handleListGrants, permClusterView)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/grants", v1.MaxAuthBytes, c.handleGrant, permClusterAdmin)
 	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/grants/{kind}/{subject}", 0, c.handleRevoke, permClusterAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/revoke-sessions", v1.MaxAuthBytes, c.handleRevokeSessions, permClusterAdmin)
 	c.route(mux, "GET "+v1.PathOperations+"/{id}", 0, c.handleGetOperation, permOperationView)
 	c.route(mux, "GET "+v1.PathOpenAPI, 0, c.handleOpenAPI, permSignedIn)
 
@@ -288,6 +289,10 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "PATCH "+v1.PathUsers+"/{user}", v1.MaxAuthBytes, c.handleUpdateUser, permAdmin)
 	c.route(mux, "DELETE "+v1.PathUsers+"/{user}", 0, c.handleDeleteUser, permAdmin)
 	c.route(mux, "POST "+v1.PathUsers+"/{user}/end-sessions", 0, c.handleEndSessions, permAdmin)
+	c.route(mux, "GET "+v1.PathLDAP, 0, c.handleGetLDAP, permAdmin)
+	c.route(mux, "PUT "+v1.PathLDAP, v1.MaxAdminBytes, c.handleApplyLDAP, permAdmin)
+	c.route(mux, "DELETE "+v1.PathLDAP, 0, c.handleDeleteLDAP, permAdmin)
+	c.route(mux, "POST "+v1.PathLDAP+"/lookup", v1.MaxAuthBytes, c.handleLookupLDAPUser, permAdmin)
 	c.route(mux, "GET "+v1.PathMetrics, 0, func(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
 		c.metricsHandler().ServeHTTP(w, r)
 		return nil

@@ -207,6 +207,7 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 		"PathWhoAmI":       v1.PathWhoAmI,
 		"PathUsers":        v1.PathUsers,
 		"PathAudit":        v1.PathAudit,
+		"PathLDAP":         v1.PathLDAP,
 	}
 	matches := routePattern.FindAllStringSubmatch(body, -1)
 	// Every registration must be in the form the pattern reads; one in

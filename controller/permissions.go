@@ -121,7 +121,7 @@ func (c *Controller) caller(r *http.Request) (principal, *apiError) {
 		if err != nil {
 			return principal{}, internalError("session", err)
 		}
-		return principal{kind: kindUser, name: u.Name, role: u.Role}, nil
+		return principal{kind: kindUser, name: u.Name, role: u.Role, groups: u.Groups}, nil
 	}
 	return c.authenticate(r)
 }

@@ -21,6 +21,8 @@ func (c *Controller) grantedRole(who principal, cluster string) (v1.GrantRole, e
 func accessError(err error, what string) *apiError {
 	var te *access.ThrottledError
 	var se *access.SessionError
+	var fe *v1.FieldError
+	var de *access.DirectoryError
 	switch {
 	case errors.As(err, &te):
 		e := refuse(http.StatusTooManyRequests, v1.CodeThrottled, "%v", te)
@@ -32,6 +34,10 @@ func accessError(err error, what string) *apiError {
 		return refuse(http.StatusUnauthorized, v1.CodeSessionInvalid, "the session is not valid (expired, ended, or not this controller's): log in again")
 	case errors.Is(err, access.ErrSetupDone):
 		return refuse(http.StatusConflict, v1.CodeSetupDone, "the first admin is set up already; sign in, or ask an admin")
+	case errors.As(err, &fe):
+		return fieldRefusal(fe.Field, "%s", fe.Problem)
+	case errors.As(err, &de):
+		return refuse(http.StatusServiceUnavailable, v1.CodeLDAPUnreachable, "%v", de)
 	}
 	return storeError(err, what)
 }
@@ -75,7 +81,7 @@ func (c *Controller) handleRefresh(w http.ResponseWriter, r *http.Request, _ pri
 	if err != nil {
 		return badInput(err)
 	}
-	sess, err := c.access.Refresh(req.RefreshToken)
+	sess, err := c.access.Refresh(r.Context(), req.RefreshToken)
 	if err != nil {
 		return accessError(err, "session")
 	}
@@ -180,7 +186,7 @@ func (c *Controller) handleGrant(w http.ResponseWriter, r *http.Request, who pri
 	if err != nil {
 		return badInput(err)
 	}
-	g, err := c.access.Grant(r.PathValue("name"), *req, who.name)
+	g, err := c.access.Grant(r.Context(), r.PathValue("name"), *req, who.name)
 	if errors.Is(err, store.ErrNotFound) {
 		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
 	}
@@ -200,6 +206,24 @@ func (c *Controller) handleRevoke(w http.ResponseWriter, r *http.Request, who pr
 		return internalError("revoke", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (c *Controller) handleRevokeSessions(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeRevokeSessionsRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	name := r.PathValue("name")
+	n, err := c.access.EndSessionsOn(name, req.User)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
+	}
+	if err != nil {
+		return internalError("sessions", err)
+	}
+	c.log.Info("user's sessions revoked on a cluster", "cluster", name, "user", req.User, "ended", n, "by", who.name)
+	writeJSON(w, http.StatusOK, v1.SessionsEnded{Ended: n})
 	return nil
 }
 
@@ -230,7 +254,7 @@ func (c *Controller) handleCredential(w http.ResponseWriter, r *http.Request, wh
 		return e
 	}
 	name := r.PathValue("name")
-	cred, err := c.clusters.UserCredential(name, who.name, who.grant, csr.PublicKey, v1.DefaultCredentialLifetime)
+	cred, err := c.clusters.UserCredential(name, who.name, who.grant, who.groups, csr.PublicKey, v1.DefaultCredentialLifetime)
 	if err != nil {
 		return clusterError(err)
 	}

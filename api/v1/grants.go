@@ -64,6 +64,24 @@ type GrantRequest struct {
 	Role  GrantRole `json:"role"`
 }
 
+// RevokeSessionsRequest is the body of POST
+// PathClusters/{name}/revoke-sessions.
+type RevokeSessionsRequest struct {
+	User string `json:"user"`
+}
+
+// DecodeRevokeSessionsRequest reads and validates a revoke-sessions body.
+func DecodeRevokeSessionsRequest(r io.Reader) (*RevokeSessionsRequest, error) {
+	var q RevokeSessionsRequest
+	if err := decodeStrict(r, MaxAuthBytes, &q); err != nil {
+		return nil, err
+	}
+	if err := ValidateUserName("user", q.User); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
 // maxGroupName bounds a group name: an LDAP group's DN or name.
 const maxGroupName = 512
 
@@ -122,6 +140,15 @@ func (r GrantRole) KubernetesClusterRole() string {
 
 // GrantRoles are the grant roles, weakest first.
 var GrantRoles = []GrantRole{GrantView, GrantEdit, GrantAdmin}
+
+// KubernetesDirectoryGroup is the group a user's cluster certificate
+// names for one of their directory groups: prefixed, so that a directory
+// group called "system:masters" is not the cluster's.
+func KubernetesDirectoryGroup(group string) string { return "harmony:ldap:" + group }
+
+// MaxCredentialGroups bounds the directory groups one cluster certificate
+// names; a user in more has the rest left out (grants still count them).
+const MaxCredentialGroups = 100
 
 // KubernetesUser is the user name in a Harmony user's cluster certificate:
 // prefixed, so that no Harmony name is taken for one of the cluster's own.

@@ -67,9 +67,13 @@ const (
 // User is a user record as the API shows it. Its password hash never
 // leaves the controller.
 type User struct {
-	Name              string    `json:"name"`
-	Role              UserRole  `json:"role"`
-	Source            string    `json:"source"`
+	Name   string   `json:"name"`
+	Role   UserRole `json:"role"`
+	Source string   `json:"source"`
+	// DN and Groups are a directory user's, as of their last sign-in or
+	// refresh.
+	DN                string    `json:"dn,omitempty"`
+	Groups            []string  `json:"groups,omitempty"`
 	Disabled          bool      `json:"disabled,omitempty"`
 	CreatedAt         time.Time `json:"createdAt"`
 	PasswordChangedAt time.Time `json:"passwordChangedAt,omitzero"`

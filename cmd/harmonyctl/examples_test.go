@@ -23,6 +23,13 @@ func TestExampleDocuments(t *testing.T) {
 	if _, err := v1.DecodeProvider(bytes.NewReader(data)); err != nil {
 		t.Errorf("docs/examples/provider.yaml: %v", err)
 	}
+	data, err = readDocument("../../docs/examples/ldap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v1.DecodeLDAP(bytes.NewReader(data)); err != nil {
+		t.Errorf("docs/examples/ldap.yaml: %v", err)
+	}
 	// A typo in a field name is refused by name, not ignored.
 	if _, err := v1.DecodeClusterSpec(bytes.NewReader([]byte(`{"apiVersion":"harmony.dev/v1","kind":"Cluster","name":"a","mastres":3}`))); err == nil {
 		t.Error("unknown field accepted")

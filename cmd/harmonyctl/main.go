@@ -59,13 +59,15 @@ credential.`,
 	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
 		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
-		clusterGrantCommand(g), clusterRevokeCommand(g))
-	user := &cobra.Command{Use: "user", Short: "Manage local users (admins only)"}
+		clusterGrantCommand(g), clusterRevokeCommand(g), clusterRevokeSessionsCommand(g))
+	user := &cobra.Command{Use: "user", Short: "Manage users: local ones, and the directory users who signed in (admins only)"}
 	user.AddCommand(userAddCommand(g), userListCommand(g), userDeleteCommand(g), userPasswdCommand(g),
 		userDisableCommand(g, true), userDisableCommand(g, false), userEndSessionsCommand(g))
+	ldapCmd := &cobra.Command{Use: "ldap", Short: "Let LDAP or Active Directory users sign in (admins only)"}
+	ldapCmd.AddCommand(ldapApplyCommand(g), ldapGetCommand(g), ldapDeleteCommand(g), ldapLookupCommand(g))
 	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
 	operation.AddCommand(operationGetCommand(g))
-	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation, user,
+	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation, user, ldapCmd,
 		loginCommand(g), logoutCommand(g), whoamiCommand(g), setupCommand(g), credentialCommand(g), auditCommand(g))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -185,6 +185,15 @@ func (s *Service) UpdateUser(ctx context.Context, name string, req v1.UserUpdate
 		if err := tx.Get(store.Users, name, &u); err != nil {
 			return err
 		}
+		if u.Source == v1.UserSourceLDAP {
+			// The directory owns these; Harmony only enables and disables.
+			if req.Password != nil {
+				return &v1.FieldError{Field: "password", Problem: fmt.Sprintf("%q is a directory user: change the password in the directory", name)}
+			}
+			if req.Role != nil {
+				return &v1.FieldError{Field: "role", Problem: fmt.Sprintf("%q is a directory user: the role comes from the LDAP groupRoles", name)}
+			}
+		}
 		if hash != "" {
 			u.PasswordHash = hash
 			u.PasswordChangedAt = s.now().UTC()
@@ -259,11 +268,16 @@ func deleteRecords[T any](tx *store.Tx, b store.Bucket, match func(T) bool) (int
 	})
 }
 
+// normalName is a sign-in name as users are keyed: "Alice" is "alice".
+func normalName(name string) string { return strings.ToLower(name) }
+
 // Login checks a user's password and starts a session. Throttled keys are
-// refused before the password is looked at.
+// refused before the password is looked at. A local user is checked here;
+// any other name, when a directory is set, in the directory, which also
+// gives the user's groups and role.
 func (s *Service) Login(ctx context.Context, name, password string, remote netip.Addr) (v1.Session, error) {
 	now := s.now()
-	name = strings.ToLower(name)
+	name = normalName(name)
 	addrKey := remote.Unmap().String()
 	if wait := s.addresses.wait(addrKey, now); wait > 0 {
 		return v1.Session{}, &ThrottledError{RetryAfter: wait, Of: "address"}
@@ -276,25 +290,19 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return v1.Session{}, err
 	}
-	hash := u.PasswordHash
-	if hash == "" {
-		// An unknown user costs what a known one does, so timing does not
-		// tell which names exist.
-		if hash, err = s.decoy(); err != nil {
-			return v1.Session{}, err
-		}
+	var ok bool
+	if u.Source == v1.UserSourceLocal {
+		ok, err = s.checkPassword(ctx, u, password)
+	} else {
+		u, ok, err = s.checkDirectory(ctx, name, password)
 	}
-	ok, verr := s.hasher.verify(ctx, password, hash)
-	if verr != nil && !errors.Is(verr, ctx.Err()) {
-		s.log.Error("stored password hash unreadable", "user", name, "err", verr)
+	if err != nil {
+		return v1.Session{}, err
 	}
-	if verr != nil || !ok || u.Name == "" || u.Disabled {
-		if ctx.Err() != nil {
-			return v1.Session{}, ctx.Err()
-		}
+	if !ok || u.Disabled {
 		s.users.fail(name, now)
 		s.addresses.fail(addrKey, now)
-		s.log.Warn("login refused", "user", name, "remote", addrKey, "known", u.Name != "", "disabled", u.Disabled)
+		s.log.Warn("login refused", "user", name, "remote", addrKey, "known", u.Name != "", "source", u.Source, "disabled", u.Disabled)
 		return v1.Session{}, ErrBadCredentials
 	}
 	// The address's failures stay until they are forgotten: one good
@@ -310,8 +318,86 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 	if err != nil {
 		return v1.Session{}, err
 	}
-	s.log.Info("login", "user", name, "remote", addrKey)
+	s.log.Info("login", "user", name, "source", u.Source, "remote", addrKey)
 	return s.tokens(u.User, rec, now)
+}
+
+// checkPassword verifies a local user's password; a user with no hash (an
+// unknown one) is checked against a decoy, so that timing does not tell
+// which names exist.
+func (s *Service) checkPassword(ctx context.Context, u userRecord, password string) (bool, error) {
+	hash := u.PasswordHash
+	if hash == "" {
+		var err error
+		if hash, err = s.decoy(); err != nil {
+			return false, err
+		}
+	}
+	ok, err := s.hasher.verify(ctx, password, hash)
+	switch {
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case err != nil:
+		s.log.Error("stored password hash unreadable", "user", u.Name, "err", err)
+		return false, nil
+	}
+	return ok && u.Name != "", nil
+}
+
+// checkDirectory signs a user in through the directory, when one is set,
+// and records what it says of them: the user record of a directory user
+// is a cache of the directory's answer, kept for grants, listing and
+// disabling.
+func (s *Service) checkDirectory(ctx context.Context, name, password string) (userRecord, bool, error) {
+	d, err := s.directory()
+	if err != nil {
+		return userRecord{}, false, err
+	}
+	if d == nil {
+		ok, err := s.checkPassword(ctx, userRecord{}, password)
+		return userRecord{}, ok, err
+	}
+	if v1.ValidateUserName("username", name) != nil {
+		// Not a name Harmony can key a user by.
+		return userRecord{}, false, nil
+	}
+	du, err := d.authenticate(ctx, name, password)
+	if errors.Is(err, ErrBadCredentials) {
+		return userRecord{}, false, nil
+	}
+	if err != nil {
+		return userRecord{}, false, err
+	}
+	if du.Role == "" {
+		s.log.Warn("directory user is in no group that groupRoles lets sign in", "user", name)
+		return userRecord{}, false, nil
+	}
+	u, err := s.recordDirectoryUser(du)
+	if errors.Is(err, ErrBadCredentials) {
+		return userRecord{}, false, nil
+	}
+	return u, err == nil, err
+}
+
+// recordDirectoryUser stores what the directory says of a user, keeping
+// what Harmony adds (created, disabled).
+func (s *Service) recordDirectoryUser(du directoryUser) (userRecord, error) {
+	var u userRecord
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		err := tx.Get(store.Users, du.Name, &u)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			u = userRecord{User: v1.User{Name: du.Name, Source: v1.UserSourceLDAP, CreatedAt: s.now().UTC()}}
+		case err != nil:
+			return err
+		case u.Source != v1.UserSourceLDAP:
+			// A local user of this name was added meanwhile: theirs.
+			return ErrBadCredentials
+		}
+		u.Role, u.DN, u.Groups = du.Role, du.DN, du.Groups
+		return tx.Put(store.Users, u.Name, u)
+	})
+	return u, err
 }
 
 func pruneSessions(tx *store.Tx, now time.Time) error {
@@ -374,13 +460,52 @@ func (s *Service) Authenticate(accessToken string) (v1.User, error) {
 	return u.User, err
 }
 
-// Refresh issues new tokens for a live session, reading the user again.
-func (s *Service) Refresh(refreshToken string) (v1.Session, error) {
+// Refresh issues new tokens for a live session, reading the user again:
+// a directory user's entry, groups and role from the directory. A user
+// the directory no longer finds, or no longer lets sign in, has the
+// session ended; a directory that does not answer leaves it as it is.
+func (s *Service) Refresh(ctx context.Context, refreshToken string) (v1.Session, error) {
 	rec, u, err := s.session(refreshToken, useRefresh)
 	if err != nil {
 		return v1.Session{}, err
 	}
+	if u.Source == v1.UserSourceLDAP {
+		if u, err = s.refreshDirectoryUser(ctx, rec); err != nil {
+			return v1.Session{}, err
+		}
+	}
 	return s.tokens(u.User, rec, s.now())
+}
+
+func (s *Service) refreshDirectoryUser(ctx context.Context, rec sessionRecord) (userRecord, error) {
+	d, err := s.directory()
+	if err != nil {
+		return userRecord{}, err
+	}
+	reason := "the directory is no longer set"
+	if d != nil {
+		du, err := d.lookup(ctx, rec.User)
+		switch {
+		case errors.Is(err, errNotInDirectory):
+			reason = "the directory no longer finds the user"
+		case err != nil:
+			return userRecord{}, err
+		case du.Role == "":
+			reason = "the user is in no group that groupRoles lets sign in"
+		default:
+			u, err := s.recordDirectoryUser(du)
+			if errors.Is(err, ErrBadCredentials) {
+				return userRecord{}, &SessionError{Reason: "a local user of the name replaced the directory user"}
+			}
+			return u, err
+		}
+	}
+	err = s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Delete(store.Sessions, rec.ID) })
+	if err != nil {
+		return userRecord{}, err
+	}
+	s.log.Info("directory user's session ended at refresh", "user", rec.User, "reason", reason)
+	return userRecord{}, &SessionError{Reason: reason}
 }
 
 // Logout ends the session of a refresh token.

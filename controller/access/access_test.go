@@ -196,7 +196,7 @@ func TestSessionTokens(t *testing.T) {
 	if _, err := s.Authenticate(sess.RefreshToken); !isSessionError(err) {
 		t.Errorf("a refresh token used as an access token: %v", err)
 	}
-	if _, err := s.Refresh(sess.AccessToken); !isSessionError(err) {
+	if _, err := s.Refresh(context.Background(), sess.AccessToken); !isSessionError(err) {
 		t.Errorf("an access token used to refresh: %v", err)
 	}
 
@@ -204,7 +204,7 @@ func TestSessionTokens(t *testing.T) {
 	if _, err := s.Authenticate(sess.AccessToken); !isSessionError(err) || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("expired access token: %v", err)
 	}
-	fresh, err := s.Refresh(sess.RefreshToken)
+	fresh, err := s.Refresh(context.Background(), sess.RefreshToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestSessionTokens(t *testing.T) {
 		t.Errorf("a refresh moved the session's end from %s to %s", sess.RefreshExpiresAt, fresh.RefreshExpiresAt)
 	}
 	clk.Advance(v1.RefreshTokenLifetime)
-	if _, err := s.Refresh(fresh.RefreshToken); !isSessionError(err) {
+	if _, err := s.Refresh(context.Background(), fresh.RefreshToken); !isSessionError(err) {
 		t.Errorf("refresh after the session's end: %v", err)
 	}
 }
@@ -322,7 +322,7 @@ func TestSessionsEnd(t *testing.T) {
 			if _, err := s.Authenticate(sess.AccessToken); !isSessionError(err) {
 				t.Errorf("access token: %v", err)
 			}
-			if _, err := s.Refresh(sess.RefreshToken); !isSessionError(err) {
+			if _, err := s.Refresh(context.Background(), sess.RefreshToken); !isSessionError(err) {
 				t.Errorf("refresh token: %v", err)
 			}
 			_, err := s.Authenticate(other.AccessToken)
@@ -356,10 +356,10 @@ func TestSigningKeysRotate(t *testing.T) {
 	if s.keys.current.id == oldKey {
 		t.Fatal("no new key after a day")
 	}
-	if _, err := s.Refresh(old.RefreshToken); err != nil {
+	if _, err := s.Refresh(context.Background(), old.RefreshToken); err != nil {
 		t.Errorf("a refresh token of the retired key: %v", err)
 	}
-	if _, err := s.Refresh(fresh.RefreshToken); err != nil {
+	if _, err := s.Refresh(context.Background(), fresh.RefreshToken); err != nil {
 		t.Errorf("a refresh token of the new key: %v", err)
 	}
 	clk.Advance(keyRotation)
@@ -430,7 +430,7 @@ func TestTokensOutliveARestart(t *testing.T) {
 	if u, err := again.Authenticate(sess.AccessToken); err != nil || u.Name != "gus" {
 		t.Errorf("after a restart: %v, %v", u, err)
 	}
-	if _, err := again.Refresh(sess.RefreshToken); err != nil {
+	if _, err := again.Refresh(context.Background(), sess.RefreshToken); err != nil {
 		t.Errorf("refresh after a restart: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,17 @@ import (
 func grantKey(cluster, kind, subject string) string { return cluster + "/" + kind + "/" + subject }
 
 // Grant gives a user or a group a role on an existing cluster, replacing
-// the subject's earlier grant there.
-func (s *Service) Grant(cluster string, req v1.GrantRequest, by string) (v1.Grant, error) {
+// the subject's earlier grant there. A directory user who has not signed
+// in yet is looked up in the directory and recorded.
+func (s *Service) Grant(ctx context.Context, cluster string, req v1.GrantRequest, by string) (v1.Grant, error) {
 	g := v1.Grant{Cluster: cluster, Kind: v1.GrantKindUser, Subject: req.User, Role: req.Role, CreatedAt: s.now().UTC(), By: by}
 	if req.Group != "" {
 		g.Kind, g.Subject = v1.GrantKindGroup, req.Group
+	}
+	if g.Kind == v1.GrantKindUser {
+		if err := s.recordFromDirectory(ctx, g.Subject); err != nil {
+			return v1.Grant{}, err
+		}
 	}
 	err := s.cfg.Store.Update(func(tx *store.Tx) error {
 		if !tx.Has(store.Clusters, cluster) {
@@ -134,4 +141,30 @@ func DeleteClusterGrants(tx *store.Tx, cluster string) error {
 func deleteUserGrants(tx *store.Tx, user string) error {
 	_, err := deleteRecords(tx, store.Grants, func(g v1.Grant) bool { return g.Kind == v1.GrantKindUser && g.Subject == user })
 	return err
+}
+
+// EndSessionsOn ends every session of a user who holds a grant on cluster,
+// directly or through a group: what a cluster admin may do to the users
+// of their cluster, and no one else.
+func (s *Service) EndSessionsOn(cluster, user string) (int, error) {
+	u, err := s.User(user)
+	if err != nil {
+		return 0, fmt.Errorf("user %q: %w", user, err)
+	}
+	role, err := s.RoleOn(user, u.Groups, cluster)
+	if err != nil {
+		return 0, err
+	}
+	if role == "" {
+		return 0, fmt.Errorf("user %q with a grant on cluster %q: %w", user, cluster, store.ErrNotFound)
+	}
+	n := 0
+	err = s.cfg.Store.Update(func(tx *store.Tx) error {
+		n, err = endSessions(tx, user)
+		return err
+	})
+	if err == nil {
+		s.log.Info("user's sessions ended for a cluster", "cluster", cluster, "user", user, "ended", n)
+	}
+	return n, err
 }

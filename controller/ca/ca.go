@@ -228,6 +228,8 @@ func (c *CA) ChainPEM(leaf *x509.Certificate) []byte {
 type Leaf struct {
 	CommonName   string
 	Organization string
+	// MoreOrganizations follow Organization: a user's directory groups.
+	MoreOrganizations []string
 	// SubjectSerial carries the node record's UID, so that a certificate
 	// of a deleted node does not authenticate a new node of the same name.
 	SubjectSerial string
@@ -263,7 +265,7 @@ func (c *CA) Issue(l Leaf, now time.Time) (*x509.Certificate, error) {
 		SerialNumber: serial,
 		Subject: pkix.Name{
 			CommonName:   l.CommonName,
-			Organization: []string{l.Organization},
+			Organization: append([]string{l.Organization}, l.MoreOrganizations...),
 			SerialNumber: l.SubjectSerial,
 		},
 		NotBefore:             now.Add(-skew),

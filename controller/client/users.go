@@ -148,3 +148,47 @@ func (c *Client) Audit(ctx context.Context, since, cluster, user string) ([]v1.A
 	}
 	return l.Items, nil
 }
+
+// RevokeSessions ends every session of a user who holds a grant on the
+// cluster; it returns how many.
+func (c *Client) RevokeSessions(ctx context.Context, cluster, user string) (int, error) {
+	var e v1.SessionsEnded
+	err := c.Do(ctx, "POST", clusterPath(cluster, "/revoke-sessions"), v1.RevokeSessionsRequest{User: user}, &e)
+	return e.Ended, err
+}
+
+// LDAP returns the LDAP settings, without the bind password.
+func (c *Client) LDAP(ctx context.Context) (*v1.LDAP, error) {
+	var l v1.LDAP
+	if err := c.Do(ctx, "GET", v1.PathLDAP, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// ApplyLDAP sets the LDAP settings after the controller has checked them
+// against the directory.
+func (c *Client) ApplyLDAP(ctx context.Context, l *v1.LDAP) (*v1.LDAP, error) {
+	var applied v1.LDAP
+	if err := c.Do(ctx, "PUT", v1.PathLDAP, l, &applied); err != nil {
+		return nil, err
+	}
+	return &applied, nil
+}
+
+// DeleteLDAP removes the LDAP settings; it returns how many directory
+// users' sessions ended.
+func (c *Client) DeleteLDAP(ctx context.Context) (int, error) {
+	var e v1.SessionsEnded
+	err := c.Do(ctx, "DELETE", v1.PathLDAP, nil, &e)
+	return e.Ended, err
+}
+
+// LookupLDAPUser looks a user up in the directory as a sign-in would.
+func (c *Client) LookupLDAPUser(ctx context.Context, name string) (*v1.LDAPUserInfo, error) {
+	var info v1.LDAPUserInfo
+	if err := c.Do(ctx, "POST", v1.PathLDAP+"/lookup", v1.LDAPLookupRequest{Username: name}, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}

@@ -86,18 +86,22 @@ func (s *Service) clusterCA(name string) (*record, *secrets, *ca.CA, time.Time, 
 }
 
 // UserCredential signs a user's key for the cluster's apiserver: the
-// user's name (KubernetesUser) and the group of their grant role, for
-// lifetime. The key was made on the user's machine; only its public half
+// user's name (KubernetesUser), the group of their grant role and their
+// directory groups (KubernetesDirectoryGroup), for lifetime. The key was made on the user's machine; only its public half
 // is here. Not recorded as an event: kubectl asks for one every few
 // minutes.
-func (s *Service) UserCredential(name, user string, role v1.GrantRole, key crypto.PublicKey, lifetime time.Duration) (*v1.Credential, error) {
+func (s *Service) UserCredential(name, user string, role v1.GrantRole, groups []string, key crypto.PublicKey, lifetime time.Duration) (*v1.Credential, error) {
 	rec, sec, clusterCA, now, err := s.clusterCA(name)
 	if err != nil {
 		return nil, err
 	}
 	out := &v1.Credential{Cluster: name, Server: v1.APIServerURL(rec.Spec.VIP), CertificateAuthority: sec.PKI.ClusterCA.Certificate,
 		User: v1.KubernetesUser(user), Groups: []string{role.KubernetesGroup()}}
-	cert, err := clusterCA.Issue(ca.Leaf{CommonName: out.User, Organization: out.Groups[0], PublicKey: key, Lifetime: lifetime}, now)
+	for _, g := range groups[:min(len(groups), v1.MaxCredentialGroups)] {
+		out.Groups = append(out.Groups, v1.KubernetesDirectoryGroup(g))
+	}
+	cert, err := clusterCA.Issue(ca.Leaf{CommonName: out.User, Organization: out.Groups[0], MoreOrganizations: out.Groups[1:],
+		PublicKey: key, Lifetime: lifetime}, now)
 	if err != nil {
 		return nil, err
 	}

@@ -37,12 +37,16 @@ const (
 	Grants Bucket = "grants"
 	// Audit holds the audited requests of the last 90 days, keyed by time.
 	Audit Bucket = "audit"
+	// Settings holds controller-wide settings, such as the LDAP source
+	// (its bind password is in Secrets).
+	Settings Bucket = "settings"
 )
 
 var recordBuckets = [][]byte{
 	[]byte(Providers), []byte(Images), []byte(Clusters), []byte(Machines),
 	[]byte(Operations), []byte(Events), []byte(Addresses), []byte(Secrets),
 	[]byte(Users), []byte(Sessions), []byte(Grants), []byte(Audit),
+	[]byte(Settings),
 }
 
 // Tx is one transaction over the record buckets and the node records: a
