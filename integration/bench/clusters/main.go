@@ -9,6 +9,11 @@
 // on the same number of VMs straight through govmomi with the same
 // parallelism: the floor the workflow's bookkeeping sits on.
 //
+// Then, on a 3+2 cluster, the access paths: local logins (argon2id) next
+// to the KDF's own rate, LDAP logins against a real slapd next to a raw
+// connect-search-bind, and users' cluster credentials next to raw P-256
+// signatures.
+//
 // Targets (printed as met or not met; nothing is asserted): 3+2 under 30 s
 // and 3+100 under 3 min.
 //
@@ -45,6 +50,7 @@ import (
 func main() {
 	workers := flag.Int("workers", 100, "workers of the large cluster")
 	parallelism := flag.Int("parallelism", 8, "the controller's --clone-parallelism")
+	accessRounds := flag.Int("access-rounds", 20, "logins per access row (credentials: ten times as many)")
 	binDir := flag.String("bin", "", "directory holding harmony-controller (default $HARMONY_BIN, else ./bin)")
 	flag.Parse()
 	if *binDir == "" {
@@ -53,7 +59,7 @@ func main() {
 	if *binDir == "" {
 		*binDir = "bin"
 	}
-	if err := run(*binDir, *workers, *parallelism); err != nil {
+	if err := run(*binDir, *workers, *parallelism, *accessRounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench clusters:", err)
 		os.Exit(1)
 	}
@@ -66,7 +72,7 @@ type bench struct {
 	img  string
 }
 
-func run(binDir string, workers, parallelism int) error {
+func run(binDir string, workers, parallelism, accessRounds int) error {
 	ctx := context.Background()
 	sim, err := vcsim.Start(vcsim.Options{Hosts: 8})
 	if err != nil {
@@ -144,7 +150,12 @@ func run(binDir string, workers, parallelism int) error {
 	}
 	fmt.Printf("controller memory: %.1f MiB RSS after the provider and image, %.1f MiB RSS now, %.1f MiB peak (VmHWM)\n",
 		mib(mem0.RSS), mib(mem1.RSS), mib(mem1.HWM))
-	return nil
+
+	s := spec("access", b.img, 2)
+	if _, err := b.timed(ctx, func() (*v1.Operation, error) { return b.c.CreateCluster(ctx, &s) }); err != nil {
+		return fmt.Errorf("create access: %w", err)
+	}
+	return b.benchAccess(ctx, dir, filepath.Join(dir, "data", "admin.conf"), "access", accessRounds)
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
