@@ -58,7 +58,9 @@ func TestDecodeLDAP(t *testing.T) {
 		{"an unbalanced user filter", func(l *v1.LDAP) { l.UserSearch.Filter = "(&(uid={username})" }, "userSearch.filter"},
 		{"a group filter without {dn}", func(l *v1.LDAP) { l.GroupSearch.Filter = "(member=x)" }, "groupSearch.filter"},
 		{"a bad name attribute", func(l *v1.LDAP) { l.GroupSearch.NameAttribute = "cn;binary" }, "groupSearch.nameAttribute"},
-		{"a group mapped twice", func(l *v1.LDAP) { l.GroupRoles = append(l.GroupRoles, v1.LDAPGroupRole{Group: "admins", Role: v1.UserRoleUser}) }, "groupRoles[1].group"},
+		{"a group mapped twice", func(l *v1.LDAP) {
+			l.GroupRoles = append(l.GroupRoles, v1.LDAPGroupRole{Group: "admins", Role: v1.UserRoleUser})
+		}, "groupRoles[1].group"},
 		{"a group role that is not one", func(l *v1.LDAP) { l.GroupRoles[0].Role = "root" }, "groupRoles[0].role"},
 		{"an empty group", func(l *v1.LDAP) { l.GroupRoles[0].Group = "" }, "groupRoles[0].group"},
 		{"a timeout over a minute", func(l *v1.LDAP) { l.TimeoutSeconds = 61 }, "timeoutSeconds"},

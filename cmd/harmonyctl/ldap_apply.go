@@ -31,7 +31,7 @@ again. Leave bindPassword out of the file and set $` + bindPasswordEnv + `
 instead; on an update, leaving it out keeps the stored one (unless url or
 bindDN changed).`,
 		Example: `  HARMONY_LDAP_BIND_PASSWORD=... harmonyctl ldap apply -f docs/examples/ldap.yaml  # Active Directory`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, err := readDocument(file)
 			if err != nil {
