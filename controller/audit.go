@@ -103,18 +103,33 @@ func (a *auditLog) record(e v1.AuditEntry) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.file != nil && a.rotated() {
+		a.file.Close()
+		a.file = nil
+	}
 	if a.file == nil {
 		if a.file, err = os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
 			return fmt.Errorf("audit file: %w", err)
 		}
 	}
 	if _, err := a.file.Write(append(line, '\n')); err != nil {
-		// Rotated away, or the disk: reopen on the next entry.
+		// The disk, or the file removed: reopen on the next entry.
 		a.file.Close()
 		a.file = nil
 		return fmt.Errorf("audit file: %w", err)
 	}
 	return nil
+}
+
+// rotated reports whether the open file is no longer at the path (moved
+// away by logrotate, or removed), so that entries go to the new file.
+func (a *auditLog) rotated() bool {
+	open, err := a.file.Stat()
+	if err != nil {
+		return true
+	}
+	atPath, err := os.Stat(a.path)
+	return err != nil || !os.SameFile(open, atPath)
 }
 
 // errStopList ends a listing early.

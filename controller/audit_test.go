@@ -94,6 +94,18 @@ func TestAuditRecordsChangesWithoutSecrets(t *testing.T) {
 	if lines != len(expect) {
 		t.Errorf("audit file has %d lines, want %d", lines, len(expect))
 	}
+	// logrotate moves the file away: the next entry starts a new one.
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathUsers+"/alice/end-sessions", nil); r.status != http.StatusOK {
+		t.Fatalf("end-sessions: %d %s", r.status, r.body)
+	}
+	rotated, _ := os.ReadFile(path + ".1")
+	fresh, err := os.ReadFile(path)
+	if err != nil || strings.Count(string(fresh), "\n") != 1 || !strings.Contains(string(fresh), "end-sessions") || string(rotated) != string(data) {
+		t.Errorf("after rotation: new file %q (%v), rotated file changed: %v", fresh, err, string(rotated) != string(data))
+	}
 	stored, _ := os.ReadFile(filepath.Join(tc.dir, store.FileName))
 	for _, secret := range []string{alicePassword, "a wrong guess at it", "mallory's own password"} {
 		if strings.Contains(string(data), secret) {
