@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller"
+	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/images/components"
 	"github.com/harmonykaas/harmony/integration/imageboot"
 )
@@ -60,7 +62,19 @@ func TestImageBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := imageboot.Options{Disk: disk, SerialLog: filepath.Join(dir, "serial.log"), Net: netip.MustParsePrefix("198.18.120.0/24")}
+	// A blank data disk, as the controller attaches to a master.
+	data := filepath.Join(dir, "data.raw")
+	if err := os.WriteFile(data, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(data, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	pristine := filepath.Join(dir, "pristine.raw")
+	if err := imageboot.CopySparse(disk, pristine); err != nil {
+		t.Fatal(err)
+	}
+	opts := imageboot.Options{Disk: disk, DataDisk: data, SerialLog: filepath.Join(dir, "serial.log"), Net: netip.MustParsePrefix("198.18.120.0/24")}
 	port := freePort(t)
 	ctl := startController(t, func(c *controller.Config) {
 		c.Listen = fmt.Sprintf("127.0.0.1:%d", port)
@@ -150,6 +164,10 @@ func TestImageBoot(t *testing.T) {
 		t.Errorf("kubelet unit: %q, want it active or activating, having run without /var/lib/kubelet/config.yaml", m)
 	}
 
+	if m := imageboot.DataDiskReport.FindStringSubmatch(serial); m == nil || m[1] != "ext4 harmony-data" {
+		t.Errorf("data disk at /var/lib/etcd: %q, want the blank disk formatted as ext4 harmony-data", m)
+	}
+
 	// The controller's side: the node enrolled and reports status.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -163,5 +181,58 @@ func TestImageBoot(t *testing.T) {
 			t.Fatalf("the controller does not see node-boot enrolled and reporting: %+v", n)
 		}
 		time.Sleep(time.Second)
+	}
+	vm.Stop()
+	checkReimageKeepsDataDisk(ctx, t, ctl, pristine, data, opts)
+}
+
+// checkReimageKeepsDataDisk boots a fresh copy of the image's disk with
+// the first boot's data disk, as an upgrade by reimage does: the data disk
+// is found by its label and mounted as it is, not formatted again.
+func checkReimageKeepsDataDisk(ctx context.Context, t *testing.T, ctl *ctl, pristine, data string, opts imageboot.Options) {
+	t.Helper()
+	uuid := func() string {
+		out, err := exec.CommandContext(ctx, "blkid", "-p", "-o", "value", "-s", "UUID", data).Output()
+		if err != nil {
+			t.Fatalf("blkid %s: %v", data, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	before := uuid()
+	disk := filepath.Join(filepath.Dir(opts.Disk), "reimaged.raw")
+	if err := imageboot.CopySparse(pristine, disk); err != nil {
+		t.Fatal(err)
+	}
+	root, err := imageboot.RootOffset(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh v1.NodeWithBootstrap
+	if err := ctl.admin.Do(ctx, "POST", client.NodePath("node-boot", "/token"), v1.TokenRequest{}, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(fresh.Bootstrap)
+	if err := imageboot.InjectFile(ctx, disk, root, "/etc/harmony/bootstrap.json", doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := imageboot.InjectAgentReporter(ctx, disk, root); err != nil {
+		t.Fatal(err)
+	}
+	opts.Disk, opts.SerialLog = disk, filepath.Join(filepath.Dir(opts.SerialLog), "serial-reimaged.log")
+	vm, err := imageboot.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Stop()
+	if _, err := vm.WaitSerial(ctx, imageboot.KubeletUnitReport); err != nil {
+		serial := vm.Serial()
+		t.Fatalf("the reimaged node's boot report: %v\n%s", err, serial[max(0, len(serial)-6000):])
+	}
+	if m := imageboot.DataDiskReport.FindStringSubmatch(vm.Serial()); m == nil || m[1] != "ext4 harmony-data" {
+		t.Errorf("data disk after the reimage: %q, want ext4 harmony-data", m)
+	}
+	vm.Stop()
+	if after := uuid(); after != before || before == "" {
+		t.Errorf("the data disk's file system was %q and is %q: formatted again", before, after)
 	}
 }

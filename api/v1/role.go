@@ -204,6 +204,11 @@ type ComponentVersions struct {
 type EtcdSettings struct {
 	// DataDir is on the node's data disk; default /var/lib/etcd.
 	DataDir string `json:"dataDir,omitempty"`
+	// DataDisk says DataDir must be the data disk's mount: the agent
+	// starts no member where it is not, because a member on the OS disk
+	// is lost with its VM, and an upgrade by reimage would find no data
+	// and make a new member instead of restarting the same one.
+	DataDisk bool `json:"dataDisk,omitempty"`
 }
 
 // KubeadmSettings are what kubeadm needs beyond the cluster settings.

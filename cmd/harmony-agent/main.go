@@ -81,7 +81,7 @@ its life; and watches its role over mutual TLS.`,
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.AddCommand(checkCommand())
-	cmd.AddCommand(networkCommand())
+	cmd.AddCommand(networkCommand(), dataDiskCommand())
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "harmony-agent:", err)
 		os.Exit(1)

@@ -108,7 +108,7 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 		if m.Role == v1.RoleMaster {
 			pki := sec.PKI
 			r.PKI = &pki
-			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd"}
+			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
 		}
 		if m.Remove {
 			// Ranked after the remaining masters: it holds no rank they

@@ -24,7 +24,9 @@ const (
 
 // Options describe one VM.
 type Options struct {
-	Disk      string
+	Disk string
+	// DataDisk, when set, is a second raw disk: the node's data disk.
+	DataDisk  string
 	MemoryMiB int
 	CPUs      int
 	// SerialLog receives the serial console.
@@ -76,8 +78,11 @@ func Start(ctx context.Context, o Options) (*VM, error) {
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-drive", "if=pflash,format=raw,readonly=on,file="+OVMFCode,
 		"-drive", "if=pflash,format=raw,file="+vars,
-		"-drive", "if=virtio,format=raw,file="+o.Disk,
-		"-display", "none", "-monitor", "none", "-serial", "file:"+o.SerialLog,
+		"-drive", "if=virtio,format=raw,file="+o.Disk)
+	if o.DataDisk != "" {
+		cmd.Args = append(cmd.Args, "-drive", "if=virtio,format=raw,file="+o.DataDisk)
+	}
+	cmd.Args = append(cmd.Args, "-display", "none", "-monitor", "none", "-serial", "file:"+o.SerialLog,
 		"-nic", nic, "-no-reboot")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

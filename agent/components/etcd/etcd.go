@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/harmonykaas/harmony/agent/datadisk"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -111,6 +112,15 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		return c.fail(ctx, host, st, err)
 	}
 	dataDir := host.Path(s.dataDir)
+	if s.dataDisk {
+		mounted, err := datadisk.IsMountPoint(dataDir)
+		if err == nil && !mounted {
+			err = fmt.Errorf("is not the data disk's mount (see harmony-data-disk.service): no member is started on the OS disk, where a reimage would lose it")
+		}
+		if err != nil {
+			return c.fail(ctx, host, st, fmt.Errorf("etcd.dataDir %s: %w", s.dataDir, err))
+		}
+	}
 	if err := ensureDataDir(dataDir); err != nil {
 		return c.fail(ctx, host, st, fmt.Errorf("etcd.dataDir %s: %w", s.dataDir, err))
 	}

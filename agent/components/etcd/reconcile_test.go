@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -309,5 +310,35 @@ func TestConfigChecked(t *testing.T) {
 	f.comp = New(Config{Binary: "etcd", DialContext: noNetwork})
 	if st := f.pass(t, f.role(t)); st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "Binary") {
 		t.Errorf("%+v", st)
+	}
+}
+
+// A role that wants the data disk starts no member on a data directory
+// that is not a mount point; mounted (here a bind mount, as the lab's
+// bodies get), it starts one.
+func TestNoMemberOffTheDataDisk(t *testing.T) {
+	f := newFixture(t)
+	r := cloneRole(f.role(t))
+	r.Etcd = &v1.EtcdSettings{DataDir: DefaultDataDir, DataDisk: true}
+	st := f.pass(t, r)
+	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "not the data disk's mount") {
+		t.Fatalf("unmounted data directory: %+v", st)
+	}
+	if calls := f.rec.TakeCalls(); len(calls) != 0 {
+		t.Errorf("calls with the data disk missing: %q", calls)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the mounted case needs root")
+	}
+	dir := f.host.Path(DefaultDataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(t.TempDir(), dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(dir, 0)
+	if st := f.pass(t, r); st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "started etcd") {
+		t.Errorf("mounted data directory: %+v", st)
 	}
 }

@@ -26,6 +26,8 @@ type settings struct {
 	token string
 	// dataDir is a path of the node (not yet under the host root).
 	dataDir string
+	// dataDisk: dataDir must be a mount point (the data disk).
+	dataDisk bool
 	// members are the peers with this node's role (masters, or
 	// appliances), this node included, sorted by name: the initial
 	// cluster.
@@ -67,6 +69,7 @@ func settingsFrom(role *v1.Role) (settings, error) {
 		}
 		s.dataDir = d
 	}
+	s.dataDisk = role.Etcd != nil && role.Etcd.DataDisk
 	self := -1
 	seenAddr := map[netip.Addr]string{}
 	for i, p := range role.Peers {

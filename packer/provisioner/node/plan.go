@@ -113,8 +113,9 @@ func newPlan(c *Config) (*plan, error) {
 // that an image of role installs and enables.
 func unitsFor(role string) []string {
 	// harmony-network.service applies guestinfo.harmony.network before
-	// systemd-networkd starts, on both images.
-	units := []string{"harmony-agent.service", "harmony-network.service"}
+	// systemd-networkd starts, and harmony-data-disk.service mounts the
+	// data disk, on both images.
+	units := []string{"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service"}
 	if role == RoleControlPlane {
 		return append(units, "harmony-controller.service")
 	}

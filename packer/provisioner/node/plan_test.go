@@ -15,8 +15,8 @@ import (
 func TestUnitsFor(t *testing.T) {
 	repoUnits := filepath.Join("..", "..", "..", "systemd")
 	for role, want := range map[string][]string{
-		RoleNode:         {"harmony-agent.service", "harmony-network.service", "kubelet.service", "harmony-images-import.service"},
-		RoleControlPlane: {"harmony-agent.service", "harmony-network.service", "harmony-controller.service"},
+		RoleNode:         {"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service", "kubelet.service", "harmony-images-import.service"},
+		RoleControlPlane: {"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service", "harmony-controller.service"},
 	} {
 		got := unitsFor(role)
 		if !slices.Equal(got, want) {
