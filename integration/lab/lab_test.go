@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -260,5 +261,45 @@ func TestReplugReplacesAStaleNIC(t *testing.T) {
 	}
 	if !linkExists(ctx, []string{"-n", netns}, "eth0") {
 		t.Error("the new namespace has no eth0")
+	}
+}
+
+// A VM's directory is its OS disk only while the VM is the same: a clone
+// of the same name boots fresh; the same VM powered on again keeps its
+// writes.
+func TestNewVMOfAnOldNameBootsFresh(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "c-m1")
+	log := slog.New(slog.DiscardHandler)
+	written := filepath.Join(dir, bodyDirName, "upper", "etc", "written")
+	write := func() {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(written), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(written, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ownDisk(dir, "uuid-a", log); err != nil {
+		t.Fatal(err)
+	}
+	write()
+	os.MkdirAll(filepath.Join(dir, "containerd", "store"), 0o700)
+	if err := ownDisk(dir, "uuid-a", log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(written); err != nil {
+		t.Errorf("the same VM powered on again lost its writes: %v", err)
+	}
+	if err := ownDisk(dir, "uuid-b", log); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{written, filepath.Join(dir, "containerd", "store")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("a new VM of the name still has %s", p)
+		}
+	}
+	if err := ownDisk(dir, "", log); err == nil {
+		t.Error("a VM without a UUID is taken")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -116,6 +117,9 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 		return nil, err
 	}
 	dir := ms.r.vmDir(vm.Name)
+	if err := ownDisk(dir, vm.UUID, ms.log); err != nil {
+		return nil, fmt.Errorf("VM %s: %w", vm.Name, err)
+	}
 	giDir := filepath.Join(dir, "guestinfo")
 	gi, err := body.ListenGuestinfo(filepath.Join(giDir, body.GuestinfoSocketName), vmGuestinfo{c: ms.vc, ref: vm.Ref}, ms.log)
 	if err != nil {
@@ -156,6 +160,42 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 	}
 	ms.log.Info("lab: VM powered on; its body boots", "vm", vm.Name, "image", vm.Image, "netns", m.netns)
 	return m, nil
+}
+
+// vmDiskDirs are a VM directory's parts that stand for its OS disk: the
+// body's writable layer and containerd's store.
+var vmDiskDirs = []string{bodyDirName, "containerd"}
+
+// ownDisk makes dir the OS disk of the VM with this BIOS UUID. A VM's
+// directory is named for the VM, but a clone of the same name (a reimage,
+// or a VM made again after it vanished) is another VM: it boots its image
+// fresh, as a clone does, not over the writes of the VM before it.
+func ownDisk(dir, uuid string, log *slog.Logger) error {
+	if uuid == "" {
+		return fmt.Errorf("no BIOS UUID")
+	}
+	marker := filepath.Join(dir, "uuid")
+	old, err := os.ReadFile(marker)
+	switch {
+	case err == nil && strings.TrimSpace(string(old)) == uuid:
+		return nil
+	case err == nil:
+		if points, _ := body.MountsUnder(dir); len(points) > 0 {
+			return fmt.Errorf("a new VM of the name, but the old one's mounts remain: %v", points)
+		}
+		for _, sub := range vmDiskDirs {
+			if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+				return err
+			}
+		}
+		log.Info("lab: a new VM of an old name boots its image fresh", "dir", dir, "uuid", uuid, "was", strings.TrimSpace(string(old)))
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(marker, []byte(uuid+"\n"), 0o644)
 }
 
 // powerOff ends a body at once, as a VM losing power: its link goes down
