@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -250,8 +251,17 @@ func TestWatchReportsLinkAndAddressChanges(t *testing.T) {
 
 func TestWatchGathersABurstIntoOneCall(t *testing.T) {
 	ns := testNetns(t)
-	// A long window, so that the burst below surely falls inside it.
-	const window = 3 * time.Second
+	// IPv6 duplicate address detection changes addresses a second or two
+	// after a link comes up: events of its own, late, that are no part of
+	// the burst.
+	for _, key := range []string{"net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"} {
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-q", "-w", key).CombinedOutput(); err != nil {
+			t.Fatalf("sysctl %s: %v %s", key, err, out)
+		}
+	}
+	// A long window, so that the burst below surely falls inside it even
+	// on a machine loaded by the other test packages (3 s was not).
+	const window = 8 * time.Second
 	calls := watchIn(t, ns, window)
 	burst := func() error {
 		_, err := in(t, ns, func() (struct{}, error) {
