@@ -36,6 +36,9 @@ type CloneSpec struct {
 	Datastore string
 	// Tags go into the clone's ExtraConfig.
 	Tags map[string]string
+	// UUID, when set, is the clone's BIOS UUID: a VM that replaces
+	// another keeps its identity (the Kubernetes Node's providerID).
+	UUID string
 }
 
 // Clone makes a VM from a template, powered off. It is idempotent: a VM of
@@ -59,7 +62,7 @@ func (s *Session) Clone(ctx context.Context, c CloneSpec) (types.ManagedObjectRe
 	poolRef, dsRef := s.pool.Reference(), ds.Reference()
 	spec := types.VirtualMachineCloneSpec{
 		Location: types.VirtualMachineRelocateSpec{Pool: &poolRef, Datastore: &dsRef},
-		Config:   &types.VirtualMachineConfigSpec{ExtraConfig: optionValues(c.Tags)},
+		Config:   &types.VirtualMachineConfigSpec{ExtraConfig: optionValues(c.Tags), Uuid: c.UUID},
 	}
 	if c.Snapshot != "" {
 		snap, err := tmpl.FindSnapshot(ctx, c.Snapshot)
@@ -184,29 +187,7 @@ func (s *Session) EnsureDataDisk(ctx context.Context, ref types.ManagedObjectRef
 	if err := s.createDataDisk(ctx, d); err != nil {
 		return err
 	}
-	vm := s.VM(ref)
-	devices, err := vm.Device(ctx)
-	if err != nil {
-		return fmt.Errorf("devices of %s: %w", ref.Value, err)
-	}
-	for _, disk := range devices.SelectByType((*types.VirtualDisk)(nil)) {
-		if diskFile(disk) == d.Path() {
-			return nil
-		}
-	}
-	ctrl, err := devices.FindSCSIController("")
-	if err != nil {
-		return fmt.Errorf("%s has no SCSI controller for its data disk: %w", ref.Value, err)
-	}
-	ds, err := s.finder.Datastore(ctx, d.Datastore)
-	if err != nil {
-		return fmt.Errorf("datastore %s: %w", d.Datastore, err)
-	}
-	disk := devices.CreateDisk(ctrl, ds.Reference(), d.Path())
-	// Capacity 0 and no file operation: attach the existing VMDK.
-	return s.reconfigure(ctx, vm, types.VirtualMachineConfigSpec{DeviceChange: []types.BaseVirtualDeviceConfigSpec{
-		&types.VirtualDeviceConfigSpec{Operation: types.VirtualDeviceConfigSpecOperationAdd, Device: disk},
-	}})
+	return s.attachDisk(ctx, ref, d)
 }
 
 // createDataDisk makes the disk's folder and VMDK unless it exists.
