@@ -266,4 +266,9 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	if !found {
 		t.Fatal("the re-made VM lacks the surviving data disk")
 	}
+	// It is the same machine to vSphere and Kubernetes: the BIOS UUID the
+	// role's providerID names.
+	if after.Config.Uuid != before.Config.Uuid {
+		t.Errorf("the re-made VM's BIOS UUID is %s, was %s: the Node's providerID would name no VM", after.Config.Uuid, before.Config.Uuid)
+	}
 }

@@ -100,6 +100,9 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 		got, err := vc.Clone(ctx, vsphere.CloneSpec{
 			Template: rec.Template, Snapshot: rec.Snapshot, Name: m.Name, Folder: p.folder, Datastore: m.OSDatastore,
 			Tags: map[string]string{vsphere.TagCluster: rec.UID, vsphere.TagNode: m.Name, vsphere.TagImage: rec.Spec.Image},
+			// A machine made again (its VM vanished) keeps its BIOS UUID,
+			// which its role's providerID names.
+			UUID: m.UUID,
 		})
 		if err != nil {
 			return stepResult{}, err
