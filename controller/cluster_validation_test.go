@@ -10,6 +10,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
 )
 
 // TestClusterValidation sends one broken spec per rule; each is refused
@@ -254,6 +255,20 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// vcsim derives a VM's BIOS UUID from its name, so the record is given
+	// another, as vCenter would have chosen: the re-made VM must take it.
+	const uuid = "4213a7c6-2f0e-4b1d-9a3e-5c1b2d3e4f50"
+	err = e.tc.c.store.Update(func(tx *store.Tx) error {
+		var m map[string]any
+		if err := tx.Get(store.Machines, "heal/heal-m1", &m); err != nil {
+			return err
+		}
+		m["uuid"] = uuid
+		return tx.Put(store.Machines, "heal/heal-m1", m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.do("POST", v1.PathClusters+"/heal/retry", nil)
 	after, ok := e.vms("heal")["heal-m1"]
 	if !ok || after.Self == before.Self || after.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
@@ -268,7 +283,7 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	}
 	// It is the same machine to vSphere and Kubernetes: the BIOS UUID the
 	// role's providerID names.
-	if after.Config.Uuid != before.Config.Uuid {
-		t.Errorf("the re-made VM's BIOS UUID is %s, was %s: the Node's providerID would name no VM", after.Config.Uuid, before.Config.Uuid)
+	if after.Config.Uuid != uuid {
+		t.Errorf("the re-made VM's BIOS UUID is %s, want the record's %s: the Node's providerID would name no VM", after.Config.Uuid, uuid)
 	}
 }
