@@ -14,10 +14,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // Label marks a formatted data disk; pendingLabel one whose mkfs has not
@@ -183,38 +184,9 @@ func mountChecked(ctx context.Context, dev, dir string) error {
 	return os.Chmod(dir, 0o700)
 }
 
-// isMountPoint reports whether something is mounted at dir, bind mounts
+// IsMountPoint reports whether something is mounted at dir, bind mounts
 // of the same file system included (the lab's bodies get one).
 func IsMountPoint(dir string) (bool, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	dir = filepath.Clean(dir)
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		// Field 5 is the mount point, with spaces and the like octal-escaped.
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == dir {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	_, ok, err := procfs.MountAt(filepath.Clean(dir))
+	return ok, err
 }

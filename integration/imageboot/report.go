@@ -48,7 +48,7 @@ var (
 	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
 	// What is mounted at /var/lib/etcd: "ext4 harmony-data", or "none".
 	DataDiskReport = regexp.MustCompile(`harmony-boot-report: data disk ([^\r\n]*)`)
-	KubeletReport    = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
+	KubeletReport  = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
 	// The kubelet unit's state, and how many of its runs said they
 	// lacked the configuration kubeadm writes: the reporter's last line.
 	KubeletUnitReport = regexp.MustCompile(`harmony-boot-report: kubelet unit ([a-z]+), ([0-9]+) runs without its configuration`)

@@ -378,7 +378,7 @@ func TestBody(t *testing.T) {
 		}
 		controllers := 0
 		for _, line := range strings.Split(string(mi), "\n") {
-			m, err := parseMountinfo(line)
+			m, err := procfs.ParseMountinfo(line)
 			if err != nil || m.FSType != "cgroup" {
 				continue
 			}

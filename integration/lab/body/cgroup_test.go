@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 func TestV1Hierarchy(t *testing.T) {
@@ -22,7 +24,7 @@ func TestV1Hierarchy(t *testing.T) {
 }
 
 func TestParseMountinfoCgroup(t *testing.T) {
-	m, err := parseMountinfo(`35 27 0:30 /sub /sys/fs/cgroup/memory rw,nosuid shared:14 - cgroup cgroup rw,memory`)
+	m, err := procfs.ParseMountinfo(`35 27 0:30 /sub /sys/fs/cgroup/memory rw,nosuid shared:14 - cgroup cgroup rw,memory`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf16"
+
+	"github.com/harmonykaas/harmony/internal/procfs"
 )
 
 // gptDisk makes a disk of the given sectors with a primary GPT holding the
@@ -80,7 +82,7 @@ func TestReadGPTRefuses(t *testing.T) {
 }
 
 func TestParseMountinfo(t *testing.T) {
-	m, err := parseMountinfo(`42 27 7:3 / /tmp/a\040b/root ro,relatime shared:1 master:2 - ext4 /dev/loop3 ro`)
+	m, err := procfs.ParseMountinfo(`42 27 7:3 / /tmp/a\040b/root ro,relatime shared:1 master:2 - ext4 /dev/loop3 ro`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestParseMountinfo(t *testing.T) {
 		t.Errorf("parsed %+v", m)
 	}
 	for _, bad := range []string{"", "1 2 3", "x 27 7:3 / /a ro - ext4 src ro", "1 27 73 / /a ro - ext4 src ro", "1 27 7:3 / /a ro ext4 src ro"} {
-		if _, err := parseMountinfo(bad); err == nil {
+		if _, err := procfs.ParseMountinfo(bad); err == nil {
 			t.Errorf("parsed %q", bad)
 		}
 	}
