@@ -87,18 +87,9 @@ func (s *Session) attachDisk(ctx context.Context, ref types.ManagedObjectReferen
 
 // DiskUsers are the VMs in folder that have the disk file attached.
 func (s *Session) DiskUsers(ctx context.Context, folder *object.Folder, file string) ([]VMInfo, error) {
-	children, err := folder.Children(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", folder.InventoryPath, err)
-	}
-	var refs []types.ManagedObjectReference
-	for _, c := range children {
-		if c.Reference().Type == "VirtualMachine" {
-			refs = append(refs, c.Reference())
-		}
-	}
-	if len(refs) == 0 {
-		return nil, nil
+	refs, err := vmRefs(ctx, folder)
+	if len(refs) == 0 || err != nil {
+		return nil, err
 	}
 	var vms []mo.VirtualMachine
 	if err := property.DefaultCollector(s.Client.Client).Retrieve(ctx, refs, []string{"name", "config.hardware.device"}, &vms); err != nil {

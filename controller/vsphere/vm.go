@@ -385,18 +385,9 @@ type VMInfo struct {
 // VMs lists the VMs in a folder, with their power state, guest IP and
 // Harmony tags.
 func (s *Session) VMs(ctx context.Context, folder *object.Folder) ([]VMInfo, error) {
-	children, err := folder.Children(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", folder.InventoryPath, err)
-	}
-	var refs []types.ManagedObjectReference
-	for _, c := range children {
-		if c.Reference().Type == "VirtualMachine" {
-			refs = append(refs, c.Reference())
-		}
-	}
-	if len(refs) == 0 {
-		return nil, nil
+	refs, err := vmRefs(ctx, folder)
+	if len(refs) == 0 || err != nil {
+		return nil, err
 	}
 	var vms []mo.VirtualMachine
 	pc := property.DefaultCollector(s.Client.Client)
@@ -421,6 +412,21 @@ func (s *Session) VMs(ctx context.Context, folder *object.Folder) ([]VMInfo, err
 	}
 	slices.SortFunc(out, func(a, b VMInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// vmRefs are the VMs directly in a folder.
+func vmRefs(ctx context.Context, folder *object.Folder) ([]types.ManagedObjectReference, error) {
+	children, err := folder.Children(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", folder.InventoryPath, err)
+	}
+	var refs []types.ManagedObjectReference
+	for _, c := range children {
+		if c.Reference().Type == "VirtualMachine" {
+			refs = append(refs, c.Reference())
+		}
+	}
+	return refs, nil
 }
 
 // EnsureAntiAffinity keeps a DRS anti-affinity rule over exactly these
