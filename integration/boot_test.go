@@ -164,7 +164,7 @@ func TestImageBoot(t *testing.T) {
 		t.Errorf("kubelet unit: %q, want it active or activating, having run without /var/lib/kubelet/config.yaml", m)
 	}
 
-	if m := imageboot.DataDiskReport.FindStringSubmatch(serial); m == nil || m[1] != "ext4 harmony-data" {
+	if m := imageboot.DataDiskReport.FindStringSubmatch(serial); m == nil || strings.Join(strings.Fields(m[1]), " ") != "ext4 harmony-data" {
 		t.Errorf("data disk at /var/lib/etcd: %q, want the blank disk formatted as ext4 harmony-data", m)
 	}
 
@@ -228,7 +228,7 @@ func checkReimageKeepsDataDisk(ctx context.Context, t *testing.T, ctl *ctl, pris
 		serial := vm.Serial()
 		t.Fatalf("the reimaged node's boot report: %v\n%s", err, serial[max(0, len(serial)-6000):])
 	}
-	if m := imageboot.DataDiskReport.FindStringSubmatch(vm.Serial()); m == nil || m[1] != "ext4 harmony-data" {
+	if m := imageboot.DataDiskReport.FindStringSubmatch(vm.Serial()); m == nil || strings.Join(strings.Fields(m[1]), " ") != "ext4 harmony-data" {
 		t.Errorf("data disk after the reimage: %q, want ext4 harmony-data", m)
 	}
 	vm.Stop()

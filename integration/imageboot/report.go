@@ -46,7 +46,8 @@ var AgentReport = regexp.MustCompile(`harmony-boot-report: harmony-agent is ([a-
 var (
 	ContainerdReport = regexp.MustCompile(`harmony-boot-report: containerd is ([a-z]+)`)
 	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
-	// What is mounted at /var/lib/etcd: "ext4 harmony-data", or "none".
+	// What is mounted at /var/lib/etcd: findmnt's FSTYPE and LABEL columns
+	// ("ext4   harmony-data"), or "none".
 	DataDiskReport = regexp.MustCompile(`harmony-boot-report: data disk ([^\r\n]*)`)
 	KubeletReport  = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
 	// The kubelet unit's state, and how many of its runs said they
