@@ -23,7 +23,8 @@ import (
 // with his directory password; kubectl lists pods and the cluster's RBAC
 // refuses a delete. team-a leaves the group in the directory: at bob's
 // next session refresh his credential is refused, and kubectl with it. A
-// user disabled in the directory cannot sign in.
+// user disabled in the directory cannot sign in. alice, in the admin
+// group, is an admin in Harmony and cluster-admin in the cluster.
 func (l *labUnderTest) checkDirectoryAccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -81,6 +82,21 @@ func (l *labUnderTest) checkDirectoryAccess(t *testing.T) {
 	}
 	bob.dropCachedCredential(t)
 	bob.checkRefused(t)
+
+	// alice is an admin through harmony-admins: harmonyctl's admin
+	// commands work for her, and in the cluster she is cluster-admin.
+	alice := l.newLabUser(ctx, t, "alice")
+	alice.login(t, testutil.SlapdPassword("alice"))
+	if out, err := alice.harmonyctl("", "user", "list"); err != nil || !strings.Contains(out, "ldap") {
+		t.Errorf("alice lists users: %v\n%s", err, out)
+	}
+	if out, err := alice.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.groups}"); err != nil ||
+		!strings.Contains(out, v1.GrantAdmin.KubernetesGroup()) || !strings.Contains(out, v1.KubernetesDirectoryGroup("harmony-admins")) {
+		t.Errorf("alice's groups as the cluster sees them: %v\n%s", err, out)
+	}
+	if out, err := alice.kubectl("auth", "can-i", "delete", "pods", "-n", "kube-system"); err != nil || strings.TrimSpace(out) != "yes" {
+		t.Errorf("alice may delete pods: %v\n%s", err, out)
+	}
 
 	// carol is disabled in the directory.
 	carol := l.newLabUser(ctx, t, "carol")

@@ -39,6 +39,10 @@ func (l *labUnderTest) checkUserAccess(t *testing.T) {
 	// refused at once.
 	alice.dropCachedCredential(t)
 	alice.checkRefused(t)
+	// Gone: the directory's alice (the next step) is another person.
+	if err := l.ctl.DeleteUser(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // labUser is a person on their own machine: harmonyctl with their own

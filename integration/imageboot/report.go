@@ -26,7 +26,7 @@ Type=oneshot
 TimeoutStartSec=5min
 # The agent's line first: the boot benchmark's clock stops at it.
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
-ExecStart=/bin/sh -c 'echo "harmony-boot-report: data disk $(findmnt -n -o FSTYPE,LABEL /var/lib/etcd || echo none)" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'd=$(findmnt -n -o SOURCE /var/lib/etcd); if [ -n "$$d" ]; then r="$(blkid -p -s TYPE -o value $$d) $(blkid -p -s LABEL -o value $$d)"; else r=none; fi; echo "harmony-boot-report: data disk $$r" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: containerd is $(systemctl is-active containerd.service)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: images $(ctr --namespace k8s.io images ls -q | sort | tr "\\n" " ")" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet $(kubelet --version)" > /dev/ttyS0'
@@ -46,8 +46,10 @@ var AgentReport = regexp.MustCompile(`harmony-boot-report: harmony-agent is ([a-
 var (
 	ContainerdReport = regexp.MustCompile(`harmony-boot-report: containerd is ([a-z]+)`)
 	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
-	// What is mounted at /var/lib/etcd: findmnt's FSTYPE and LABEL columns
-	// ("ext4   harmony-data"), or "none".
+	// What is mounted at /var/lib/etcd: its type and label as blkid
+	// probes them on the disk ("ext4 harmony-data"; findmnt's label comes
+	// from udev's record, which can still hold the label mkfs gave before
+	// e2label changed it), or "none".
 	DataDiskReport = regexp.MustCompile(`harmony-boot-report: data disk ([^\r\n]*)`)
 	KubeletReport  = regexp.MustCompile(`harmony-boot-report: kubelet Kubernetes (v[0-9.]+)`)
 	// The kubelet unit's state, and how many of its runs said they
