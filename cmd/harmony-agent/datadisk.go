@@ -2,20 +2,19 @@ package main
 
 import (
 	"context"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/harmonykaas/harmony/agent/datadisk"
-	"github.com/harmonykaas/harmony/internal/logging"
 )
 
 // dataDiskCommand holds what runs before the agent, from
 // harmony-data-disk.service.
 func dataDiskCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "data-disk", Short: "The node's persistent data disk at boot"}
-	var dir, logFormat, logLevel string
+	var dir string
+	var logs logFlags
 	var timeout time.Duration
 	mount := &cobra.Command{
 		Use:   "mount",
@@ -29,7 +28,7 @@ checked (e2fsck -p) and mounted at --dir. Without a data disk (a worker) it
 does nothing; with --dir mounted already (the lab), neither.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logging.New(os.Stderr, logFormat, logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -47,8 +46,7 @@ does nothing; with --dir mounted already (the lab), neither.`,
 	f := mount.Flags()
 	f.StringVar(&dir, "dir", "/var/lib/etcd", "where the data disk is mounted")
 	f.DurationVar(&timeout, "timeout", 4*time.Minute, "how long formatting and checking may take")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	logs.add(f)
 	cmd.AddCommand(mount)
 	return cmd
 }

@@ -15,12 +15,11 @@ import (
 	"github.com/harmonykaas/harmony/agent/checks"
 	"github.com/harmonykaas/harmony/agent/sdnotify"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
-	"github.com/harmonykaas/harmony/internal/logging"
 )
 
 func main() {
 	var cfg agent.Config
-	var logFormat, logLevel string
+	var logs logFlags
 	var noGuestinfo bool
 	cmd := &cobra.Command{
 		Use:   "harmony-agent",
@@ -37,7 +36,7 @@ its life; and watches its role over mutual TLS.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logging.New(os.Stderr, logFormat, logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -78,8 +77,7 @@ its life; and watches its role over mutual TLS.`,
 	f.DurationVar(&cfg.WatchWait, "watch-wait", 0, "how long one role long poll waits (default 55s)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 0, "longest wait between retries (default 1m)")
 	f.DurationVar(&cfg.RefusedRetryMax, "refused-retry-max", 0, "longest wait between tries of a certificate the controller refused, e.g. after a restore from backup (default 5m)")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	logs.add(f)
 	cmd.AddCommand(checkCommand())
 	cmd.AddCommand(networkCommand(), dataDiskCommand())
 	if err := cmd.Execute(); err != nil {

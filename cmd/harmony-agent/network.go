@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -13,14 +12,14 @@ import (
 	"github.com/harmonykaas/harmony/agent/bootstrap"
 	"github.com/harmonykaas/harmony/agent/staticnet"
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/internal/logging"
 )
 
 // networkCommand holds what runs before the network is up, from
 // harmony-network.service.
 func networkCommand() *cobra.Command {
 	network := &cobra.Command{Use: "network", Short: "The node's network configuration at boot"}
-	var root, logFormat, logLevel string
+	var root string
+	var logs logFlags
 	var timeout time.Duration
 	apply := &cobra.Command{
 		Use:   "apply",
@@ -34,7 +33,7 @@ its field, and writes nothing. Rerunning with the same value changes
 nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logging.New(os.Stderr, logFormat, logLevel)
+			log, err := logs.logger()
 			if err != nil {
 				return err
 			}
@@ -66,8 +65,7 @@ nothing.`,
 	f := apply.Flags()
 	f.StringVar(&root, "root", "/", "prefix for every path written (tests); the hostname is set only when it is /")
 	f.DurationVar(&timeout, "timeout", 20*time.Second, "how long reading guestinfo may take")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	logs.add(f)
 	network.AddCommand(apply)
 	return network
 }
