@@ -3,15 +3,9 @@ package testutil
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -170,11 +164,16 @@ func (s *Slapd) Close() {
 	}
 }
 
-// Admin is a connection bound as the directory's root, to change it.
-func (s *Slapd) Admin() (*ldap.Conn, error) {
+// Dial is an LDAPS connection to slapd, trusting its CA, not bound.
+func (s *Slapd) Dial() (*ldap.Conn, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM([]byte(s.CAPEM))
-	conn, err := ldap.DialURL(s.URL, ldap.DialWithTLSConfig(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}))
+	return ldap.DialURL(s.URL, ldap.DialWithTLSConfig(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}))
+}
+
+// Admin is a connection bound as the directory's root, to change it.
+func (s *Slapd) Admin() (*ldap.Conn, error) {
+	conn, err := s.Dial()
 	if err != nil {
 		return nil, err
 	}
@@ -256,39 +255,15 @@ func slapdData() string {
 	return b.String()
 }
 
-// slapdCertificates makes a CA and slapd's certificate for 127.0.0.1.
+// slapdCertificates makes a CA and slapd's certificate for 127.0.0.1,
+// good for a day: longer than any test or benchmark that runs slapd.
 func slapdCertificates() (caPEM, certPEM, keyPEM []byte, err error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := MakeCA(24 * time.Hour)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "slapd test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	certPEM, keyPEM, err = ca.IssueCert("127.0.0.1", x509.ExtKeyUsageServerAuth)
+	return ca.PEM, certPEM, keyPEM, err
 }
 
 // freePorts finds n free TCP ports on loopback.

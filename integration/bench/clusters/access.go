@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"sync"
@@ -78,8 +77,7 @@ func (b *bench) benchAccess(ctx context.Context, dir, adminConf, cluster string,
 	if err != nil {
 		return fmt.Errorf("ldap logins: %w", err)
 	}
-	settings := slapd.Settings(slapd.URL)
-	raw, err := rate(rounds, func() error { return rawDirectoryLogin(settings, "bob") })
+	raw, err := rate(rounds, func() error { return rawDirectoryLogin(slapd, "bob") })
 	if err != nil {
 		return err
 	}
@@ -139,15 +137,13 @@ func rateAt(concurrency, n int, fn func() error) (float64, error) {
 
 // rawDirectoryLogin is the floor of an LDAP sign-in: what any client must
 // do, without the group search.
-func rawDirectoryLogin(l v1.LDAP, user string) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(l.CA))
-	conn, err := ldap.DialURL(l.URL, ldap.DialWithTLSConfig(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}))
+func rawDirectoryLogin(d *testutil.Slapd, user string) error {
+	conn, err := d.Dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := conn.Bind(l.BindDN, l.BindPassword); err != nil {
+	if err := conn.Bind(testutil.SlapdServiceDN, testutil.SlapdServicePassword); err != nil {
 		return err
 	}
 	if _, err := conn.Search(ldap.NewSearchRequest(testutil.SlapdUserDN(user), ldap.ScopeBaseObject, ldap.NeverDerefAliases, 1, 0, false,
