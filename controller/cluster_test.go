@@ -141,15 +141,25 @@ func (e *clusterEnv) do(method, path string, body any) v1.Operation {
 // vms reads the cluster folder's VMs straight from vCenter.
 func (e *clusterEnv) vms(cluster string) map[string]mo.VirtualMachine {
 	e.t.Helper()
+	out, err := e.readVMs(cluster)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// readVMs is vms for a goroutine, where a VM destroyed while it reads is
+// no failure.
+func (e *clusterEnv) readVMs(cluster string) (map[string]mo.VirtualMachine, error) {
 	ctx := context.Background()
 	f := find.NewFinder(e.vc.Client)
 	folder, err := f.Folder(ctx, "/DC0/vm/harmony/"+cluster)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	children, err := folder.Children(ctx)
 	if err != nil {
-		e.t.Fatal(err)
+		return nil, err
 	}
 	out := map[string]mo.VirtualMachine{}
 	for _, c := range children {
@@ -159,11 +169,11 @@ func (e *clusterEnv) vms(cluster string) map[string]mo.VirtualMachine {
 		var m mo.VirtualMachine
 		if err := object.NewVirtualMachine(e.vc.Client, c.Reference()).Properties(ctx, c.Reference(),
 			[]string{"name", "config", "runtime.powerState"}, &m); err != nil {
-			e.t.Fatal(err)
+			return nil, err
 		}
 		out[m.Name] = m
 	}
-	return out
+	return out, nil
 }
 
 func extraConfig(m mo.VirtualMachine, key string) string {

@@ -35,6 +35,15 @@ func (c *Controller) handleScaleCluster(w http.ResponseWriter, r *http.Request, 
 	return answerOperation(w, op, err)
 }
 
+func (c *Controller) handleUpgradeCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeUpgradeRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	op, err := c.clusters.Upgrade(r.Context(), r.PathValue("name"), *req, who.name)
+	return answerOperation(w, op, err)
+}
+
 func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	keepVM, err := boolParam(r, "keepVM")
 	if err != nil {

@@ -83,7 +83,11 @@ type Config struct {
 	// before its VM is powered off anyway; default
 	// cluster.DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
-	Logger       *slog.Logger
+	// UpgradeNodeTimeout is how long a VM that replaces another in an
+	// upgrade has to report Ready before the replacement is rolled back;
+	// zero means cluster.DefaultUpgradeNodeTimeout.
+	UpgradeNodeTimeout time.Duration
+	Logger             *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -170,7 +174,8 @@ func New(cfg Config) (*Controller, error) {
 	c.clusters, err = cluster.New(cluster.Config{
 		Store: c.store, Catalog: catalog{c}, Bootstrap: bootstrapper{c}, Notify: c.hub.notify, Now: c.now, Log: c.log,
 		CloneParallelism: cfg.CloneParallelism, RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts,
-		LeaveTimeout: cfg.LeaveTimeout,
+		LeaveTimeout:       cfg.LeaveTimeout,
+		UpgradeNodeTimeout: cfg.UpgradeNodeTimeout,
 	})
 	if err != nil {
 		c.store.Close()

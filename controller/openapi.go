@@ -130,6 +130,8 @@ var adminAPIDocs = []apiDoc{
 		answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/scale", summary: "Scale workers, or masters in pairs",
 		body: v1.ScaleRequest{}, answers: []answer{docAsync}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/upgrade", summary: "Move the cluster to another node image (and the next Kubernetes minor) by reimage: masters one at a time keeping their data disks, workers surged; {\"abort\": true} stops a running upgrade and rolls the node being replaced back",
+		body: v1.UpgradeRequest{}, answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/retry", summary: "Retry the steps that failed for good",
 		answers: []answer{docAsync}},
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off",
@@ -286,7 +288,7 @@ func openAPIDocument(perms map[string]permission) map[string]any {
 				"), or holds a client certificate from the controller's CA: an admin's (" + v1.OrgAdmins + ", admin.conf, the break-glass credential), an enrolled node's (" + v1.OrgNodes + ") or a metrics scraper's (" + v1.OrgScrapers + ")." +
 				" Every route declares one permission (x-harmony-permission): public, node, metrics, admin, admin-certificate, signed-in, cluster:view or cluster:admin." +
 				" A user sees only the clusters granted to them; any other cluster answers 404." +
-				" Long operations (creating, scaling, retrying or deleting a cluster, removing a node, importing an image) answer 202 with an Operation;" +
+				" Long operations (creating, scaling, upgrading, retrying or deleting a cluster, removing a node, importing an image) answer 202 with an Operation;" +
 				" GET " + v1.PathOperations + "/{id} polls it, or with ?watch=true&revision=N&timeout=30s long-polls for newer events." +
 				" Errors are JSON: {\"error\": {\"code\", \"message\", \"field\"}}, with a stable code."},
 		"paths":    paths,

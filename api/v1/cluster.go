@@ -366,6 +366,7 @@ type ClusterList struct {
 // Cluster phases.
 const (
 	PhaseProvisioning = "Provisioning"
+	PhaseUpgrading    = "Upgrading"
 	PhaseRunning      = "Running"
 	PhaseDeleting     = "Deleting"
 	PhaseFailed       = "Failed"
@@ -380,7 +381,9 @@ type ClusterStatus struct {
 	Conditions         []Condition   `json:"conditions,omitempty"`
 	Nodes              []ClusterNode `json:"nodes"`
 	Events             []Event       `json:"events,omitempty"`
-	CreatedAt          time.Time     `json:"createdAt"`
+	// Upgrade is the newest upgrade, running or finished.
+	Upgrade   *UpgradeStatus `json:"upgrade,omitempty"`
+	CreatedAt time.Time      `json:"createdAt"`
 }
 
 // Condition is one aspect of a cluster's state, Kubernetes-style.
@@ -403,6 +406,9 @@ const (
 	// ConditionPodNetwork says which pod network the cluster runs, and
 	// whether it moves packets: Contiv's is configuration only.
 	ConditionPodNetwork = "PodNetwork"
+	// ConditionUpgrading is True while an upgrade runs, with what it
+	// waits for; False once it stopped, with how (its state).
+	ConditionUpgrading = "Upgrading"
 )
 
 // ClusterNode is one VM of a cluster.
@@ -427,6 +433,11 @@ type ClusterNode struct {
 	// Ready, NotReady or Unknown; empty before the node has joined.
 	Kubernetes     string `json:"kubernetes,omitempty"`
 	KubeletVersion string `json:"kubeletVersion,omitempty"`
+	// Image is the node image its VM was cloned from.
+	Image string `json:"image,omitempty"`
+	// Upgrade is how far the node's replacement got, while an upgrade
+	// replaces it.
+	Upgrade string `json:"upgrade,omitempty"`
 }
 
 // Event is one thing that happened to a cluster.
@@ -469,6 +480,7 @@ const (
 	OperationDelete     OperationKind = "delete"
 	OperationRetry      OperationKind = "retry"
 	OperationImport     OperationKind = "import"
+	OperationUpgrade    OperationKind = "upgrade"
 )
 
 // Operation states.

@@ -66,6 +66,14 @@ type LeaveSettings struct {
 	// Deadline is when the controller stops waiting for PhaseLeft and
 	// powers the VM off whether or not the node has left.
 	Deadline time.Time `json:"deadline"`
+	// HandOver says the node is being replaced by a new VM that takes
+	// its data disk (an upgrade by reimage): it steps out of service
+	// (drained, the VIP and HAProxy given up, etcd leadership moved and
+	// the member stopped, the control plane stopped) but undoes nothing
+	// of its membership: no etcd member is removed and no kubeadm reset
+	// runs, so that the new VM starts as the same member, and the old VM
+	// can serve again if the replacement is rolled back.
+	HandOver bool `json:"handOver,omitempty"`
 }
 
 // ClusterSettings are shared by every node of a cluster.

@@ -76,6 +76,12 @@ func clusterGetCommand(g *globals) *cobra.Command {
 				for _, c := range cl.Status.Conditions {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
 				}
+				if u := cl.Status.Upgrade; u != nil {
+					fmt.Fprintln(w)
+					fmt.Fprintln(w, "UPGRADE\tFROM\tSTATE\tNODES DONE\tSTARTED\tMESSAGE")
+					fmt.Fprintf(w, "%s (Kubernetes %s)\t%s (Kubernetes %s)\t%s\t%d of %d\t%s\t%s\n", u.Image, u.KubernetesVersion,
+						u.FromImage, u.FromKubernetesVersion, u.State, u.Upgraded, u.Nodes, u.StartedAt.Local().Format(time.DateTime), dash(u.Message))
+				}
 				fmt.Fprintln(w)
 				printClusterNodes(w, cl.Status.Nodes)
 				fmt.Fprintln(w)

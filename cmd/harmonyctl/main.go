@@ -56,9 +56,9 @@ credential.`,
 	provider.AddCommand(providerApplyCommand(g), providerListCommand(g), providerGetCommand(g), providerDeleteCommand(g))
 	image := &cobra.Command{Use: "image", Short: "Import golden OVAs into providers as templates"}
 	image.AddCommand(imageImportCommand(g), imageListCommand(g))
-	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, inspect and delete Kubernetes clusters"}
+	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, upgrade, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
-		clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
+		clusterUpgradeCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
 		clusterGrantCommand(g), clusterRevokeCommand(g), clusterRevokeSessionsCommand(g))
 	user := &cobra.Command{Use: "user", Short: "Manage users: local ones, and the directory users who signed in (admins only)"}
 	user.AddCommand(userAddCommand(g), userListCommand(g), userDeleteCommand(g), userPasswdCommand(g),

@@ -192,6 +192,12 @@ func (c *Client) ScaleCluster(ctx context.Context, name string, req v1.ScaleRequ
 	return c.doOperation(ctx, "POST", clusterPath(name, "/scale"), req)
 }
 
+// UpgradeCluster starts an upgrade by reimage, or with req.Abort stops
+// the running one.
+func (c *Client) UpgradeCluster(ctx context.Context, name string, req v1.UpgradeRequest) (*v1.Operation, error) {
+	return c.doOperation(ctx, "POST", clusterPath(name, "/upgrade"), req)
+}
+
 // RemoveClusterNode starts removing one worker; keepVM keeps its VM
 // powered off.
 func (c *Client) RemoveClusterNode(ctx context.Context, name, node string, keepVM bool) (*v1.Operation, error) {

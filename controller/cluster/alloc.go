@@ -23,7 +23,8 @@ func (rec *record) newMachine(role v1.NodeRole, now time.Time) machine {
 		rec.WorkerSeq++
 		name = fmt.Sprintf("%s-w%d", rec.Spec.Name, rec.WorkerSeq)
 	}
-	return machine{Cluster: rec.Spec.Name, Name: name, Role: role, CreatedAt: now}
+	return machine{Cluster: rec.Spec.Name, Name: name, Role: role, CreatedAt: now,
+		Image: rec.Spec.Image, Template: rec.Template, Snapshot: rec.Snapshot, KubernetesVersion: rec.Spec.KubernetesVersion}
 }
 
 // addMachines stores new machines with their node records and gives

@@ -250,6 +250,16 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 		return 10 * time.Second, false, err
 	}
 	switch {
+	case rec.Upgrade.running() && !rec.Deleting && (len(failed) == 0 || rec.Upgrade.Abort):
+		p.rec = rec
+		wait, err := e.driveUpgrade(ctx, p, machines)
+		if err != nil {
+			return 10 * time.Second, false, err
+		}
+		if !wake.IsZero() && time.Until(wake) < wait {
+			wait = max(time.Until(wake), 0)
+		}
+		return wait, false, nil
 	case len(failed) > 0 && settled || len(failed) > 0 && wake.IsZero() && !anyRunnable(machines):
 		msg := fmt.Sprintf("%d node(s) failed: %s", len(failed), failed[0])
 		e.condition(name, v1.Condition{Type: v1.ConditionFailed, Status: "True", Reason: "StepFailed", Message: msg})
@@ -299,14 +309,17 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 	if err != nil {
 		return false, err
 	}
-	known := map[string]bool{}
+	known, kept := map[string]bool{}, map[string]bool{}
 	for _, m := range machines {
 		known[m.Name] = true
+		if m.Swap != nil {
+			kept[m.Swap.OldVM] = true // the VM an upgrade replaces, kept for a rollback
+		}
 	}
 	present := map[string]bool{}
 	for _, vm := range vms {
 		present[vm.Ref.Value] = true
-		if vm.Tags[vsphere.TagCluster] != p.rec.UID || known[vm.Name] {
+		if vm.Tags[vsphere.TagCluster] != p.rec.UID || known[vm.Name] || kept[vm.Ref.Value] {
 			continue
 		}
 		if err := p.vc.Destroy(ctx, vm.Ref); err != nil {
@@ -317,7 +330,7 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 	}
 	reset := false
 	for _, m := range machines {
-		if m.Remove || m.VM == "" || m.Step == stepPending || present[m.VM] {
+		if m.Remove || m.Swap != nil || m.VM == "" || m.Step == stepPending || present[m.VM] {
 			continue
 		}
 		gone := m.VM

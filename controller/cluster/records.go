@@ -28,6 +28,8 @@ type record struct {
 	WorkerSeq     int            `json:"workerSeq"`
 	Conditions    []v1.Condition `json:"conditions,omitempty"`
 	CreatedAt     time.Time      `json:"createdAt"`
+	// Upgrade is the newest upgrade, running or finished.
+	Upgrade *upgradeRecord `json:"upgrade,omitempty"`
 }
 
 // Workflow steps of a machine, in order. Each is recorded once done.
@@ -69,7 +71,41 @@ type machine struct {
 	// it is marked for removal from a cluster that stays; zero when the
 	// whole cluster goes (nothing to leave).
 	LeaveBy time.Time `json:"leaveBy,omitzero"`
+
+	// Image, Template and Snapshot are what the VM is cloned from; empty
+	// in records older than upgrades: the cluster's.
+	Image    string `json:"image,omitempty"`
+	Template string `json:"template,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// KubernetesVersion is the node's; empty: the cluster's.
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// Swap is a master's replacement by a new VM that takes its data disk.
+	Swap *swap `json:"swap,omitempty"`
+	// ReplacedBy names the surge worker that replaces this one in an
+	// upgrade; ReplaceOf, on the surge worker, the one it replaces.
+	ReplacedBy string `json:"replacedBy,omitempty"`
+	ReplaceOf  string `json:"replaceOf,omitempty"`
 }
+
+// source is what the machine's VM is cloned from.
+func (m *machine) source(rec *record) (image, template, snapshot string) {
+	if m.Template == "" {
+		return rec.Spec.Image, rec.Template, rec.Snapshot
+	}
+	return m.Image, m.Template, m.Snapshot
+}
+
+// kubernetesVersion is the version the node runs.
+func (m *machine) kubernetesVersion(rec *record) string {
+	if m.KubernetesVersion == "" {
+		return rec.Spec.KubernetesVersion
+	}
+	return m.KubernetesVersion
+}
+
+// swapping reports whether the machine is being replaced (or its
+// replacement rolled back) and not yet done.
+func (m *machine) swapping() bool { return m.Swap != nil && m.Swap.Step != swapRolledBack }
 
 func machineKey(cluster, name string) string { return cluster + "/" + name }
 
@@ -92,7 +128,7 @@ func (m *machine) leaving() bool {
 // settled reports whether the machine needs no more work: provisioned,
 // or removed with its VM kept (until the cluster is deleted).
 func (m *machine) settled() bool {
-	return m.provisioned() || m.Remove && m.KeepVM && m.Step == stepKept
+	return m.provisioned() && !m.swapping() || m.Remove && m.KeepVM && m.Step == stepKept
 }
 
 // secrets are a cluster's CAs and shared secrets.

@@ -98,12 +98,18 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 			Cluster:   settings,
 			Addresses: v1.NodeAddresses{IPs: []string{m.IP}, DNSNames: []string{m.Name}},
 			Peers:     peers,
-			Versions:  v1.ComponentVersions{Kubernetes: s.KubernetesVersion},
+			Versions:  v1.ComponentVersions{Kubernetes: m.kubernetesVersion(c)},
 			Kubeadm:   &v1.KubeadmSettings{BootstrapToken: sec.BootstrapToken},
 			PKI:       workerPKI,
 		}
+		// In an upgrade to another Kubernetes version, each node runs its
+		// own until it is replaced.
+		r.Cluster.KubernetesVersion = m.kubernetesVersion(c)
 		if m.UUID != "" {
 			r.ProviderID = v1.VSphereProviderID(m.UUID)
+		}
+		if m.Swap != nil && m.Swap.Step == swapHandOver && !m.Swap.Rollback {
+			r.Leave = &v1.LeaveSettings{Deadline: m.Swap.HandOverBy, HandOver: true}
 		}
 		if m.Role == v1.RoleMaster {
 			pki := sec.PKI

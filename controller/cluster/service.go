@@ -70,6 +70,9 @@ type Config struct {
 	// LeaveTimeout is how long a removed node has to leave its cluster;
 	// default DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
+	// UpgradeNodeTimeout is how long a replacement VM has to report
+	// Ready before it is rolled back; default DefaultUpgradeNodeTimeout.
+	UpgradeNodeTimeout time.Duration
 }
 
 // Service creates, changes and deletes clusters.
@@ -107,6 +110,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.LeaveTimeout == 0 {
 		cfg.LeaveTimeout = DefaultLeaveTimeout
+	}
+	if cfg.UpgradeNodeTimeout == 0 {
+		cfg.UpgradeNodeTimeout = DefaultUpgradeNodeTimeout
+	}
+	if cfg.UpgradeNodeTimeout < 0 {
+		return nil, fmt.Errorf("upgrade node timeout %s: want a positive duration", cfg.UpgradeNodeTimeout)
 	}
 	if cfg.LeaveTimeout < 0 {
 		return nil, fmt.Errorf("leave timeout %s: want a positive duration", cfg.LeaveTimeout)
@@ -252,6 +261,9 @@ func (s *Service) Scale(ctx context.Context, name string, req v1.ScaleRequest, b
 	if rec.Deleting {
 		return v1.Operation{}, refuse(Conflict, "", "cluster %q is being deleted", name)
 	}
+	if rec.Upgrade.running() {
+		return v1.Operation{}, upgradeRuns(rec)
+	}
 	masters, workers := *rec.Spec.Masters, rec.Spec.Workers
 	if req.Masters != nil {
 		masters = *req.Masters
@@ -338,6 +350,9 @@ func (s *Service) RemoveNode(name, node string, keepVM bool, by string) (v1.Oper
 		if rec.Deleting {
 			return "", refuse(Conflict, "", "cluster %q is being deleted", name)
 		}
+		if rec.Upgrade.running() {
+			return "", upgradeRuns(rec)
+		}
 		var m machine
 		if err := tx.Get(store.Machines, machineKey(name, node), &m); err != nil || m.Remove {
 			return "", refuse(NotFound, "node", "cluster %q has no node %q", name, node)
@@ -367,6 +382,9 @@ func (s *Service) Delete(name string, purge bool, by string) (v1.Operation, erro
 	return s.change(name, 0, v1.OperationDelete, func(tx *store.Tx, rec *record, sec *secrets) (string, error) {
 		rec.Deleting = true
 		rec.Purge = rec.Purge || purge
+		if rec.Upgrade.running() {
+			rec.Upgrade.State, rec.Upgrade.Message, rec.Upgrade.FinishedAt = v1.UpgradeAborted, "the cluster is deleted", s.cfg.Now().UTC()
+		}
 		machines, err := loadMachines(tx, name)
 		if err != nil {
 			return "", err
@@ -449,6 +467,12 @@ func (s *Service) change(name string, gen int64, kind v1.OperationKind,
 	return op, nil
 }
 
+// upgradeRuns refuses a change while an upgrade runs.
+func upgradeRuns(rec *record) error {
+	return refuse(Conflict, "", "cluster %q is upgrading to %s; wait for it, or stop it with `harmonyctl cluster upgrade %s --abort`",
+		rec.Spec.Name, rec.Upgrade.Image, rec.Spec.Name)
+}
+
 // load reads a cluster record, refusing with NotFound if there is none.
 func (s *Service) load(tx *store.Tx, name string) (*record, error) {
 	rec, err := loadCluster(tx, name)
@@ -476,6 +500,8 @@ func reasonOfOperation(kind v1.OperationKind) string {
 		return "Deleting"
 	case v1.OperationRetry:
 		return "Retry"
+	case v1.OperationUpgrade:
+		return "Upgrade"
 	}
 	return string(kind)
 }

@@ -48,9 +48,12 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 		// gone bad) fails the step and is retried, instead of holding
 		// the machine, and the clone bound, forever.
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-		if m.Remove {
+		switch {
+		case m.Remove:
 			r, err = e.teardownStep(sctx, p, &m)
-		} else {
+		case m.Swap != nil:
+			r, err = e.swapStep(sctx, p, &m)
+		default:
 			r, err = e.createStep(sctx, p, &m)
 		}
 		cancel()
@@ -58,7 +61,8 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 			return // shutting down: the step is redone on the next start
 		}
 		if err != nil {
-			if !m.Remove && m.Step != stepPending && vsphere.IsNotFound(err) {
+			// A replacement's steps say themselves what a missing VM means.
+			if !m.Remove && m.Swap == nil && m.Step != stepPending && vsphere.IsNotFound(err) {
 				// The VM vanished under us: start it again from the clone.
 				r = done("", fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name))
 				m.VM, m.Step = "", stepPending
@@ -97,22 +101,28 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 	}
 	switch m.Step {
 	case stepPending:
+		image, template, snapshot := m.source(rec)
 		got, err := vc.Clone(ctx, vsphere.CloneSpec{
-			Template: rec.Template, Snapshot: rec.Snapshot, Name: m.Name, Folder: p.folder, Datastore: m.OSDatastore,
-			Tags: map[string]string{vsphere.TagCluster: rec.UID, vsphere.TagNode: m.Name, vsphere.TagImage: rec.Spec.Image},
-			// A machine made again (its VM vanished) keeps its BIOS UUID,
-			// which its role's providerID names.
+			Template: template, Snapshot: snapshot, Name: m.Name, Folder: p.folder, Datastore: m.OSDatastore,
+			Tags: map[string]string{vsphere.TagCluster: rec.UID, vsphere.TagNode: m.Name, vsphere.TagImage: image},
+			// A machine made again (its VM vanished, or replaced by an
+			// upgrade) keeps its BIOS UUID, which its role's providerID
+			// names.
 			UUID: m.UUID,
 		})
 		if err != nil {
 			return stepResult{}, err
 		}
+		if m.Swap != nil && got.Value == m.Swap.OldVM {
+			// Clone found the old VM by the name it should have given up.
+			return stepResult{}, fmt.Errorf("the old VM %s still has the name %s", got.Value, m.Name)
+		}
 		m.VM = got.Value
 		kind := "full clone"
-		if rec.Snapshot != "" {
+		if snapshot != "" {
 			kind = "linked clone"
 		}
-		return done(stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, rec.Template, m.OSDatastore)), nil
+		return done(stepCloned, fmt.Sprintf("%s: %s of %s on %s", m.Name, kind, template, m.OSDatastore)), nil
 	case stepCloned:
 		if m.UUID == "" {
 			uuid, err := vc.BIOSUUID(ctx, ref)
@@ -128,6 +138,12 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 			return done(stepDataDisk, ""), nil
 		}
 		d := dataDisk(rec, m)
+		if m.Swap != nil {
+			// A replacement takes the old VM's disk, which must exist and
+			// be on no other VM: it never gets a new one silently.
+			err := vc.AttachDataDisk(ctx, p.folder, ref, d)
+			return done(stepDataDisk, fmt.Sprintf("%s: the old VM's data disk %s attached", m.Name, d.Path())), err
+		}
 		err := vc.EnsureDataDisk(ctx, ref, d)
 		return done(stepDataDisk, fmt.Sprintf("%s: data disk %s (%d GiB) attached", m.Name, d.Path(), d.SizeGiB)), err
 	case stepDataDisk:
@@ -139,6 +155,10 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 		return done(stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP)), err
 	case stepBootstrapped:
 		err := vc.PowerOn(ctx, ref)
+		if m.Swap != nil {
+			// The replacement's health is judged from reports after this.
+			m.Swap.PoweredOnAt = e.cfg.Now().UTC()
+		}
 		return done(stepPoweredOn, fmt.Sprintf("%s: powered on", m.Name)), err
 	}
 	return stepResult{}, nil
@@ -205,6 +225,14 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machine) (stepRes
 			return stepResult{}, err
 		}
 		msg := fmt.Sprintf("%s: VM destroyed", m.Name)
+		if m.Swap != nil && m.Swap.OldVM != "" && m.Swap.OldVM != m.VM {
+			// Removed while an upgrade replaced it: the old VM goes too
+			// (Destroy detaches the data disk first).
+			if err := vc.Destroy(ctx, vmRef(m.Swap.OldVM)); err != nil {
+				return stepResult{}, err
+			}
+			msg += fmt.Sprintf(", and the old VM %s it was replacing", m.Swap.OldVM)
+		}
 		if m.Role == v1.RoleMaster {
 			d := dataDisk(p.rec, m)
 			if p.rec.Purge {
@@ -331,6 +359,10 @@ func (e *engine) recordWait(m *machine, wait time.Duration) {
 type stepResult struct {
 	next, typ, msg string
 	wait           time.Duration
+	// reason overrides the event reason the step implies.
+	reason string
+	// roles says the step changed what the cluster's roles say.
+	roles bool
 }
 
 func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
@@ -372,7 +404,7 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 			if err := putMachine(tx, m); err != nil {
 				return err
 			}
-			if r.next == stepConfigured {
+			if r.next == stepConfigured || r.roles {
 				// The VM's UUID is known from here: the node's role
 				// carries it as its provider ID.
 				if err := putRoles(tx, p.rec, p.sec); err != nil {
@@ -383,7 +415,11 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 		if r.msg == "" {
 			return nil
 		}
-		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: r.typ, Node: m.Name, Reason: reasonOfStep(r.next), Message: r.msg})
+		reason := r.reason
+		if reason == "" {
+			reason = reasonOfStep(r.next)
+		}
+		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: r.typ, Node: m.Name, Reason: reason, Message: r.msg})
 		return err
 	})
 	if err == nil {
@@ -393,7 +429,8 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 }
 
 // mergeProgress takes what an admin changed on the stored machine while
-// the workflow worked on it (removal, keep-VM) into m, so that writing m
+// the workflow worked on it (removal, keep-VM, an aborted replacement)
+// into m, so that writing m
 // back keeps both.
 func mergeProgress(tx *store.Tx, m *machine) error {
 	var cur machine
@@ -405,6 +442,11 @@ func mergeProgress(tx *store.Tx, m *machine) error {
 		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
 	}
 	m.Remove, m.KeepVM, m.LeaveBy = cur.Remove, cur.KeepVM, cur.LeaveBy
+	if cur.Swap != nil && cur.Swap.Rollback && m.Swap != nil && !m.Swap.Rollback {
+		// An abort turned the replacement around meanwhile.
+		m.Swap.Rollback, m.Swap.Why = true, cur.Swap.Why
+		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	}
 	return nil
 }
 

@@ -167,11 +167,16 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 			pending = true
 		}
 	}
+	if u := rec.Upgrade; u != nil {
+		view.Status.Upgrade = upgradeView(rec, machines)
+	}
 	switch {
 	case rec.Deleting:
 		view.Status.Phase = v1.PhaseDeleting
 	case failed:
 		view.Status.Phase = v1.PhaseFailed
+	case rec.Upgrade.running():
+		view.Status.Phase = v1.PhaseUpgrading
 	case pending || rec.ObservedGeneration < rec.Generation:
 		view.Status.Phase = v1.PhaseProvisioning
 	default:
@@ -233,6 +238,15 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		if m.Role == v1.RoleMaster {
 			n.DataDisk = dataDisk(rec, &m).Path()
 		}
+		n.Image, _, _ = m.source(rec)
+		switch {
+		case m.Swap != nil && m.Swap.Rollback:
+			n.Upgrade = "RollingBack from " + m.Swap.Step
+		case m.Swap != nil:
+			n.Upgrade = m.Swap.Step
+		case m.ReplacedBy != "":
+			n.Upgrade = "ReplacedBy " + m.ReplacedBy
+		}
 		if vm, ok := vms[m.Name]; ok {
 			n.Power, n.GuestIP = vm.Power, vm.GuestIP
 		}
@@ -261,6 +275,23 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 			n.Phase = "Booting"
 		}
 		out = append(out, n)
+	}
+	return out
+}
+
+// upgradeView is the newest upgrade with its count of nodes done.
+func upgradeView(rec *record, machines []machine) *v1.UpgradeStatus {
+	u := rec.Upgrade
+	out := &v1.UpgradeStatus{Image: u.Image, KubernetesVersion: u.KubernetesVersion, FromImage: u.FromImage,
+		FromKubernetesVersion: u.FromVersion, State: u.State, Message: u.Message, StartedAt: u.StartedAt, FinishedAt: u.FinishedAt}
+	for _, m := range machines {
+		if m.Remove {
+			continue
+		}
+		out.Nodes++
+		if m.upgraded(rec) {
+			out.Upgraded++
+		}
 	}
 	return out
 }

@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vmware/govmomi/vim25/types"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+// A master's replacement in an upgrade by reimage, one recorded step at
+// a time: the old VM hands over (its agent steps out of service without
+// leaving), powers off and gives up its data disk and its name; a new VM
+// of the same name, address, BIOS UUID and role is made by the machine's
+// usual create steps from the new template, takes the disk, and must come
+// back as the same etcd member; only then is the old VM destroyed. Until
+// then the old VM is kept, renamed, so that a rollback can give it its
+// disk and name back and power it on. No step creates or deletes a data
+// disk, and AttachDataDisk refuses a disk another VM holds.
+const (
+	swapHandOver     = "HandingOver"
+	swapHandedOver   = "HandedOver"
+	swapOldOff       = "OldPoweredOff"
+	swapDiskDetached = "DiskDetached"
+	// swapCloning: the old VM is renamed aside; the machine's create
+	// steps make the new VM.
+	swapCloning   = "Cloning"
+	swapVerifying = "Verifying"
+	swapVerified  = "Verified"
+	// swapRolledBack: the old VM serves again; the upgrade stops.
+	swapRolledBack = "RolledBack"
+)
+
+// swap is how far a master's replacement got.
+type swap struct {
+	Step      string    `json:"step"`
+	StartedAt time.Time `json:"startedAt"`
+	// HandOverBy is the deadline of the old VM's hand-over.
+	HandOverBy time.Time `json:"handOverBy"`
+	// OldVM is the VM being replaced; OldName the name it steps aside to.
+	OldVM   string `json:"oldVM"`
+	OldName string `json:"oldName"`
+	// What the old VM was cloned from and ran, restored by a rollback.
+	OldImage    string `json:"oldImage"`
+	OldTemplate string `json:"oldTemplate"`
+	OldSnapshot string `json:"oldSnapshot,omitempty"`
+	OldVersion  string `json:"oldVersion"`
+	// MemberID is the etcd member the node was before: the new VM must
+	// come back as it.
+	MemberID    string    `json:"memberID,omitempty"`
+	PoweredOnAt time.Time `json:"poweredOnAt,omitzero"`
+	// Rollback says the replacement is being undone, and Why.
+	Rollback bool   `json:"rollback,omitempty"`
+	Why      string `json:"why,omitempty"`
+}
+
+func vmRef(value string) types.ManagedObjectReference {
+	return types.ManagedObjectReference{Type: "VirtualMachine", Value: value}
+}
+
+// swapDone is a swap step done: the swap reached step, with an event.
+func swapDone(m *machine, step, reason, format string, args ...any) stepResult {
+	m.Swap.Step = step
+	return stepResult{typ: "Normal", reason: reason, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
+}
+
+// swapStep does the next step of a master's replacement.
+func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
+	s := m.Swap
+	if s.Rollback {
+		return e.rollbackStep(ctx, p, m)
+	}
+	vc, old := p.vc, vmRef(s.OldVM)
+	switch s.Step {
+	case swapHandOver:
+		return e.handOver(m), nil
+	case swapHandedOver:
+		if err := vc.PowerOff(ctx, old); err != nil {
+			return stepResult{}, err
+		}
+		return swapDone(m, swapOldOff, "Upgrade", "old VM %s powered off", s.OldVM), nil
+	case swapOldOff:
+		paths, err := vc.DetachPersistentDisks(ctx, old)
+		if err != nil {
+			return stepResult{}, err
+		}
+		d := dataDisk(p.rec, m)
+		if len(paths) == 0 {
+			// Detached before a crash: it must be on no VM now.
+			users, err := vc.DiskUsers(ctx, p.folder, d.Path())
+			if err != nil {
+				return stepResult{}, err
+			}
+			if len(users) > 0 {
+				return stepResult{}, &vsphere.DiskInUseError{Path: d.Path(), VMs: []string{users[0].Name}}
+			}
+		}
+		return swapDone(m, swapDiskDetached, "Upgrade", "data disk %s detached from the old VM %s, kept", d.Path(), s.OldVM), nil
+	case swapDiskDetached:
+		if err := e.ensureName(ctx, vc, old, s.OldName); err != nil {
+			return stepResult{}, err
+		}
+		m.VM, m.Step = "", stepPending
+		m.Image, m.Template, m.Snapshot = p.rec.Upgrade.Image, p.rec.Upgrade.Template, p.rec.Upgrade.Snapshot
+		m.KubernetesVersion = p.rec.Upgrade.KubernetesVersion
+		return swapDone(m, swapCloning, "Upgrade", "old VM %s renamed %s and kept for a rollback; cloning its replacement from %s",
+			s.OldVM, s.OldName, m.Template), nil
+	case swapCloning:
+		if m.Step != stepPoweredOn {
+			return e.createStep(ctx, p, m)
+		}
+		return swapDone(m, swapVerifying, "Upgrade", "waiting for the new VM to report Ready as etcd member %s", s.MemberID), nil
+	case swapVerifying:
+		return e.verifySwap(m), nil
+	case swapVerified:
+		if err := vc.Destroy(ctx, old); err != nil {
+			return stepResult{}, err
+		}
+		m.Swap = nil
+		return stepResult{typ: "Normal", reason: "Upgraded", msg: fmt.Sprintf("%s: replaced by a VM of image %s; the old VM %s destroyed",
+			m.Name, m.Image, s.OldVM)}, nil
+	}
+	return stepResult{}, fmt.Errorf("unknown replacement step %q", s.Step)
+}
+
+// handOver waits for the old VM's agent to report that it stepped out of
+// service (its role says Leave with HandOver). Past the deadline the
+// replacement is abandoned: nothing has changed in vCenter yet.
+func (e *engine) handOver(m *machine) stepResult {
+	s := m.Swap
+	st, reported := e.status(m.Name)
+	switch {
+	case reported && st.Phase == v1.PhaseLeft && st.ReportedAt.After(s.StartedAt):
+		r := swapDone(m, swapHandedOver, "Upgrade", "handed over: %s", agentReport(st, reported))
+		r.roles = true // the new VM's role says no Leave
+		return r
+	case !e.cfg.Now().Before(s.HandOverBy):
+		return e.startRollback(m, fmt.Sprintf("it did not hand over by %s; the agent last reported: %s",
+			s.HandOverBy.UTC().Format(time.RFC3339), agentReport(st, reported)))
+	}
+	return stepResult{wait: min(s.HandOverBy.Sub(e.cfg.Now()), leavePoll)}
+}
+
+// verifySwap waits for the new VM's agent to report Ready, as the same
+// etcd member and with its Kubernetes Node Ready; past UpgradeNodeTimeout
+// after its power-on, or as another member, the replacement is rolled
+// back.
+func (e *engine) verifySwap(m *machine) stepResult {
+	s := m.Swap
+	st, reported := e.status(m.Name)
+	fresh := reported && st.ReportedAt.After(s.PoweredOnAt)
+	if fresh && s.MemberID != "" && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID {
+		return e.startRollback(m, fmt.Sprintf("the new VM came up as etcd member %s, not %s", st.EtcdMemberID, s.MemberID))
+	}
+	kubeReady := st.KubernetesNode == nil || st.KubernetesNode.Ready == "True"
+	if fresh && st.Phase == v1.PhaseReady && kubeReady && (s.MemberID == "" || st.EtcdMemberID == s.MemberID) {
+		return swapDone(m, swapVerified, "Upgrade", "the new VM serves: %s", agentReport(st, reported))
+	}
+	deadline := s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout)
+	if !e.cfg.Now().Before(deadline) {
+		if !fresh {
+			st, reported = v1.Status{}, false
+		}
+		return e.startRollback(m, fmt.Sprintf("the new VM was not Ready within %s of its power-on; it reported: %s",
+			e.cfg.UpgradeNodeTimeout, agentReport(st, reported)))
+	}
+	return stepResult{wait: min(deadline.Sub(e.cfg.Now()), leavePoll)}
+}
+
+// startRollback turns the replacement around.
+func (e *engine) startRollback(m *machine, why string) stepResult {
+	m.Swap.Rollback, m.Swap.Why = true, why
+	return stepResult{typ: "Warning", reason: "UpgradeRollback", roles: true,
+		msg: fmt.Sprintf("%s: rolling back to the old VM %s: %s", m.Name, m.Swap.OldVM, why)}
+}
+
+// rollbackStep undoes a replacement, whatever step it reached, each part
+// looking at vCenter first: the new VM (if any) is destroyed, its data
+// disk detached first and kept; the old VM gets its name and disk back
+// and powers on.
+func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
+	s, vc := m.Swap, p.vc
+	old := vmRef(s.OldVM)
+	finish := func(format string, args ...any) stepResult {
+		m.VM, m.Step = s.OldVM, stepPoweredOn
+		m.Image, m.Template, m.Snapshot, m.KubernetesVersion = s.OldImage, s.OldTemplate, s.OldSnapshot, s.OldVersion
+		s.Step = swapRolledBack
+		return stepResult{typ: "Warning", reason: "UpgradeRolledBack", roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
+	}
+	if s.Step == swapHandOver {
+		return finish("replacement abandoned before anything changed in vCenter; the old VM %s serves on: %s", s.OldVM, s.Why), nil
+	}
+	newVM := ""
+	if m.VM != "" && m.VM != s.OldVM {
+		newVM = m.VM
+	} else if vm, err := vc.FindVM(ctx, p.folder, m.Name); err != nil {
+		return stepResult{}, err
+	} else if vm != nil && vm.Reference().Value != s.OldVM {
+		newVM = vm.Reference().Value
+	}
+	if newVM != "" {
+		// Destroy detaches the data disk (a persistent disk) first.
+		if err := vc.Destroy(ctx, vmRef(newVM)); err != nil {
+			return stepResult{}, err
+		}
+		m.VM = s.OldVM
+		return stepResult{typ: "Warning", reason: "UpgradeRollback", msg: fmt.Sprintf("%s: the new VM %s destroyed; its data disk kept", m.Name, newVM)}, nil
+	}
+	if err := e.ensureName(ctx, vc, old, m.Name); err != nil {
+		return stepResult{}, err
+	}
+	if m.Role == v1.RoleMaster {
+		if err := vc.AttachDataDisk(ctx, p.folder, old, dataDisk(p.rec, m)); err != nil {
+			return stepResult{}, err
+		}
+	}
+	if err := vc.PowerOn(ctx, old); err != nil {
+		return stepResult{}, err
+	}
+	return finish("rolled back: the old VM %s has its name and data disk again and is powered on (%s)", s.OldVM, s.Why), nil
+}
+
+// ensureName renames the VM unless it has the name already.
+func (e *engine) ensureName(ctx context.Context, vc *vsphere.Session, ref types.ManagedObjectReference, name string) error {
+	have, err := vc.VM(ref).ObjectName(ctx)
+	if err != nil {
+		return fmt.Errorf("name of %s: %w", ref.Value, err)
+	}
+	if have == name {
+		return nil
+	}
+	return vc.Rename(ctx, ref, name)
+}
+
+// status is a node's last report.
+func (e *engine) status(node string) (v1.Status, bool) {
+	var st v1.Status
+	var ok bool
+	_ = e.cfg.Store.View(func(tx *store.Tx) error {
+		st, ok = tx.Status(node)
+		return nil
+	})
+	return st, ok
+}

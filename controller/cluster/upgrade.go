@@ -1,0 +1,674 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+)
+
+// An upgrade by reimage moves every node to a new image without patching
+// any: masters are replaced one at a time, each by a new VM that takes its
+// data disk (swap.go), and workers are surged: a new worker joins first,
+// then the old one leaves and goes. The cluster record holds the upgrade;
+// the engine drives it from each pass (driveUpgrade), so that a restarted
+// controller resumes it from the store.
+
+// upgradeRecord is a cluster's newest upgrade.
+type upgradeRecord struct {
+	Image             string `json:"image"`
+	KubernetesVersion string `json:"kubernetesVersion"`
+	Template          string `json:"template"`
+	Snapshot          string `json:"snapshot,omitempty"`
+	TemplateBytes     int64  `json:"templateBytes"`
+	FromImage         string `json:"fromImage"`
+	FromVersion       string `json:"fromVersion"`
+	MaxSurge          int    `json:"maxSurge"`
+	By                string `json:"by"`
+	// Abort asks the engine to stop: the replacement under way rolls
+	// back.
+	Abort      bool      `json:"abort,omitempty"`
+	State      string    `json:"state"`
+	Message    string    `json:"message,omitempty"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+func (u *upgradeRecord) running() bool { return u != nil && u.State == v1.UpgradeRunning }
+
+// upgraded reports whether the machine runs what the cluster's newest
+// upgrade moves to, its replacement done.
+func (m *machine) upgraded(rec *record) bool {
+	image, _, _ := m.source(rec)
+	return rec.Upgrade != nil && image == rec.Upgrade.Image && m.kubernetesVersion(rec) == rec.Upgrade.KubernetesVersion && !m.swapping()
+}
+
+// DefaultUpgradeNodeTimeout bounds how long a new VM has to report Ready
+// before its replacement is rolled back.
+const DefaultUpgradeNodeTimeout = 15 * time.Minute
+
+// Upgrade starts moving the cluster to another node image, or, with
+// req.Abort, stops the running upgrade.
+func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeRequest, by string) (v1.Operation, error) {
+	if req.Abort {
+		return s.abortUpgrade(name, by)
+	}
+	var rec *record
+	var machines []machine
+	var statuses map[string]v1.Status
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if rec, err = s.load(tx, name); err != nil {
+			return err
+		}
+		if machines, err = loadMachines(tx, name); err != nil {
+			return err
+		}
+		statuses = map[string]v1.Status{}
+		for _, m := range machines {
+			if st, ok := tx.Status(m.Name); ok {
+				statuses[m.Name] = st
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	if err := checkUpgradable(rec, machines, statuses); err != nil {
+		return v1.Operation{}, err
+	}
+	img, err := s.cfg.Catalog.Image(rec.Spec.Provider, req.Image)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrImageNotReady) {
+		return v1.Operation{}, refuse(Invalid, "image", "provider %q has no ready image %q (harmonyctl image list)", rec.Spec.Provider, req.Image)
+	} else if err != nil {
+		return v1.Operation{}, fmt.Errorf("image %s: %w", req.Image, err)
+	}
+	if img.Role != "node" {
+		return v1.Operation{}, refuse(Invalid, "image", "%q is a %s image; clusters run node images", img.Name, img.Role)
+	}
+	version := cmp.Or(req.KubernetesVersion, rec.Spec.KubernetesVersion)
+	if !slices.Contains(img.KubernetesVersions, version) {
+		return v1.Operation{}, refuse(Invalid, "kubernetesVersion", "image %s carries %v, not %s; give --kubernetes-version", img.Name, img.KubernetesVersions, version)
+	}
+	if err := checkSkew(rec.Spec.KubernetesVersion, version); err != nil {
+		return v1.Operation{}, err
+	}
+	if img.Name == rec.Spec.Image && version == rec.Spec.KubernetesVersion {
+		return v1.Operation{}, refuse(Conflict, "image", "cluster %q already runs image %s with Kubernetes %s", name, img.Name, version)
+	}
+
+	provider, err := s.cfg.Catalog.Provider(rec.Spec.Provider)
+	if err != nil {
+		return v1.Operation{}, fmt.Errorf("provider %s: %w", rec.Spec.Provider, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, precheckTimeout)
+	defer cancel()
+	vc, err := s.session(ctx, provider)
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	tmpl, err := vc.FindTemplate(ctx, img.Name)
+	if err != nil {
+		return v1.Operation{}, refuse(Unreachable, "", "find template %s: %v", img.Name, err)
+	}
+	if tmpl == nil {
+		return v1.Operation{}, refuse(PrecheckFailed, "image", "template %s is not in vCenter; import the image again", img.Name)
+	}
+	// The surge workers need room: a worker's OS disk each, on the new
+	// template's size.
+	target := *rec
+	target.TemplateBytes = tmpl.CapacityBytes
+	var surge []machine
+	for i := 0; i < min(req.MaxSurge, rec.Spec.Workers); i++ {
+		surge = append(surge, machine{Name: fmt.Sprintf("surge-%d", i), Role: v1.RoleWorker})
+	}
+	if len(surge) > 0 {
+		if err := precheck(ctx, vc, &target, surge); err != nil {
+			return v1.Operation{}, err
+		}
+	}
+
+	now := s.cfg.Now().UTC()
+	return s.change(name, rec.Generation, v1.OperationUpgrade, func(tx *store.Tx, cur *record, _ *secrets) (string, error) {
+		if cur.Upgrade.running() {
+			return "", refuse(Conflict, "", "cluster %q is already upgrading to %s", name, cur.Upgrade.Image)
+		}
+		cur.Upgrade = &upgradeRecord{Image: img.Name, KubernetesVersion: version, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
+			TemplateBytes: tmpl.CapacityBytes, FromImage: rec.Spec.Image, FromVersion: rec.Spec.KubernetesVersion,
+			MaxSurge: req.MaxSurge, By: by, State: v1.UpgradeRunning, StartedAt: now}
+		return fmt.Sprintf("upgrade from %s (Kubernetes %s) to %s (Kubernetes %s), by %s: masters one at a time with their data disks moved, then workers %d at a time",
+			rec.Spec.Image, rec.Spec.KubernetesVersion, img.Name, version, by, req.MaxSurge), nil
+	})
+}
+
+// abortUpgrade asks the running upgrade to stop: the master being
+// replaced rolls back at once (also one whose workflow failed), and the
+// engine takes back surge workers not yet serving. It answers with the
+// upgrade's operation, which ends when the upgrade has stopped.
+func (s *Service) abortUpgrade(name, by string) (v1.Operation, error) {
+	now := s.cfg.Now().UTC()
+	var op v1.Operation
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, err := s.load(tx, name)
+		if err != nil {
+			return err
+		}
+		if !rec.Upgrade.running() {
+			return refuse(Conflict, "", "cluster %q runs no upgrade", name)
+		}
+		rec.Upgrade.Abort = true
+		if err := tx.Put(store.Clusters, name, rec); err != nil {
+			return err
+		}
+		machines, err := loadMachines(tx, name)
+		if err != nil {
+			return err
+		}
+		for _, m := range machines {
+			if !m.swapping() || m.Swap.Rollback {
+				continue
+			}
+			m.Swap.Rollback, m.Swap.Why = true, "the upgrade was aborted by "+by
+			m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+			if err := putMachine(tx, &m); err != nil {
+				return err
+			}
+		}
+		sec, err := loadSecrets(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := putRoles(tx, rec, sec); err != nil {
+			return err
+		}
+		ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+		if err != nil {
+			return err
+		}
+		for _, o := range ops {
+			if o.Cluster == name && o.Kind == v1.OperationUpgrade && o.State == v1.OperationRunning {
+				op = o
+			}
+		}
+		if op.ID == "" {
+			// The upgrade's operation ended when a node failed: the abort
+			// gets one of its own, which ends with the upgrade.
+			op = v1.Operation{Kind: v1.OperationUpgrade, Cluster: name, Generation: rec.Generation, CreatedAt: now}
+			if err := tx.AddOperation(&op); err != nil {
+				return err
+			}
+		}
+		_, err = addEvent(tx, name, v1.Event{Time: now, Type: "Warning", Reason: "UpgradeAbort",
+			Message: fmt.Sprintf("abort the upgrade to %s, by %s: the node being replaced rolls back", rec.Upgrade.Image, by)})
+		return err
+	})
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	s.log.Info("upgrade abort asked", "cluster", name, "by", by, "operation", op.ID)
+	s.engine.kick(name)
+	return op, nil
+}
+
+// checkUpgradable refuses an upgrade of a cluster that is busy or not
+// healthy: every node must report Ready (and its Kubernetes Node Ready),
+// and every master must be a started etcd member.
+func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Status) error {
+	name := rec.Spec.Name
+	switch {
+	case rec.Deleting:
+		return refuse(Conflict, "", "cluster %q is being deleted", name)
+	case rec.Upgrade.running():
+		return refuse(Conflict, "", "cluster %q is already upgrading to %s; wait, or stop it with --abort", name, rec.Upgrade.Image)
+	case rec.ObservedGeneration != rec.Generation:
+		return refuse(Conflict, "", "cluster %q has an operation running (generation %d of %d done); wait for it first", name, rec.ObservedGeneration, rec.Generation)
+	}
+	members := map[string]string{}
+	for _, m := range machines {
+		if m.Remove {
+			return refuse(Conflict, "", "node %s of cluster %q is being removed; wait for it first", m.Name, name)
+		}
+		if !m.settled() || m.Failed {
+			return refuse(Conflict, "", "node %s of cluster %q is not provisioned (step %q); retry or wait first", m.Name, name, m.Step)
+		}
+		st, ok := statuses[m.Name]
+		switch {
+		case !ok || st.Phase != v1.PhaseReady:
+			return refuse(PrecheckFailed, "nodes", "node %s is not Ready (%s); every node must be before an upgrade", m.Name, agentReport(st, ok))
+		case st.KubernetesNode != nil && st.KubernetesNode.Ready != "True":
+			return refuse(PrecheckFailed, "nodes", "the Kubernetes Node %s is %s; every Node must be Ready before an upgrade", m.Name, kubernetesReady(st.KubernetesNode.Ready))
+		case m.Role != v1.RoleMaster:
+			continue
+		case st.EtcdMemberID == "":
+			return refuse(PrecheckFailed, "nodes", "master %s reports no etcd member; every member must be started before an upgrade", m.Name)
+		case members[st.EtcdMemberID] != "":
+			return refuse(PrecheckFailed, "nodes", "masters %s and %s report the same etcd member %s", members[st.EtcdMemberID], m.Name, st.EtcdMemberID)
+		}
+		members[st.EtcdMemberID] = m.Name
+		if bad := unhealthyComponents(st); len(bad) > 0 {
+			return refuse(PrecheckFailed, "nodes", "master %s reports %s unhealthy", m.Name, strings.Join(bad, ", "))
+		}
+	}
+	return nil
+}
+
+// checkSkew applies Kubernetes' version skew policy to an upgrade: the
+// same minor or the next one, never down.
+func checkSkew(from, to string) error {
+	fm, fn, ok1 := minorOf(from)
+	tm, tn, ok2 := minorOf(to)
+	switch {
+	case !ok1 || !ok2:
+		return refuse(Invalid, "kubernetesVersion", "cannot compare %q with %q", from, to)
+	case tm != fm || tn < fn:
+		return refuse(Invalid, "kubernetesVersion", "%s is older than the cluster's %s: Kubernetes never goes down", to, from)
+	case tn > fn+1:
+		return refuse(Invalid, "kubernetesVersion", "%s skips a minor from %s: upgrade one minor at a time", to, from)
+	case tn == fn && patchOf(to) < patchOf(from):
+		return refuse(Invalid, "kubernetesVersion", "%s is older than the cluster's %s: Kubernetes never goes down", to, from)
+	}
+	return nil
+}
+
+func minorOf(v string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	a, err1 := strconv.Atoi(parts[0])
+	b, err2 := strconv.Atoi(parts[1])
+	return a, b, err1 == nil && err2 == nil
+}
+
+func patchOf(v string) int {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 3 {
+		return 0
+	}
+	end := strings.IndexAny(parts[2], "-+")
+	if end < 0 {
+		end = len(parts[2])
+	}
+	n, _ := strconv.Atoi(parts[2][:end])
+	return n
+}
+
+// driveUpgrade moves a running upgrade on by one decision per pass: it
+// stops it when a replacement rolled back or an abort has nothing left in
+// flight, finishes it when every node runs the new image, and otherwise
+// starts the next replacement: a master (one at a time, the first master
+// last, so that the cluster-wide parts move once every apiserver is new),
+// then workers MaxSurge at a time. It returns when to look again.
+func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) (time.Duration, error) {
+	rec := p.rec
+	u := rec.Upgrade
+	var swapping, rolledBack *machine
+	var masters, oldWorkers []machine
+	first := ""
+	inflight, upgraded, total := 0, 0, 0
+	for i := range machines {
+		m := &machines[i]
+		if m.ReplacedBy != "" {
+			inflight++ // a worker whose replacement is not done
+		}
+		if m.Remove {
+			continue
+		}
+		total++
+		image, _, _ := m.source(rec)
+		onTarget := image == u.Image && m.kubernetesVersion(rec) == u.KubernetesVersion
+		if m.upgraded(rec) {
+			upgraded++
+		}
+		switch {
+		case m.Swap != nil && m.Swap.Step == swapRolledBack:
+			rolledBack = m
+		case m.Swap != nil:
+			swapping = m
+		}
+		if m.Role == v1.RoleMaster && (first == "" || m.Name < first) {
+			first = m.Name
+		}
+		switch {
+		case onTarget:
+		case m.Role == v1.RoleMaster:
+			masters = append(masters, *m)
+		case m.ReplacedBy == "":
+			oldWorkers = append(oldWorkers, *m)
+		}
+	}
+
+	switch {
+	case rolledBack != nil:
+		return 0, e.stopUpgrade(p, rolledBack, v1.UpgradeRolledBack,
+			fmt.Sprintf("%s was rolled back to its old VM: %s", rolledBack.Name, rolledBack.Swap.Why))
+	case swapping != nil:
+		return leavePoll, nil // its machine's own steps move it
+	case u.Abort:
+		if err := e.abortSurge(p, machines); err != nil {
+			return 0, err
+		}
+		if inflight > 0 {
+			return leavePoll, nil
+		}
+		return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, "aborted by an admin; "+fmt.Sprintf("%d of %d nodes run %s", upgraded, total, u.Image))
+	}
+	if len(masters) > 0 {
+		return e.startSwap(p, pickMaster(masters, first))
+	}
+	if done, err := e.advanceSurge(ctx, p, machines, oldWorkers, inflight); err != nil || !done {
+		return leavePoll, err
+	}
+	return 0, e.stopUpgrade(p, nil, v1.UpgradeSucceeded, fmt.Sprintf("every node runs %s with Kubernetes %s", u.Image, u.KubernetesVersion))
+}
+
+// pickMaster chooses the next master to replace: the first master (rank
+// 0: the lowest name, as roles rank them) last.
+func pickMaster(masters []machine, first string) machine {
+	slices.SortFunc(masters, func(a, b machine) int { return strings.Compare(a.Name, b.Name) })
+	for _, m := range masters {
+		if m.Name != first {
+			return m
+		}
+	}
+	return masters[0]
+}
+
+// startSwap begins a master's replacement once every master reports
+// Ready with its etcd member: its role says Leave with HandOver from
+// here.
+func (e *engine) startSwap(p *pass, m machine) (time.Duration, error) {
+	name := p.rec.Spec.Name
+	var machines []machine
+	statuses := map[string]v1.Status{}
+	err := e.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if machines, err = loadMachines(tx, name); err != nil {
+			return err
+		}
+		for _, m := range machines {
+			if st, ok := tx.Status(m.Name); ok {
+				statuses[m.Name] = st
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var masters []machine
+	for _, mm := range machines {
+		if mm.Role == v1.RoleMaster && !mm.Remove {
+			masters = append(masters, mm)
+		}
+	}
+	if err := checkMasters(masters, statuses); err != nil {
+		// Not now: the next master waits for the cluster to be whole.
+		e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Waiting", Message: err.Error()})
+		return leavePoll, nil
+	}
+	e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Replacing",
+		Message: fmt.Sprintf("to %s (Kubernetes %s)", p.rec.Upgrade.Image, p.rec.Upgrade.KubernetesVersion)})
+	now := e.cfg.Now().UTC()
+	return 0, e.updateMachine(p, m.Name, func(m *machine) (v1.Event, error) {
+		image, template, snapshot := m.source(p.rec)
+		m.Swap = &swap{Step: swapHandOver, StartedAt: now, HandOverBy: now.Add(e.cfg.LeaveTimeout),
+			OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
+			OldVersion: m.kubernetesVersion(p.rec), MemberID: statuses[m.Name].EtcdMemberID}
+		return v1.Event{Type: "Normal", Node: m.Name, Reason: "Upgrade", Message: fmt.Sprintf(
+			"%s: replacing its VM %s by a clone of %s that takes its data disk (etcd member %s); first it hands over",
+			m.Name, m.VM, p.rec.Upgrade.Image, m.Swap.MemberID)}, nil
+	})
+}
+
+// checkMasters says why a master may not be replaced now: every master
+// must report Ready, healthy, as a distinct etcd member.
+func checkMasters(masters []machine, statuses map[string]v1.Status) error {
+	members := map[string]string{}
+	for _, m := range masters {
+		st, ok := statuses[m.Name]
+		switch {
+		case !m.settled() || m.Failed:
+			return fmt.Errorf("master %s is not provisioned (step %q)", m.Name, m.Step)
+		case !ok || st.Phase != v1.PhaseReady:
+			return fmt.Errorf("master %s is not Ready (%s)", m.Name, agentReport(st, ok))
+		case st.KubernetesNode != nil && st.KubernetesNode.Ready != "True":
+			return fmt.Errorf("the Kubernetes Node %s is %s", m.Name, kubernetesReady(st.KubernetesNode.Ready))
+		case st.EtcdMemberID == "":
+			return fmt.Errorf("master %s reports no etcd member", m.Name)
+		case members[st.EtcdMemberID] != "":
+			return fmt.Errorf("masters %s and %s report the same etcd member %s", members[st.EtcdMemberID], m.Name, st.EtcdMemberID)
+		}
+		if bad := unhealthyComponents(st); len(bad) > 0 {
+			return fmt.Errorf("master %s reports %s unhealthy", m.Name, strings.Join(bad, ", "))
+		}
+		members[st.EtcdMemberID] = m.Name
+	}
+	return nil
+}
+
+// advanceSurge moves the worker replacements on: an old worker whose
+// surge worker reports Ready leaves and goes (the removal's own steps:
+// drain, power off, destroy), and free surge slots get new workers for
+// the next old ones. It reports whether every worker is done.
+func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, oldWorkers []machine, inflight int) (bool, error) {
+	rec, u := p.rec, p.rec.Upgrade
+	byName := map[string]machine{}
+	for _, m := range machines {
+		byName[m.Name] = m
+	}
+	now := e.cfg.Now().UTC()
+	for _, old := range machines {
+		if old.Remove || old.ReplacedBy == "" {
+			continue
+		}
+		surge, ok := byName[old.ReplacedBy]
+		if !ok || !surge.settled() {
+			continue
+		}
+		st, reported := e.status(surge.Name)
+		if !reported || st.Phase != v1.PhaseReady || st.KubernetesNode != nil && st.KubernetesNode.Ready != "True" {
+			continue
+		}
+		err := e.cfg.Store.Update(func(tx *store.Tx) error {
+			if err := markRemoved(tx, rec.Spec.Name, old.Name, false, now.Add(e.cfg.LeaveTimeout)); err != nil {
+				return err
+			}
+			if err := putRoles(tx, rec, p.sec); err != nil {
+				return err
+			}
+			_, err := addEvent(tx, rec.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: old.Name, Reason: "Upgrade",
+				Message: fmt.Sprintf("%s: its replacement %s (image %s) is Ready; %s drains and goes", old.Name, surge.Name, u.Image, old.Name)})
+			return err
+		})
+		if err != nil {
+			return false, err
+		}
+		e.cfg.Notify(NotifyKey(rec.Spec.Name))
+	}
+	slots := u.MaxSurge - inflight
+	if slots <= 0 || len(oldWorkers) == 0 {
+		return len(oldWorkers) == 0 && inflight == 0, nil
+	}
+	slices.SortFunc(oldWorkers, cmpCreated)
+	olds := oldWorkers[:min(slots, len(oldWorkers))]
+	target := *rec
+	target.Template, target.Snapshot, target.TemplateBytes = u.Template, u.Snapshot, u.TemplateBytes
+	target.Spec.Image, target.Spec.KubernetesVersion = u.Image, u.KubernetesVersion
+	var add []machine
+	for range olds {
+		add = append(add, target.newMachine(v1.RoleWorker, now))
+	}
+	if err := precheck(ctx, p.vc, &target, add); err != nil {
+		e.condition(rec.Spec.Name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "NoRoom", Message: err.Error()})
+		return false, nil
+	}
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		cur, err := loadCluster(tx, rec.Spec.Name)
+		if err != nil {
+			return err
+		}
+		cur.WorkerSeq = target.WorkerSeq
+		if err := tx.Put(store.Clusters, cur.Spec.Name, cur); err != nil {
+			return err
+		}
+		var provider v1.Provider
+		if err := tx.Get(store.Providers, cur.Spec.Provider, &provider); err != nil {
+			return err
+		}
+		for i, old := range olds {
+			add[i].ReplaceOf = old.Name
+			old.ReplacedBy = add[i].Name
+			if err := putMachine(tx, &old); err != nil {
+				return err
+			}
+		}
+		if err := allocateIPs(tx, &provider, add); err != nil {
+			return err
+		}
+		if err := addMachines(tx, cur, p.sec, add, now); err != nil {
+			return err
+		}
+		for i, old := range olds {
+			if _, err := addEvent(tx, cur.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: add[i].Name, Reason: "Upgrade",
+				Message: fmt.Sprintf("%s: a new worker of image %s, to replace %s", add[i].Name, u.Image, old.Name)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	e.cfg.Notify(NotifyKey(rec.Spec.Name))
+	return false, nil
+}
+
+// abortSurge takes back the surge workers whose old worker still serves:
+// they leave and go, and the old one stays.
+func (e *engine) abortSurge(p *pass, machines []machine) error {
+	now := e.cfg.Now().UTC()
+	for _, old := range machines {
+		if old.Remove || old.ReplacedBy == "" {
+			continue
+		}
+		err := e.cfg.Store.Update(func(tx *store.Tx) error {
+			surge := old.ReplacedBy
+			old.ReplacedBy = ""
+			if err := putMachine(tx, &old); err != nil {
+				return err
+			}
+			if err := markRemoved(tx, p.rec.Spec.Name, surge, false, now.Add(e.cfg.LeaveTimeout)); err != nil {
+				return err
+			}
+			if err := putRoles(tx, p.rec, p.sec); err != nil {
+				return err
+			}
+			_, err := addEvent(tx, p.rec.Spec.Name, v1.Event{Time: now, Type: "Warning", Node: surge, Reason: "UpgradeAborted",
+				Message: fmt.Sprintf("%s: the upgrade was aborted; this surge worker goes and %s stays", surge, old.Name)})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// updateMachine changes one stored machine and recomputes the roles, with
+// the event fn returns, in one transaction.
+func (e *engine) updateMachine(p *pass, node string, fn func(m *machine) (v1.Event, error)) error {
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		var m machine
+		if err := tx.Get(store.Machines, machineKey(p.rec.Spec.Name, node), &m); err != nil {
+			return err
+		}
+		ev, err := fn(&m)
+		if err != nil {
+			return err
+		}
+		if err := putMachine(tx, &m); err != nil {
+			return err
+		}
+		if err := putRoles(tx, p.rec, p.sec); err != nil {
+			return err
+		}
+		ev.Time = e.cfg.Now().UTC()
+		_, err = addEvent(tx, p.rec.Spec.Name, ev)
+		return err
+	})
+	if err == nil {
+		e.cfg.Notify(NotifyKey(p.rec.Spec.Name))
+	}
+	return err
+}
+
+// stopUpgrade ends the running upgrade in state, with msg; a success makes
+// the new image and version the cluster's, and a rolled-back machine's
+// finished swap is cleared.
+func (e *engine) stopUpgrade(p *pass, rolledBack *machine, state, msg string) error {
+	name := p.rec.Spec.Name
+	now := e.cfg.Now().UTC()
+	var gen int64
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		cur, err := loadCluster(tx, name)
+		if err != nil {
+			return err
+		}
+		u := cur.Upgrade
+		if !u.running() {
+			return nil
+		}
+		u.State, u.Message, u.FinishedAt = state, msg, now
+		if state == v1.UpgradeSucceeded {
+			cur.Spec.Image, cur.Spec.KubernetesVersion = u.Image, u.KubernetesVersion
+			cur.Template, cur.Snapshot, cur.TemplateBytes = u.Template, u.Snapshot, u.TemplateBytes
+		}
+		gen = cur.Generation
+		if state == v1.UpgradeSucceeded {
+			cur.Conditions = removeCondition(cur.Conditions, v1.ConditionUpgrading)
+		} else {
+			cur.Conditions = setCondition(cur.Conditions, v1.Condition{Type: v1.ConditionUpgrading, Status: "False", Reason: state, Message: msg}, now)
+		}
+		if err := tx.Put(store.Clusters, name, cur); err != nil {
+			return err
+		}
+		if rolledBack != nil {
+			var m machine
+			if err := tx.Get(store.Machines, machineKey(name, rolledBack.Name), &m); err != nil {
+				return err
+			}
+			m.Swap = nil
+			if err := putMachine(tx, &m); err != nil {
+				return err
+			}
+		}
+		if err := putRoles(tx, cur, p.sec); err != nil {
+			return err
+		}
+		typ := "Warning"
+		if state == v1.UpgradeSucceeded {
+			typ = "Normal"
+		}
+		_, err = addEvent(tx, name, v1.Event{Time: now, Type: typ, Reason: "Upgrade" + state, Message: "upgrade " + strings.ToLower(state) + ": " + msg})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	opState := v1.OperationFailed
+	if state == v1.UpgradeSucceeded {
+		opState = v1.OperationSucceeded
+	}
+	e.finishOperations(name, gen, opState, "upgrade "+strings.ToLower(state)+": "+msg)
+	e.cfg.Log.Info("upgrade finished", "cluster", name, "state", state, "message", msg)
+	return nil
+}

@@ -1,0 +1,379 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/vsphere"
+)
+
+// fleet stands in for the agents of a cluster's VMs, which cannot run
+// inside this test (TestLab runs the real ones): each powered-on VM
+// enrolls with the bootstrap in its guestinfo, as its agent would, and
+// reports through its own certificate. A master's etcd member is its data
+// disk's: the VM that has the disk attached reports that member, so that
+// a replacement comes back as the same member only if the disk really
+// moved. A node whose role says Leave reports Left; a VM of a bad image
+// never gets Ready. Meanwhile it checks that no data disk is ever on two
+// VMs at once.
+type fleet struct {
+	e        *clusterEnv
+	cluster  string
+	badImage string
+
+	mu         sync.Mutex
+	agents     map[string]*http.Client // by VM reference
+	handOvers  map[string]bool         // nodes whose role said HandOver
+	order      []string                // the nodes that handed over, in order
+	diskShared string                  // the first disk seen on two VMs
+	stop       context.CancelFunc
+	done       chan struct{}
+}
+
+func (e *clusterEnv) startFleet(cluster string) *fleet {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fleet{e: e, cluster: cluster, agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for ctx.Err() == nil {
+			f.tick()
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	e.t.Cleanup(f.halt)
+	return f
+}
+
+func (f *fleet) halt() {
+	f.stop()
+	<-f.done
+}
+
+// memberOf is the etcd member a data disk holds.
+func memberOf(disk string) string {
+	sum := sha256.Sum256([]byte(disk))
+	return hex.EncodeToString(sum[:8])
+}
+
+func dataDiskOf(vm mo.VirtualMachine) string {
+	for _, d := range object.VirtualDeviceList(vm.Config.Hardware.Device).SelectByType((*types.VirtualDisk)(nil)) {
+		if name := diskFileName(d); strings.Contains(name, "harmony-data/") {
+			return name
+		}
+	}
+	return ""
+}
+
+func (f *fleet) tick() {
+	t := f.e.t
+	vms, err := f.e.readVMs(f.cluster)
+	if err != nil {
+		return // a VM went while it was read: the next tick sees the folder settled
+	}
+	users := map[string]int{}
+	for name, vm := range vms {
+		if disk := dataDiskOf(vm); disk != "" {
+			users[disk]++
+			if users[disk] > 1 {
+				f.mu.Lock()
+				if f.diskShared == "" {
+					f.diskShared = disk + " (seen on " + name + " and another VM)"
+				}
+				f.mu.Unlock()
+			}
+		}
+		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn || strings.HasSuffix(name, "-old") {
+			continue
+		}
+		agent := f.agent(name, vm)
+		if agent == nil {
+			continue
+		}
+		r := doJSON(t, agent, "GET", f.e.tc.url+v1.PathNodeRole+"?after=0&wait=0s", nil)
+		if r.status != http.StatusOK {
+			continue // a node being removed, say
+		}
+		var role v1.Role
+		r.decode(t, &role)
+		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady, ObservedRevision: role.Revision,
+			KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True", KubeletVersion: role.Versions.Kubernetes, ObservedAt: time.Now()}}
+		if role.Role == v1.RoleMaster {
+			if disk := dataDiskOf(vm); disk != "" {
+				st.EtcdMemberID = memberOf(disk)
+			}
+			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
+		}
+		switch {
+		case role.Leave != nil:
+			st.Phase, st.KubernetesNode = v1.PhaseLeft, nil
+			if role.Leave.HandOver {
+				f.mu.Lock()
+				if !f.handOvers[name] {
+					f.order = append(f.order, name)
+				}
+				f.handOvers[name] = true
+				f.mu.Unlock()
+			}
+		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage:
+			st.Phase = v1.PhaseConverging
+			st.Components = append(st.Components, v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"})
+		}
+		doJSON(t, agent, "POST", f.e.tc.url+v1.PathNodeStatus, st)
+	}
+}
+
+// agent returns the VM's agent, enrolling it first with its guestinfo
+// bootstrap.
+func (f *fleet) agent(name string, vm mo.VirtualMachine) *http.Client {
+	f.mu.Lock()
+	a, ok := f.agents[vm.Self.Value]
+	f.mu.Unlock()
+	if ok {
+		return a
+	}
+	encoded := extraConfig(vm, "guestinfo.harmony.bootstrap")
+	data, err := base64.StdEncoding.DecodeString(encoded)
+	if encoded == "" || err != nil {
+		return nil
+	}
+	var b v1.Bootstrap
+	if json.Unmarshal(data, &b) != nil {
+		return nil
+	}
+	var n v1.Node
+	doJSON(f.e.t, f.e.tc.admin, "GET", f.e.tc.url+v1.PathNodes+"/"+name, nil).decode(f.e.t, &n)
+	if len(n.IPs) == 0 {
+		return nil
+	}
+	csr, key := makeCSR(f.e.t, csrOptions{cn: name, dnsNames: []string{name}, ips: []net.IP{net.ParseIP(n.IPs[0])}})
+	r, cert := f.e.tc.enroll(b.Token, csr, key)
+	if r.status != http.StatusOK {
+		return nil
+	}
+	a = f.e.tc.certClient(cert)
+	f.mu.Lock()
+	f.agents[vm.Self.Value] = a
+	f.mu.Unlock()
+	return a
+}
+
+// upgradeCheck is the state of a cluster's VMs that an upgrade must keep:
+// each node's BIOS UUID, and each master's data disk and member.
+type upgradeCheck struct {
+	uuid, disk map[string]string
+}
+
+func (e *clusterEnv) snapshotVMs(cluster string) upgradeCheck {
+	c := upgradeCheck{uuid: map[string]string{}, disk: map[string]string{}}
+	for name, vm := range e.vms(cluster) {
+		c.uuid[name] = vm.Config.Uuid
+		c.disk[name] = dataDiskOf(vm)
+	}
+	return c
+}
+
+func (e *clusterEnv) cluster(name string) v1.Cluster {
+	e.t.Helper()
+	var cl v1.Cluster
+	doJSON(e.t, e.tc.admin, "GET", e.tc.url+v1.PathClusters+"/"+name, nil).decode(e.t, &cl)
+	return cl
+}
+
+func (e *clusterEnv) waitAllReady(cluster string) {
+	e.t.Helper()
+	waitFor(e.t, "every node of "+cluster+" Ready", func() bool {
+		cl := e.cluster(cluster)
+		for _, n := range cl.Status.Nodes {
+			if n.Phase != "Ready" {
+				return false
+			}
+		}
+		return len(cl.Status.Nodes) > 0
+	})
+}
+
+// An upgrade replaces every VM with a clone of the new image: masters one
+// at a time, each handing over and then giving its data disk (and so its
+// etcd member) to its replacement, which keeps the name, address and BIOS
+// UUID; the worker is surged. Nothing is refused that should pass, and
+// every check refuses what it should first.
+func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	spec := e.spec("up", 3, 1)
+	spec.KubernetesVersion = "v1.33.4"
+	e.do("POST", v1.PathClusters, spec)
+	path := v1.PathClusters + "/up/upgrade"
+
+	// Refused before anything changes, each naming its field.
+	for _, c := range []struct {
+		req    v1.UpgradeRequest
+		status int
+		code   string
+		field  string
+	}{
+		{v1.UpgradeRequest{Image: newImage}, http.StatusUnprocessableEntity, v1.CodePrecheckFailed, "nodes"}, // no agent reported yet
+		{v1.UpgradeRequest{}, http.StatusBadRequest, v1.CodeBadRequest, "image"},
+		{v1.UpgradeRequest{Image: newImage, MaxSurge: 51}, http.StatusBadRequest, v1.CodeBadRequest, "maxSurge"},
+		{v1.UpgradeRequest{Abort: true, Image: newImage}, http.StatusBadRequest, v1.CodeBadRequest, "image"},
+		{v1.UpgradeRequest{Abort: true}, http.StatusConflict, v1.CodeConflict, ""},
+	} {
+		r := doJSON(t, e.tc.admin, "POST", e.tc.url+path, c.req)
+		r.wantStatus(t, c.status, c.code)
+		if r.err.Field != c.field {
+			t.Errorf("%+v: field %q, want %q (%s)", c.req, r.err.Field, c.field, r.err.Message)
+		}
+	}
+
+	fl := e.startFleet("up")
+	e.waitAllReady("up")
+	for _, c := range []struct {
+		req   v1.UpgradeRequest
+		code  string
+		field string
+	}{
+		{v1.UpgradeRequest{Image: "nope"}, v1.CodeBadRequest, "image"},
+		{v1.UpgradeRequest{Image: e.image}, v1.CodeConflict, "image"},
+		{v1.UpgradeRequest{Image: newImage, KubernetesVersion: "v1.35.0"}, v1.CodeBadRequest, "kubernetesVersion"}, // not in the image
+	} {
+		r := doJSON(t, e.tc.admin, "POST", e.tc.url+path, c.req)
+		if r.err.Code != c.code || r.err.Field != c.field {
+			t.Errorf("%+v: %d %s field %q, want %s field %q", c.req, r.status, r.err.Code, r.err.Field, c.code, c.field)
+		}
+	}
+
+	before := e.snapshotVMs("up")
+	op := e.start("POST", path, v1.UpgradeRequest{Image: newImage, KubernetesVersion: "v1.34.2"})
+	// While it runs, nothing else may change the cluster.
+	two := 2
+	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/up/scale", v1.ScaleRequest{Workers: &two}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("upgrade: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+
+	after := e.snapshotVMs("up")
+	vms := e.vms("up")
+	for _, m := range []string{"up-m1", "up-m2", "up-m3"} {
+		vm, ok := vms[m]
+		switch {
+		case !ok:
+			t.Errorf("%s has no VM after the upgrade", m)
+			continue
+		case extraConfig(vm, vsphere.TagImage) != newImage:
+			t.Errorf("%s runs image %q, want %q", m, extraConfig(vm, vsphere.TagImage), newImage)
+		case after.disk[m] == "" || after.disk[m] != before.disk[m]:
+			t.Errorf("%s has data disk %q, had %q", m, after.disk[m], before.disk[m])
+		case after.uuid[m] != before.uuid[m]:
+			t.Errorf("%s has BIOS UUID %s, had %s", m, after.uuid[m], before.uuid[m])
+		case !fl.handOvers[m]:
+			t.Errorf("%s's role never said HandOver", m)
+		}
+		if !e.dataDiskExists(after.disk[m]) {
+			t.Errorf("%s's data disk file %s is gone", m, after.disk[m])
+		}
+	}
+	if fl.diskShared != "" {
+		t.Errorf("a data disk was on two VMs at once: %s", fl.diskShared)
+	}
+	// The worker was surged: a new one of the new image, the old one gone.
+	if _, ok := vms["up-w1"]; ok {
+		t.Error("the old worker up-w1 is still there")
+	}
+	if vm, ok := vms["up-w2"]; !ok || extraConfig(vm, vsphere.TagImage) != newImage {
+		t.Errorf("no surge worker up-w2 of %s: %v", newImage, keys(vms))
+	}
+	if len(vms) != 4 {
+		t.Errorf("VMs after the upgrade: %v, want the 3 masters and 1 worker (no old VM left)", keys(vms))
+	}
+	cl := e.cluster("up")
+	if cl.Spec.Image != newImage || cl.Spec.KubernetesVersion != "v1.34.2" || cl.Spec.Workers != 1 {
+		t.Errorf("spec after the upgrade: image %s, version %s, workers %d", cl.Spec.Image, cl.Spec.KubernetesVersion, cl.Spec.Workers)
+	}
+	if u := cl.Status.Upgrade; u == nil || u.State != v1.UpgradeSucceeded || u.Upgraded != 4 || u.Nodes != 4 || u.FromKubernetesVersion != "v1.33.4" {
+		t.Errorf("upgrade status %+v", u)
+	}
+	// Masters went one at a time, the first master last.
+	if got := strings.Join(fl.order, ","); got != "up-m2,up-m3,up-m1" {
+		t.Errorf("masters handed over in the order %s, want up-m2, up-m3, up-m1", got)
+	}
+	for _, text := range []string{"handed over", "renamed up-m1-old", "the old VM's data disk", "the new VM serves", "replaced by a VM of image"} {
+		e.event("up", "up-m1", text)
+	}
+	// Every role now carries the new version.
+	for _, n := range cl.Status.Nodes {
+		var r v1.Role
+		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+n.Name+"/role", nil).decode(t, &r)
+		if r.Versions.Kubernetes != "v1.34.2" || r.Cluster.KubernetesVersion != "v1.34.2" || r.Leave != nil {
+			t.Errorf("role of %s after the upgrade: version %s/%s, leave %+v", r.NodeName, r.Versions.Kubernetes, r.Cluster.KubernetesVersion, r.Leave)
+		}
+	}
+}
+
+// A replacement that never gets Ready is rolled back: the new VM goes,
+// and the old VM gets its name and data disk back and powers on; the
+// upgrade stops, saying which node and why.
+func TestUpgradeRollsBackAReplacementThatIsNotReady(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = 5 * time.Second })
+	bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
+	e.do("POST", v1.PathClusters, e.spec("rb", 3, 0))
+	fl := e.startFleet("rb")
+	fl.badImage = bad
+	e.waitAllReady("rb")
+	before := e.snapshotVMs("rb")
+	oldRef := e.vms("rb")["rb-m2"].Self.Value
+
+	op := e.start("POST", v1.PathClusters+"/rb/upgrade", v1.UpgradeRequest{Image: bad})
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rb-m2 was rolled back") || !strings.Contains(got.Message, "not Ready within 5s") {
+		t.Fatalf("upgrade to a bad image: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	vms := e.vms("rb")
+	vm, ok := vms["rb-m2"]
+	switch {
+	case !ok:
+		t.Fatalf("no rb-m2 after the rollback: %v", keys(vms))
+	case vm.Self.Value != oldRef:
+		t.Errorf("rb-m2 is VM %s, want the old VM %s back", vm.Self.Value, oldRef)
+	case vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn:
+		t.Errorf("the old rb-m2 is %s after the rollback", vm.Runtime.PowerState)
+	case dataDiskOf(vm) != before.disk["rb-m2"]:
+		t.Errorf("the old rb-m2 has data disk %q, want %q", dataDiskOf(vm), before.disk["rb-m2"])
+	}
+	if len(vms) != 3 {
+		t.Errorf("VMs after the rollback: %v, want the 3 masters", keys(vms))
+	}
+	if fl.diskShared != "" {
+		t.Errorf("a data disk was on two VMs at once: %s", fl.diskShared)
+	}
+	cl := e.cluster("rb")
+	if u := cl.Status.Upgrade; u == nil || u.State != v1.UpgradeRolledBack || cl.Spec.Image != e.image {
+		t.Errorf("after the rollback: spec image %s, upgrade %+v", cl.Spec.Image, u)
+	}
+	for _, n := range cl.Status.Nodes {
+		if n.Image != e.image || n.Upgrade != "" {
+			t.Errorf("node %s after the rollback: image %s, upgrade %q", n.Name, n.Image, n.Upgrade)
+		}
+	}
+	if ev := e.event("rb", "rb-m2", "rolled back: the old VM"); ev.Type != "Warning" {
+		t.Errorf("rollback event %+v", ev)
+	}
+}
