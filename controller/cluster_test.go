@@ -40,6 +40,17 @@ type clusterEnv struct {
 	sim   *vcsim.Sim
 	vc    *govmomi.Client
 	image string
+	// mutate is the controller's configuration, for restart.
+	mutate []func(*Config)
+}
+
+// restart stops the controller (its engine's context ends: a step in
+// flight is cut off and not recorded) and starts a new one on the same
+// data.
+func (e *clusterEnv) restart() {
+	e.t.Helper()
+	e.tc.shutdown()
+	e.tc = startController(e.t, e.tc.dir, e.mutate...)
 }
 
 func testPool() *v1.IPPool {
@@ -49,7 +60,13 @@ func testPool() *v1.IPPool {
 
 func newClusterEnv(t *testing.T, mutate ...func(*Config)) *clusterEnv {
 	t.Helper()
-	sim, err := vcsim.Start(vcsim.Options{})
+	return newClusterEnvOn(t, vcsim.Options{}, mutate...)
+}
+
+// newClusterEnvOn is newClusterEnv on a simulator made with opts.
+func newClusterEnvOn(t *testing.T, opts vcsim.Options, mutate ...func(*Config)) *clusterEnv {
+	t.Helper()
+	sim, err := vcsim.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +83,7 @@ func newClusterEnv(t *testing.T, mutate ...func(*Config)) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &clusterEnv{t: t, tc: tc, sim: sim, vc: vc}
+	env := &clusterEnv{t: t, tc: tc, sim: sim, vc: vc, mutate: mutate}
 	r := doJSON(t, tc.admin, "PUT", tc.url+v1.PathProviders+"/lab", sim.Provider("lab", testPool()))
 	if r.status != http.StatusCreated {
 		t.Fatalf("apply provider: %d %s", r.status, r.body)

@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -19,6 +23,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/vsphere"
+	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
 // fleet stands in for the agents of a cluster's VMs, which cannot run
@@ -34,8 +39,11 @@ type fleet struct {
 	e        *clusterEnv
 	cluster  string
 	badImage string
+	pool     *x509.CertPool
 
 	mu         sync.Mutex
+	url        string       // the controller's, which a restart changes
+	admin      *http.Client // to read node records
 	agents     map[string]*http.Client // by VM reference
 	handOvers  map[string]bool         // nodes whose role said HandOver
 	order      []string                // the nodes that handed over, in order
@@ -46,7 +54,10 @@ type fleet struct {
 
 func (e *clusterEnv) startFleet(cluster string) *fleet {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fleet{e: e, cluster: cluster, agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	pool := x509.NewCertPool()
+	pool.AddCert(e.tc.c.CA().Certificate())
+	f := &fleet{e: e, cluster: cluster, pool: pool, url: e.tc.url, admin: e.tc.admin,
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for ctx.Err() == nil {
@@ -61,9 +72,44 @@ func (e *clusterEnv) startFleet(cluster string) *fleet {
 	return f
 }
 
+// follow points the fleet at a restarted controller (same data, same CA).
+func (f *fleet) follow(tc *testController) {
+	f.mu.Lock()
+	f.url, f.admin = tc.url, tc.admin
+	f.mu.Unlock()
+}
+
 func (f *fleet) halt() {
 	f.stop()
 	<-f.done
+}
+
+// call is a request that may fail (the controller restarting) without
+// failing the test: the fleet tries again on its next tick.
+func call(client *http.Client, method, url string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, err
+		}
+	}
+	return resp.StatusCode, nil
 }
 
 // memberOf is the etcd member a data disk holds.
@@ -82,11 +128,13 @@ func dataDiskOf(vm mo.VirtualMachine) string {
 }
 
 func (f *fleet) tick() {
-	t := f.e.t
 	vms, err := f.e.readVMs(f.cluster)
 	if err != nil {
 		return // a VM went while it was read: the next tick sees the folder settled
 	}
+	f.mu.Lock()
+	url := f.url
+	f.mu.Unlock()
 	users := map[string]int{}
 	for name, vm := range vms {
 		if disk := dataDiskOf(vm); disk != "" {
@@ -106,12 +154,10 @@ func (f *fleet) tick() {
 		if agent == nil {
 			continue
 		}
-		r := doJSON(t, agent, "GET", f.e.tc.url+v1.PathNodeRole+"?after=0&wait=0s", nil)
-		if r.status != http.StatusOK {
-			continue // a node being removed, say
-		}
 		var role v1.Role
-		r.decode(t, &role)
+		if code, err := call(agent, "GET", url+v1.PathNodeRole+"?after=0&wait=0s", nil, &role); err != nil || code != http.StatusOK {
+			continue // a node being removed, or the controller restarting
+		}
 		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady, ObservedRevision: role.Revision,
 			KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True", KubeletVersion: role.Versions.Kubernetes, ObservedAt: time.Now()}}
 		if role.Role == v1.RoleMaster {
@@ -135,7 +181,7 @@ func (f *fleet) tick() {
 			st.Phase = v1.PhaseConverging
 			st.Components = append(st.Components, v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"})
 		}
-		doJSON(t, agent, "POST", f.e.tc.url+v1.PathNodeStatus, st)
+		_, _ = call(agent, "POST", url+v1.PathNodeStatus, st, nil)
 	}
 }
 
@@ -144,30 +190,35 @@ func (f *fleet) tick() {
 func (f *fleet) agent(name string, vm mo.VirtualMachine) *http.Client {
 	f.mu.Lock()
 	a, ok := f.agents[vm.Self.Value]
+	url, admin := f.url, f.admin
 	f.mu.Unlock()
 	if ok {
 		return a
 	}
-	encoded := extraConfig(vm, "guestinfo.harmony.bootstrap")
-	data, err := base64.StdEncoding.DecodeString(encoded)
-	if encoded == "" || err != nil {
-		return nil
-	}
+	data, err := base64.StdEncoding.DecodeString(extraConfig(vm, "guestinfo.harmony.bootstrap"))
 	var b v1.Bootstrap
-	if json.Unmarshal(data, &b) != nil {
+	if err != nil || json.Unmarshal(data, &b) != nil {
 		return nil
 	}
 	var n v1.Node
-	doJSON(f.e.t, f.e.tc.admin, "GET", f.e.tc.url+v1.PathNodes+"/"+name, nil).decode(f.e.t, &n)
-	if len(n.IPs) == 0 {
+	if code, err := call(admin, "GET", url+v1.PathNodes+"/"+name, nil, &n); err != nil || code != http.StatusOK || len(n.IPs) == 0 {
 		return nil
 	}
 	csr, key := makeCSR(f.e.t, csrOptions{cn: name, dnsNames: []string{name}, ips: []net.IP{net.ParseIP(n.IPs[0])}})
-	r, cert := f.e.tc.enroll(b.Token, csr, key)
-	if r.status != http.StatusOK {
+	var resp v1.CertificateResponse
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.pool}}, Timeout: 30 * time.Second}
+	if code, err := call(anon, "POST", url+v1.PathEnroll, v1.EnrollRequest{Token: b.Token, CSR: csr}, &resp); err != nil || code != http.StatusOK {
 		return nil
 	}
-	a = f.e.tc.certClient(cert)
+	certs, err := v1.ParseCertificatesPEM([]byte(resp.Certificate))
+	if err != nil {
+		return nil
+	}
+	cert := tls.Certificate{PrivateKey: key, Leaf: certs[0]}
+	for _, c := range certs {
+		cert.Certificate = append(cert.Certificate, c.Raw)
+	}
+	a = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.pool, Certificates: []tls.Certificate{cert}}}, Timeout: 30 * time.Second}
 	f.mu.Lock()
 	f.agents[vm.Self.Value] = a
 	f.mu.Unlock()
@@ -376,4 +427,134 @@ func TestUpgradeRollsBackAReplacementThatIsNotReady(t *testing.T) {
 	if ev := e.event("rb", "rb-m2", "rolled back: the old VM"); ev.Type != "Warning" {
 		t.Errorf("rollback event %+v", ev)
 	}
+}
+
+// assertUpgraded checks what every finished upgrade must leave: each
+// master on the new image with its own data disk and BIOS UUID, no data
+// disk ever on two VMs, no old VM left.
+func (e *clusterEnv) assertUpgraded(fl *fleet, cluster, image string, before upgradeCheck, masters []string, nodes int) {
+	e.t.Helper()
+	after := e.snapshotVMs(cluster)
+	vms := e.vms(cluster)
+	for _, m := range masters {
+		vm, ok := vms[m]
+		switch {
+		case !ok:
+			e.t.Errorf("%s has no VM after the upgrade", m)
+			continue
+		case extraConfig(vm, vsphere.TagImage) != image:
+			e.t.Errorf("%s runs image %q, want %q", m, extraConfig(vm, vsphere.TagImage), image)
+		case after.disk[m] == "" || after.disk[m] != before.disk[m]:
+			e.t.Errorf("%s has data disk %q, had %q", m, after.disk[m], before.disk[m])
+		case after.uuid[m] != before.uuid[m]:
+			e.t.Errorf("%s has BIOS UUID %s, had %s", m, after.uuid[m], before.uuid[m])
+		case vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn:
+			e.t.Errorf("%s is %s", m, vm.Runtime.PowerState)
+		}
+		if !e.dataDiskExists(after.disk[m]) {
+			e.t.Errorf("%s's data disk file %s is gone", m, after.disk[m])
+		}
+	}
+	if fl.diskShared != "" {
+		e.t.Errorf("a data disk was on two VMs at once: %s", fl.diskShared)
+	}
+	if len(vms) != nodes {
+		e.t.Errorf("VMs after the upgrade: %v, want %d (no old VM left)", keys(vms), nodes)
+	}
+}
+
+// A controller stopped again and again while it replaces masters (its
+// step in flight cut off, the vCenter action done or not, unrecorded)
+// resumes each time from the store, and the upgrade ends as one never
+// interrupted: same disks, same members, no disk on two VMs, no VM left
+// over.
+func TestUpgradeSurvivesControllerRestarts(t *testing.T) {
+	// Each vCenter call of a replacement takes a while, as on a real
+	// vCenter, so that restarts land inside them: the call goes through
+	// while the controller that made it is gone.
+	slow := map[string]int{}
+	for _, m := range []string{"PowerOffVM_Task", "PowerOnVM_Task", "ReconfigVM_Task", "Rename_Task", "CloneVM_Task", "Destroy_Task"} {
+		slow[m] = 300
+	}
+	e := newClusterEnvOn(t, vcsim.Options{MethodDelay: slow}, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("rs", 3, 0))
+	fl := e.startFleet("rs")
+	e.waitAllReady("rs")
+	before := e.snapshotVMs("rs")
+
+	op := e.start("POST", v1.PathClusters+"/rs/upgrade", v1.UpgradeRequest{Image: newImage})
+	interrupted := map[string]bool{}
+	restarts := 0
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		// Stop at varied points: 150 ms to 1 s after the last start.
+		time.Sleep(time.Duration(150+restarts*170%850) * time.Millisecond)
+		var got v1.Operation
+		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathOperations+"/"+op.ID, nil).decode(t, &got)
+		if got.Done() {
+			if got.State != v1.OperationSucceeded {
+				t.Fatalf("upgrade: %s: %s", got.State, got.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upgrade did not finish after %d restarts: %+v", restarts, got.Nodes)
+		}
+		for _, n := range e.cluster("rs").Status.Nodes {
+			if n.Upgrade != "" {
+				interrupted[n.Upgrade+"/"+n.Step] = true
+			}
+		}
+		e.restart()
+		fl.follow(e.tc)
+		restarts++
+	}
+	fl.halt()
+	t.Logf("%d restarts, at %v", restarts, keys(interrupted))
+	if restarts < 4 {
+		t.Errorf("only %d restarts during the upgrade", restarts)
+	}
+	e.assertUpgraded(fl, "rs", newImage, before, []string{"rs-m1", "rs-m2", "rs-m3"}, 3)
+}
+
+// An admin's abort turns the replacement under way around: the new VM
+// goes, the old one serves again with its disk, and the upgrade ends
+// Aborted.
+func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = 10 * time.Minute })
+	bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
+	e.do("POST", v1.PathClusters, e.spec("ab", 3, 0))
+	fl := e.startFleet("ab")
+	fl.badImage = bad
+	e.waitAllReady("ab")
+	before := e.snapshotVMs("ab")
+	oldRef := e.vms("ab")["ab-m2"].Self.Value
+
+	op := e.start("POST", v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Image: bad})
+	waitFor(t, "ab-m2's new VM waiting to get Ready", func() bool {
+		for _, n := range e.cluster("ab").Status.Nodes {
+			if n.Name == "ab-m2" && n.Upgrade == "Verifying" {
+				return true
+			}
+		}
+		return false
+	})
+	abort := e.start("POST", v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true})
+	if abort.ID != op.ID {
+		t.Errorf("the abort answered operation %s, want the upgrade's %s", abort.ID, op.ID)
+	}
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rolled back") || !strings.Contains(got.Message, "aborted by") {
+		t.Fatalf("aborted upgrade: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	if vm := e.vms("ab")["ab-m2"]; vm.Self.Value != oldRef {
+		t.Errorf("ab-m2 is VM %s after the abort, want the old %s", vm.Self.Value, oldRef)
+	}
+	e.assertUpgraded(fl, "ab", e.image, before, []string{"ab-m1", "ab-m2", "ab-m3"}, 3)
+	if u := e.cluster("ab").Status.Upgrade; u == nil || u.State != v1.UpgradeAborted {
+		t.Errorf("upgrade after the abort: %+v", u)
+	}
+	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
 }

@@ -348,7 +348,11 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 
 	switch {
 	case rolledBack != nil:
-		return 0, e.stopUpgrade(p, rolledBack, v1.UpgradeRolledBack,
+		state := v1.UpgradeRolledBack
+		if u.Abort {
+			state = v1.UpgradeAborted
+		}
+		return 0, e.stopUpgrade(p, rolledBack, state,
 			fmt.Sprintf("%s was rolled back to its old VM: %s", rolledBack.Name, rolledBack.Swap.Why))
 	case swapping != nil:
 		return leavePoll, nil // its machine's own steps move it
