@@ -42,8 +42,8 @@ type fleet struct {
 	pool     *x509.CertPool
 
 	mu         sync.Mutex
-	url        string       // the controller's, which a restart changes
-	admin      *http.Client // to read node records
+	url        string                  // the controller's, which a restart changes
+	admin      *http.Client            // to read node records
 	agents     map[string]*http.Client // by VM reference
 	handOvers  map[string]bool         // nodes whose role said HandOver
 	order      []string                // the nodes that handed over, in order
