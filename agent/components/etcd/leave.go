@@ -33,6 +33,9 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 		}
 		return st
 	}
+	if role.Leave != nil && role.Leave.HandOver {
+		return c.handOverMember(ctx, host, role, st)
+	}
 	marker := host.LeftMarker(Name)
 	if note, ok := marker.Left(); ok {
 		c.metrics.disable()
@@ -157,5 +160,53 @@ func (c *Component) handOver(ctx context.Context, cl *Client, local string, self
 
 func leaveFailed(st reconcile.Status, err error) reconcile.Status {
 	st.Phase, st.Healthy, st.Message = reconcile.PhaseFailed, false, err.Error()
+	return st
+}
+
+// handOverMember takes the local member out of service for a VM that
+// replaces this one and takes its data disk: leadership moves to another
+// member first (the replacement costs at most one election, this one),
+// then the unit stops, so the data on the disk is left cleanly. The member
+// stays in the cluster: the new VM starts it again from the same data. No
+// marker is set: if the replacement is rolled back, this VM starts the
+// member again itself.
+func (c *Component) handOverMember(ctx context.Context, host *reconcile.Host, role *v1.Role, st reconcile.Status) reconcile.Status {
+	if err := c.cfg.check(); err != nil {
+		return leaveFailed(st, err)
+	}
+	s, err := settingsFrom(role)
+	if err != nil {
+		return leaveFailed(st, fmt.Errorf("role: %w", err))
+	}
+	tlsConfig, err := clientTLS(host, s)
+	if err != nil {
+		return leaveFailed(st, err)
+	}
+	cl := newClient(tlsConfig, c.cfg.DialContext, c.cfg.RequestTimeout)
+	defer cl.Close()
+	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	note := "the member was not running; its data stays for the new VM"
+	if status, err := cl.Status(ctx, local); err == nil {
+		note = fmt.Sprintf("member %x stopped for its replacement, still in the cluster; its data stays for the new VM", status.MemberID)
+		if status.Leader == status.MemberID {
+			_, members, err := c.findCluster(ctx, cl, s)
+			if err != nil {
+				return leaveFailed(st, err)
+			}
+			target, err := c.handOver(ctx, cl, local, status.MemberID, members)
+			if err != nil {
+				return leaveFailed(st, err)
+			}
+			st.Actions = append(st.Actions, fmt.Sprintf("moved leadership to %x (%s)", target.ID, target.Name))
+			logger(host).Info("moved etcd leadership for a hand-over", "from", fmt.Sprintf("%x", status.MemberID), "to", fmt.Sprintf("%x", target.ID))
+		}
+	}
+	stopped, err := host.StopUnit(ctx, UnitName)
+	st.Actions = append(st.Actions, stopped...)
+	if err != nil {
+		return leaveFailed(st, err)
+	}
+	c.metrics.disable()
+	st.Phase, st.Healthy, st.Message = reconcile.PhaseLeft, true, note
 	return st
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,78 +37,9 @@ func leaveRole(t *testing.T, node string, masters map[string]string, ca *v1.KeyP
 // exactly the other two. Leaving again, also from a new agent, acts on
 // nothing. Then a follower leaves the remaining two, without a transfer.
 func TestMemberLeavesTheCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three etcd members")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
 	ctx := context.Background()
-	id := labID(t)
-	sw := labSwitch(t, id)
-	masters := map[string]string{}
-	hosts := map[string]*labHost{}
 	names := []string{"m1", "m2", "m3"}
-	for i, name := range names {
-		addr := fmt.Sprintf("198.18.30.%d", 31+i)
-		masters[name] = addr
-		hosts[name] = newLabHost(t, id, sw, name, addr)
-	}
-	caPair := newCA(t, "etcd-ca")
-	ca, err := pki.LoadCA(caPair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for _, h := range hosts {
-		wg.Go(func() {
-			if st := h.comp.Reconcile(ctx, h.host, testRole(t, h.name, masters, caPair)); st.Phase != reconcile.PhaseConverged {
-				t.Errorf("%s: %+v", h.name, st)
-			}
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	cl := hosts["m1"].client(t, ca)
-	var leader MemberStatus
-	eventually(t, 90*time.Second, "three voting members with a leader", func() error {
-		members, err := cl.MemberList(ctx, hosts["m1"].endpoint())
-		if err != nil {
-			return err
-		}
-		if err := votingMembers(members, "m1", "m2", "m3"); err != nil {
-			return err
-		}
-		if leader, err = cl.Status(ctx, hosts["m1"].endpoint()); err != nil || leader.Leader == 0 {
-			return fmt.Errorf("no leader yet: %+v %v", leader, err)
-		}
-		return nil
-	})
-	// Settle the promotions a first pass may leave to the next.
-	for _, h := range hosts {
-		eventually(t, 60*time.Second, h.name+" healthy", func() error {
-			if st := h.comp.Reconcile(ctx, h.host, testRole(t, h.name, masters, caPair)); !st.Healthy {
-				return errors.New(st.Message)
-			}
-			return nil
-		})
-	}
-	var lead *labHost
-	for _, h := range hosts {
-		s, err := h.client(t, ca).Status(ctx, h.endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.MemberID == s.Leader {
-			lead = h
-			leader = s
-		}
-	}
-	if lead == nil {
-		t.Fatal("no member says it leads")
-	}
+	hosts, masters, caPair, ca, lead, leader := threeMembers(t, "198.18.30.%d")
 	var rest []string
 	for _, n := range names {
 		if n != lead.name {
@@ -205,5 +137,164 @@ func TestMemberLeavesTheCluster(t *testing.T) {
 	}
 	if s := last.state(t); !s.Running {
 		t.Errorf("the last member stopped: %+v", s)
+	}
+}
+
+// threeMembers runs three real members (addresses from addrFormat, 31 to
+// 33), waits until all are healthy voting members with a leader, and
+// returns them with the leader and its status.
+func threeMembers(t *testing.T, addrFormat string) (hosts map[string]*labHost, masters map[string]string, caPair *v1.KeyPair, ca *pki.CA, lead *labHost, leader MemberStatus) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs three etcd members")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root")
+	}
+	ctx := context.Background()
+	id := labID(t)
+	sw := labSwitch(t, id)
+	masters = map[string]string{}
+	hosts = map[string]*labHost{}
+	for i, name := range []string{"m1", "m2", "m3"} {
+		addr := fmt.Sprintf(addrFormat, 31+i)
+		masters[name] = addr
+		hosts[name] = newLabHost(t, id, sw, name, addr)
+	}
+	caPair = newCA(t, "etcd-ca")
+	ca, err := pki.LoadCA(caPair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Go(func() {
+			if st := h.comp.Reconcile(ctx, h.host, testRole(t, h.name, masters, caPair)); st.Phase != reconcile.PhaseConverged {
+				t.Errorf("%s: %+v", h.name, st)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	cl := hosts["m1"].client(t, ca)
+	eventually(t, 90*time.Second, "three voting members with a leader", func() error {
+		members, err := cl.MemberList(ctx, hosts["m1"].endpoint())
+		if err != nil {
+			return err
+		}
+		if err := votingMembers(members, "m1", "m2", "m3"); err != nil {
+			return err
+		}
+		if leader, err = cl.Status(ctx, hosts["m1"].endpoint()); err != nil || leader.Leader == 0 {
+			return fmt.Errorf("no leader yet: %+v %v", leader, err)
+		}
+		return nil
+	})
+	// Settle the promotions a first pass may leave to the next.
+	for _, h := range hosts {
+		eventually(t, 60*time.Second, h.name+" healthy", func() error {
+			if st := h.comp.Reconcile(ctx, h.host, testRole(t, h.name, masters, caPair)); !st.Healthy {
+				return errors.New(st.Message)
+			}
+			return nil
+		})
+	}
+	for _, h := range hosts {
+		s, err := h.client(t, ca).Status(ctx, h.endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.MemberID == s.Leader {
+			lead = h
+			leader = s
+		}
+	}
+	if lead == nil {
+		t.Fatal("no member says it leads")
+	}
+	return hosts, masters, caPair, ca, lead, leader
+}
+
+// The leader of three real members hands over for an upgrade by
+// reimage: leadership moves, its etcd stops, and it stays a member. A
+// new VM (a fresh OS disk: no certificates, no bootstrap record, a new
+// agent) with the same data directory starts it again as the same member,
+// which catches up on what was written meanwhile; the member list never
+// changes.
+func TestMemberHandsOverKeepingItsIdentity(t *testing.T) {
+	ctx := context.Background()
+	hosts, masters, caPair, ca, lead, leader := threeMembers(t, "198.18.31.%d")
+	before, err := lead.client(t, ca).MemberList(ctx, lead.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := leaveRole(t, lead.name, masters, caPair)
+	role.Leave.HandOver = true
+	st := lead.comp.Leave(ctx, lead.host, role)
+	t.Logf("%s hand-over: %v (%s)", lead.name, st.Actions, st.Message)
+	if st.Phase != reconcile.PhaseLeft || !st.Healthy || !strings.Contains(st.Message, hexID(leader.MemberID)+" stopped") {
+		t.Fatalf("hand-over: %+v", st)
+	}
+	if len(st.Actions) != 2 || !strings.HasPrefix(st.Actions[0], "moved leadership to ") || st.Actions[1] != "stopped etcd" {
+		t.Errorf("hand-over actions %q", st.Actions)
+	}
+	var other *labHost
+	for _, h := range hosts {
+		if h != lead {
+			other = h
+		}
+	}
+	ocl := other.client(t, ca)
+	eventually(t, 30*time.Second, "a write while the member is away", func() error {
+		return kvPut(ctx, ocl, other.endpoint(), "while-away", "yes")
+	})
+	if members, err := ocl.MemberList(ctx, other.endpoint()); err != nil || len(members) != 3 || votingMembers(members, "m1", "m2", "m3") != nil {
+		t.Fatalf("members after the hand-over: %+v %v", members, err)
+	}
+	// Handing over again (the agent asked twice) acts on nothing.
+	if again := lead.comp.Leave(ctx, lead.host, role); again.Phase != reconcile.PhaseLeft || len(again.Actions) != 0 {
+		t.Errorf("hand-over again: %+v", again)
+	}
+
+	// The new VM: what was on the OS disk is gone, the data directory is
+	// the moved disk.
+	for _, dir := range []string{PKIDir, stateDir} {
+		if err := os.RemoveAll(lead.host.Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead.restartAgent(t)
+	normal := testRole(t, lead.name, masters, caPair)
+	normal.Revision = 3
+	eventually(t, 60*time.Second, "the member back and caught up", func() error {
+		if st := lead.comp.Reconcile(ctx, lead.host, normal); !st.Healthy {
+			return errors.New(st.Message)
+		}
+		s, err := lead.client(t, ca).Status(ctx, lead.endpoint())
+		if err != nil {
+			return err
+		}
+		if s.MemberID != leader.MemberID {
+			t.Fatalf("the new VM is member %x, the old one was %x", s.MemberID, leader.MemberID)
+		}
+		v, err := kvGetLocal(ctx, lead.client(t, ca), lead.endpoint(), "while-away")
+		if err != nil || v != "yes" {
+			return fmt.Errorf("while-away on the returned member: %q %v", v, err)
+		}
+		return nil
+	})
+	after, err := ocl.MemberList(ctx, other.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("members before %+v, after %+v", before, after)
+	}
+	for _, m := range before {
+		if !slices.ContainsFunc(after, func(a Member) bool { return a.ID == m.ID && !a.IsLearner }) {
+			t.Errorf("member %x (%s) is gone or a learner after the hand-over: %+v", m.ID, m.Name, after)
+		}
 	}
 }

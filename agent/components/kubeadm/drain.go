@@ -51,7 +51,7 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 	if err != nil {
 		return d.retryOrGiveUp(st, role, fmt.Errorf("the node's API client: %w", err))
 	}
-	if err := cordon(ctx, api, role.NodeName); err != nil {
+	if err := cordon(ctx, api, role.NodeName, role.Leave != nil && role.Leave.HandOver); err != nil {
 		return d.retryOrGiveUp(st, role, err)
 	}
 	st.Actions = append(st.Actions, "cordoned "+role.NodeName)
@@ -90,10 +90,14 @@ func (d drainStep) nodeClient(host *reconcile.Host) (*kubeapi.Client, error) {
 	return kubeapi.Open(host, KubeletKubeconfig, d.dial)
 }
 
-// cordon marks the node unschedulable.
-func cordon(ctx context.Context, api *kubeapi.Client, node string) error {
-	_, err := api.Call(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json",
-		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil, http.StatusOK)
+// cordon marks the node unschedulable; for a hand-over with the mark that
+// has the node that takes over uncordon it.
+func cordon(ctx context.Context, api *kubeapi.Client, node string, handOver bool) error {
+	patch := map[string]any{"spec": map[string]any{"unschedulable": true}}
+	if handOver {
+		patch["metadata"] = map[string]any{"annotations": map[string]any{handOverAnnotation: "true"}}
+	}
+	_, err := api.Call(ctx, http.MethodPatch, "/api/v1/nodes/"+url.PathEscape(node), "application/merge-patch+json", patch, nil, http.StatusOK)
 	return err
 }
 

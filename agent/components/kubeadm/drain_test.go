@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harmonykaas/harmony/agent/kubeapi"
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -110,6 +111,39 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	}
 	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || !st.Healthy || st.Message != "cordoned and drained" {
 		t.Errorf("drain of an empty node: %+v", st)
+	}
+
+	// A hand-over's cordon carries the mark, and the node that takes over
+	// uncordons it with the node's own credential; a plain cordon (an
+	// admin's, or a leave's) stays.
+	handOver := leave
+	handOver.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline, HandOver: true}
+	if st := d.Leave(context.Background(), host, &handOver); st.Phase != reconcile.PhaseLeft || !st.Healthy {
+		t.Errorf("hand-over drain: %+v", st)
+	}
+	nodeAPI, err := kubeapi.Open(host, KubeletKubeconfig, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj nodeObject
+	getJSON(t, api, admin, "/api/v1/nodes/"+node, &obj)
+	if !obj.Spec.Unschedulable || obj.Metadata.Annotations[handOverAnnotation] != "true" {
+		t.Errorf("after a hand-over's cordon: unschedulable %v, annotations %v", obj.Spec.Unschedulable, obj.Metadata.Annotations)
+	}
+	if done, err := uncordonAfterHandOver(context.Background(), nodeAPI, node, &obj); !done || err != nil {
+		t.Errorf("uncordon after the hand-over: %v %v", done, err)
+	}
+	obj = nodeObject{}
+	getJSON(t, api, admin, "/api/v1/nodes/"+node, &obj)
+	if obj.Spec.Unschedulable || obj.Metadata.Annotations[handOverAnnotation] != "" {
+		t.Errorf("after the uncordon: unschedulable %v, annotations %v", obj.Spec.Unschedulable, obj.Metadata.Annotations)
+	}
+	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft {
+		t.Errorf("plain drain: %+v", st)
+	}
+	getJSON(t, api, admin, "/api/v1/nodes/"+node, &obj)
+	if done, err := uncordonAfterHandOver(context.Background(), nodeAPI, node, &obj); done || err != nil || !obj.Spec.Unschedulable {
+		t.Errorf("a plain cordon was undone: %v %v %+v", done, err, obj.Spec)
 	}
 
 	// Another node's credential cannot drain this one: NodeRestriction.

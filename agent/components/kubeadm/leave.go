@@ -30,6 +30,9 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	if err := c.checkConfig(); err != nil {
 		return st.Failed(err)
 	}
+	if role.Leave != nil && role.Leave.HandOver {
+		return c.handOver(ctx, host, role)
+	}
 	c.metrics.clear()
 	actions, err := host.StopUnit(ctx, APIServerUnit)
 	st.Actions = actions

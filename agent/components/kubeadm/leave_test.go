@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,5 +107,73 @@ func TestDrainWithNothingToDrain(t *testing.T) {
 		if st.Phase != reconcile.PhaseLeft || st.Message != tc.want {
 			t.Errorf("kubelet %v: %+v", tc.kubelet, st)
 		}
+	}
+}
+
+// A master that hands over (an upgrade by reimage) stops its control plane
+// and resets nothing: kubeadm's certificates, configurations and the
+// etcd data stay. With a kubelet, the static pods' manifests leave its
+// sight; when the VM serves again (a rolled-back replacement), a pass
+// makes them afresh and the held copies go.
+func TestMasterHandOverResetsNothing(t *testing.T) {
+	bin := k8sBin(t)
+	ctx := context.Background()
+	rec := servicetest.New()
+	host := &reconcile.Host{Root: t.TempDir(), Services: rec, Log: slog.New(slog.DiscardHandler)}
+	standIn := New(Config{Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
+		StandInForKubelet: true, DialContext: refuseDial, CommandTimeout: 90 * time.Second})
+	role := newTestCluster(t).role(t, "m1", 0)
+	if st := standIn.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("converge: %+v", st)
+	}
+	before := snapshotFiles(t, host.Root)
+	handOver := *role
+	handOver.Leave = &v1.LeaveSettings{Deadline: time.Now().Add(time.Minute), HandOver: true}
+
+	// The stand-in: its unit stops, and nothing else changes.
+	st := standIn.Leave(ctx, host, &handOver)
+	if st.Phase != reconcile.PhaseLeft || !st.Healthy || !slices.Equal(st.Actions, []string{"stopped " + APIServerUnit}) {
+		t.Fatalf("stand-in hand-over: %+v", st)
+	}
+	if after := snapshotFiles(t, host.Root); !maps.Equal(before, after) {
+		t.Errorf("the hand-over changed files: before %d, after %d", len(before), len(after))
+	}
+
+	// With a kubelet: the manifests are held aside; the local apiserver
+	// (none answers here) is gone, so it has handed over.
+	withKubelet := New(Config{Binary: filepath.Join(bin, "kubeadm"), Kubelet: true, DialContext: refuseDial, CommandTimeout: 90 * time.Second})
+	st = withKubelet.Leave(ctx, host, &handOver)
+	if st.Phase != reconcile.PhaseLeft || len(st.Actions) != 3 {
+		t.Fatalf("hand-over with a kubelet: %+v", st)
+	}
+	for _, m := range controlPlaneManifests {
+		if _, err := os.Stat(host.Path(filepath.Join(ManifestsDir, m))); err == nil {
+			t.Errorf("%s still in the kubelet's sight", m)
+		}
+		if _, err := os.Stat(host.Path(filepath.Join(HandedOverDir, m))); err != nil {
+			t.Errorf("%s not held: %v", m, err)
+		}
+	}
+	for _, kept := range []string{CACertFile, AdminKubeconfig, InitConfigFile} {
+		if _, err := os.Stat(host.Path(kept)); err != nil {
+			t.Errorf("%s gone after the hand-over: %v", kept, err)
+		}
+	}
+	if again := withKubelet.Leave(ctx, host, &handOver); again.Phase != reconcile.PhaseLeft || len(again.Actions) != 0 {
+		t.Errorf("hand-over again: %+v", again)
+	}
+
+	// Rolled back: the VM serves again.
+	role.Revision++
+	if st := standIn.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "removed "+HandedOverDir+": this VM serves again") {
+		t.Fatalf("converge after the rollback: %+v", st)
+	}
+	for _, m := range controlPlaneManifests {
+		if _, err := os.Stat(host.Path(filepath.Join(ManifestsDir, m))); err != nil {
+			t.Errorf("%s not made again: %v", m, err)
+		}
+	}
+	if _, ok := rec.Unit(APIServerUnit); !ok {
+		t.Error("the stand-in apiserver does not run again")
 	}
 }

@@ -52,6 +52,9 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		}
 	}
 
+	if err := restoreAfterHandOver(host, &st); err != nil {
+		return fail(err)
+	}
 	pkiDigest, pkiChanged, err := writePKI(host, role, &st)
 	if err != nil {
 		return fail(err)

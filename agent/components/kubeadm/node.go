@@ -13,6 +13,12 @@ import (
 
 // nodeObject is what the component reads of its Kubernetes Node.
 type nodeObject struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		Unschedulable bool `json:"unschedulable"`
+	} `json:"spec"`
 	Status struct {
 		Conditions []struct {
 			Type    string `json:"type"`
@@ -55,6 +61,15 @@ func (c *Component) observeNode(ctx context.Context, host *reconcile.Host, name 
 	}
 	obs.Clamp()
 	c.node.Store(obs)
+	if code == http.StatusOK {
+		uncordoned, err := uncordonAfterHandOver(ctx, api, name, &node)
+		if err != nil {
+			return obs, err
+		}
+		if uncordoned {
+			logger(host).Info("uncordoned the Node a hand-over had cordoned", "node", name)
+		}
+	}
 	return obs, nil
 }
 
