@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi/vim25/types"
+
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
@@ -264,42 +266,69 @@ func TestReplugReplacesAStaleNIC(t *testing.T) {
 	}
 }
 
-// A VM's directory is its OS disk only while the VM is the same: a clone
-// of the same name boots fresh; the same VM powered on again keeps its
-// writes.
-func TestNewVMOfAnOldNameBootsFresh(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "c-m1")
+// A VM's directory is its OS disk and follows the VM, not its name: the
+// same VM powered on again keeps its writes; in an upgrade the old VM,
+// renamed aside, keeps its disk under its new name while a new VM of the
+// old name boots fresh; a rollback gives the old VM its own disk back;
+// the disk of a destroyed VM goes.
+func TestVMDirectoriesFollowTheirVMs(t *testing.T) {
+	vms := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	written := filepath.Join(dir, bodyDirName, "upper", "etc", "written")
-	write := func() {
+	vm := func(ref, name string) vmState {
+		return vmState{Ref: types.ManagedObjectReference{Type: "VirtualMachine", Value: ref}, Name: name}
+	}
+	written := func(name string) string { return filepath.Join(vms, name, bodyDirName, "upper", "etc", "written") }
+	own := func(v vmState, all ...vmState) {
 		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(written), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(written, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
+		if err := ownDir(vms, v, all, log); err != nil {
+			t.Fatalf("own %s as %s: %v", v.Ref.Value, v.Name, err)
 		}
 	}
-	if err := ownDisk(dir, "uuid-a", log); err != nil {
-		t.Fatal(err)
-	}
-	write()
-	os.MkdirAll(filepath.Join(dir, "containerd", "store"), 0o700)
-	if err := ownDisk(dir, "uuid-a", log); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(written); err != nil {
-		t.Errorf("the same VM powered on again lost its writes: %v", err)
-	}
-	if err := ownDisk(dir, "uuid-b", log); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{written, filepath.Join(dir, "containerd", "store")} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("a new VM of the name still has %s", p)
+	has := func(path string, want bool) {
+		t.Helper()
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", path, err == nil, want)
 		}
 	}
-	if err := ownDisk(dir, "", log); err == nil {
-		t.Error("a VM without a UUID is taken")
+	old := vm("vm-1", "c-m1")
+	own(old, old)
+	if err := os.MkdirAll(filepath.Dir(written("c-m1")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(written("c-m1"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	own(old, old)
+	has(written("c-m1"), true)
+
+	// The upgrade: the old VM is renamed aside, a new one takes the name.
+	aside, replacement := vm("vm-1", "c-m1-old"), vm("vm-2", "c-m1")
+	own(replacement, aside, replacement)
+	has(written("c-m1"), false)
+	has(written("c-m1-old"), true)
+
+	// The rollback: the new VM goes, the old one gets its name back.
+	own(old, old)
+	has(written("c-m1"), true)
+	has(filepath.Join(vms, "c-m1-old"), false)
+
+	// The upgrade again, and this time the old VM is destroyed.
+	own(replacement, aside, replacement)
+	if err := sweepDirs(vms, []vmState{replacement}, log); err != nil {
+		t.Fatal(err)
+	}
+	has(filepath.Join(vms, "c-m1-old"), false)
+	has(filepath.Join(vms, "c-m1", vmOwnerFile), true)
+
+	// A lab from before owners were recorded: the VM of the name keeps
+	// its directory.
+	legacy := filepath.Join(vms, "c-w1", bodyDirName)
+	if err := os.MkdirAll(legacy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	own(vm("vm-9", "c-w1"), vm("vm-9", "c-w1"))
+	has(legacy, true)
+	if err := ownDir(vms, vm("", "c-w2"), nil, log); err == nil {
+		t.Error("a VM without a reference is given a directory")
 	}
 }

@@ -89,13 +89,14 @@ func (ms *machines) sync(ctx context.Context) error {
 		if _, ok := ms.running[ref]; ok {
 			continue
 		}
-		m, err := ms.powerOn(ctx, vm)
+		m, err := ms.powerOn(ctx, vm, vms)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("boot %s: %w", vm.Name, err))
 			continue
 		}
 		ms.running[ref] = m
 	}
+	errs = append(errs, sweepDirs(ms.r.vmsDir(), vms, ms.log))
 	return errors.Join(errs...)
 }
 
@@ -104,7 +105,7 @@ var vmName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
 
 // powerOn gives a VM its body: a network namespace on the lab's switch,
 // its guestinfo socket, its data disks, and its image booted.
-func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
+func (ms *machines) powerOn(ctx context.Context, vm vmState, all []vmState) (*machine, error) {
 	if !vmName.MatchString(vm.Name) {
 		return nil, fmt.Errorf("VM name %q: the lab runs VMs named [a-z0-9-], at most 31", vm.Name)
 	}
@@ -117,7 +118,7 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 		return nil, err
 	}
 	dir := ms.r.vmDir(vm.Name)
-	if err := ownDisk(dir, vm.UUID, ms.log); err != nil {
+	if err := ownDir(ms.r.vmsDir(), vm, all, ms.log); err != nil {
 		return nil, fmt.Errorf("VM %s: %w", vm.Name, err)
 	}
 	giDir := filepath.Join(dir, "guestinfo")
@@ -162,40 +163,120 @@ func (ms *machines) powerOn(ctx context.Context, vm vmState) (*machine, error) {
 	return m, nil
 }
 
-// vmDiskDirs are a VM directory's parts that stand for its OS disk: the
-// body's writable layer and containerd's store.
-var vmDiskDirs = []string{bodyDirName, "containerd"}
+// vmOwnerFile, in a VM's directory, names the VM (its reference) whose OS
+// disk the directory is.
+const vmOwnerFile = "vm"
 
-// ownDisk makes dir the OS disk of the VM with this BIOS UUID. A VM's
-// directory is named for the VM, but a clone of the same name (a reimage,
-// or a VM made again after it vanished) is another VM: it boots its image
-// fresh, as a clone does, not over the writes of the VM before it.
-func ownDisk(dir, uuid string, log *slog.Logger) error {
-	if uuid == "" {
-		return fmt.Errorf("no BIOS UUID")
+// ownDir makes vmsDir/NAME the OS disk of vm. A VM's directory is named
+// for the VM but follows the VM, not the name: an upgrade renames the VM
+// it replaces (kept, powered off, for a rollback) and clones a new one of
+// the same name, which boots its image fresh; a rollback gives the old VM
+// its name and its own disk back. A directory whose VM still exists moves
+// to that VM's name; one whose VM is gone is wiped. all is every VM
+// vCenter has.
+func ownDir(vmsDir string, vm vmState, all []vmState, log *slog.Logger) error {
+	if vm.Ref.Value == "" {
+		return errors.New("no VM reference")
 	}
-	marker := filepath.Join(dir, "uuid")
-	old, err := os.ReadFile(marker)
+	dir := filepath.Join(vmsDir, vm.Name)
+	owner, err := dirOwner(dir)
 	switch {
-	case err == nil && strings.TrimSpace(string(old)) == uuid:
-		return nil
-	case err == nil:
-		if points, _ := body.MountsUnder(dir); len(points) > 0 {
-			return fmt.Errorf("a new VM of the name, but the old one's mounts remain: %v", points)
-		}
-		for _, sub := range vmDiskDirs {
-			if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
-				return err
-			}
-		}
-		log.Info("lab: a new VM of an old name boots its image fresh", "dir", dir, "uuid", uuid, "was", strings.TrimSpace(string(old)))
-	case !errors.Is(err, fs.ErrNotExist):
+	case err != nil:
 		return err
+	case owner == vm.Ref.Value:
+		return nil
+	case owner != "":
+		// The name's directory is another VM's: it goes with that VM.
+		if err := moveAside(vmsDir, dir, owner, all, log); err != nil {
+			return err
+		}
+	case dirExists(dir):
+		// A lab from before owners were recorded: the VM of the name
+		// keeps it.
+		return os.WriteFile(filepath.Join(dir, vmOwnerFile), []byte(vm.Ref.Value+"\n"), 0o644)
+	}
+	entries, err := os.ReadDir(vmsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		other := filepath.Join(vmsDir, e.Name())
+		if o, _ := dirOwner(other); o == vm.Ref.Value && other != dir {
+			log.Info("lab: a VM renamed back takes its own disk again", "vm", vm.Name, "from", other)
+			return os.Rename(other, dir)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(marker, []byte(uuid+"\n"), 0o644)
+	return os.WriteFile(filepath.Join(dir, vmOwnerFile), []byte(vm.Ref.Value+"\n"), 0o644)
+}
+
+// moveAside takes dir, the OS disk of the VM owner, out of the way: to
+// that VM's present name if it still exists, or away altogether.
+func moveAside(vmsDir, dir, owner string, all []vmState, log *slog.Logger) error {
+	if points, _ := body.MountsUnder(dir); len(points) > 0 {
+		return fmt.Errorf("%s belongs to VM %s, whose mounts remain: %v", dir, owner, points)
+	}
+	for _, o := range all {
+		if o.Ref.Value != owner {
+			continue
+		}
+		to := filepath.Join(vmsDir, o.Name)
+		if to == dir {
+			return fmt.Errorf("VM %s and another VM both have the name %s", owner, o.Name)
+		}
+		if dirExists(to) {
+			return fmt.Errorf("cannot move %s to %s for VM %s: it exists", dir, to, owner)
+		}
+		log.Info("lab: a new VM of an old name boots fresh; the old VM keeps its disk under its new name", "dir", dir, "to", to)
+		return os.Rename(dir, to)
+	}
+	log.Info("lab: a new VM of an old name boots fresh; the old VM is gone, and its disk with it", "dir", dir, "was", owner)
+	return os.RemoveAll(dir)
+}
+
+// sweepDirs removes the OS disks of VMs that vCenter no longer has.
+func sweepDirs(vmsDir string, all []vmState, log *slog.Logger) error {
+	live := map[string]bool{}
+	for _, vm := range all {
+		live[vm.Ref.Value] = true
+	}
+	entries, err := os.ReadDir(vmsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(vmsDir, e.Name())
+		owner, err := dirOwner(dir)
+		if err != nil || owner == "" || live[owner] {
+			continue
+		}
+		if points, _ := body.MountsUnder(dir); len(points) > 0 {
+			continue // its body is still being taken down
+		}
+		log.Info("lab: a destroyed VM's disk goes", "dir", dir, "vm", owner)
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// dirOwner reads a VM directory's owner: "" when it has none recorded.
+func dirOwner(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, vmOwnerFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }
 
 // powerOff ends a body at once, as a VM losing power: its link goes down
