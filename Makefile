@@ -28,7 +28,7 @@ FUZZ_TARGETS := \
 	./ova/archive:FuzzValidate \
 	./ova/ovf:FuzzParseOVF
 
-.PHONY: all build test unit fuzz vet bench conformance bench-images bench-clusters lab lab-down clean images bundle packer packer-plugin reproducible vcsim
+.PHONY: all build test unit fuzz vet bench conformance bench-images bench-clusters lab lab-down clean images next-image bundle packer packer-plugin reproducible vcsim
 
 all: build
 
@@ -50,8 +50,8 @@ test: build vet unit fuzz reproducible
 
 # The image boot test runs alone, after the rest: QEMU under TCG takes
 # both cores, which would starve the timing-sensitive tests beside it.
-unit: kubernetes images test-images
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) test -race -count=1 -timeout 40m -skip '^TestImageBoot$$' ./...
+unit: kubernetes images next-image test-images
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_NEXT_IMAGES=$(NEXT_IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) test -race -count=1 -timeout 40m -skip '^TestImageBoot$$' ./...
 	cd packer && $(GO) test -count=1 -timeout 20m ./...
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -count=1 -timeout 20m -run '^TestImageBoot$$' -v ./integration/
 
@@ -96,6 +96,14 @@ packer-plugin:
 # Both golden OVAs into $(IMAGES_OUT) (root: debootstrap and chroot).
 images: build kubernetes packer
 	scripts/build-images.sh
+
+# A second node image from the same checkout with another version
+# ($(VERSION)-next), in $(NEXT_IMAGES_OUT): what TestLab upgrades its
+# cluster to (harmonyctl lab import-image, then cluster upgrade).
+NEXT_IMAGES_OUT ?= $(IMAGES_OUT)/next
+next-image: images
+	rm -rf $(NEXT_IMAGES_OUT)
+	IMAGES=node IMAGE_VERSION=$(VERSION)-next IMAGES_OUT=$(NEXT_IMAGES_OUT) scripts/build-images.sh
 
 # The whole node image, built a second time from the same checkout and
 # SOURCE_DATE_EPOCH, must be byte-identical to the first. On a cold

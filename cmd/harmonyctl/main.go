@@ -49,7 +49,7 @@ credential.`,
 	cert := &cobra.Command{Use: "cert", Short: "Issue client certificates"}
 	cert.AddCommand(certScraperCommand(g), certListCommand(g), certRevokeCommand(g), certRenewAdminCommand(g))
 	labCmd := &cobra.Command{Use: "lab", Short: "Run Harmony on this machine: a simulated vCenter, the controller and VMs booted from the node image"}
-	labCmd.AddCommand(labUpCommand(), labDownCommand(), labServeCommand(), labVMCommand(), labLoadImageCommand())
+	labCmd.AddCommand(labUpCommand(), labDownCommand(), labServeCommand(), labVMCommand(), labLoadImageCommand(), labImportImageCommand())
 	ovaCmd := &cobra.Command{Use: "ova", Short: "Inspect and validate OVA files"}
 	ovaCmd.AddCommand(ovaInspectCommand(), ovaValidateCommand())
 	provider := &cobra.Command{Use: "provider", Short: "Manage providers: the vCenter slices clusters are built in"}

@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/client"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
 )
 
 // RunningVMs are the lab's VMs whose bodies run, by name.
@@ -70,4 +75,35 @@ func (v *VM) LoadImage(ctx context.Context, archive string) error {
 		return fmt.Errorf("VM %s: import %s: %w", v.Name, filepath.Base(archive), err)
 	}
 	return nil
+}
+
+// ImportImage imports another node OVA into the lab: into its vCenter
+// through the controller, as `harmonyctl image import` does against a
+// real one, and into the lab's index of OVAs, so that the VMs cloned from
+// it boot it. An upgrade then moves the lab's cluster to it.
+func ImportImage(ctx context.Context, stateDir, ova string, log *slog.Logger) (*v1.Image, error) {
+	r, err := openLab(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(ova)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := clientconfig.Load(filepath.Join(r.controllerDir(), "admin.conf"))
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	ctl, err := client.New(conf, "")
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	img, err := importImage(ctx, abs, log, ctl)
+	if err != nil {
+		return nil, err
+	}
+	if err := addImage(r, img.Name, abs); err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	return img, nil
 }

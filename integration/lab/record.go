@@ -98,6 +98,10 @@ func (r *record) logsDir() string     { return filepath.Join(r.dir(), "logs") }
 func (r *record) credsDir() string    { return filepath.Join(r.dir(), "credentials") }
 func (r *record) vcenterFile() string { return filepath.Join(r.credsDir(), "vcenter.json") }
 
+// controllerDir is the lab controller's data directory; admin.conf in it
+// is harmonyctl's configuration.
+func (r *record) controllerDir() string { return filepath.Join(r.dir(), "controller") }
+
 // vmDir is a VM's directory: its body's state is in vmDir/body, its
 // guestinfo socket in vmDir/guestinfo.
 func (r *record) vmDir(name string) string { return filepath.Join(r.vmsDir(), name) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -105,7 +106,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if _, err := ctl.ApplyProvider(ctx, &prov); err != nil {
 		return nil, fmt.Errorf("lab: apply provider: %w", err)
 	}
-	img, err := importImage(ctx, &cfg, ctl)
+	img, err := importImage(ctx, cfg.OVA, cfg.Log, ctl)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +237,7 @@ func startServe(ctx context.Context, cfg *Config, r *record) (ep vcsim.Endpoint,
 }
 
 func startController(ctx context.Context, cfg *Config, r *record, sum *Summary) (*client.Client, error) {
-	dataDir := filepath.Join(cfg.StateDir, "controller")
+	dataDir := r.controllerDir()
 	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort)
 	cfg.Log.Info("lab: controller", "listen", listen)
 	proc, err := startDetached([]string{filepath.Join(cfg.BinDir, "harmony-controller"), "serve",
@@ -271,10 +272,10 @@ func startController(ctx context.Context, cfg *Config, r *record, sum *Summary) 
 	return c, nil
 }
 
-// importImage imports the node OVA into the lab's provider, as
+// importImage imports a node OVA into the lab's provider, as
 // `harmonyctl image import` does, and returns the image once Ready.
-func importImage(ctx context.Context, cfg *Config, ctl *client.Client) (*v1.Image, error) {
-	f, err := os.Open(cfg.OVA)
+func importImage(ctx context.Context, ova string, log *slog.Logger, ctl *client.Client) (*v1.Image, error) {
+	f, err := os.Open(ova)
 	if err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
@@ -283,19 +284,19 @@ func importImage(ctx context.Context, cfg *Config, ctl *client.Client) (*v1.Imag
 	if err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
-	cfg.Log.Info("lab: import image", "ova", cfg.OVA, "mib", fi.Size()>>20)
+	log.Info("lab: import image", "ova", ova, "mib", fi.Size()>>20)
 	h := sha256.New()
 	op, _, err := ctl.ImportImage(ctx, ProviderName, io.TeeReader(ctxio.Reader(ctx, f), h), fi.Size())
 	if err != nil {
-		return nil, fmt.Errorf("lab: import %s: %w", cfg.OVA, err)
+		return nil, fmt.Errorf("lab: import %s: %w", ova, err)
 	}
 	if op != nil {
 		done, err := ctl.WaitOperation(ctx, op.ID, nil)
 		if err != nil {
-			return nil, fmt.Errorf("lab: import %s: %w", cfg.OVA, err)
+			return nil, fmt.Errorf("lab: import %s: %w", ova, err)
 		}
 		if done.State != v1.OperationSucceeded {
-			return nil, fmt.Errorf("lab: import %s: %s: %s", cfg.OVA, done.State, done.Message)
+			return nil, fmt.Errorf("lab: import %s: %s: %s", ova, done.State, done.Message)
 		}
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
@@ -308,7 +309,7 @@ func importImage(ctx context.Context, cfg *Config, ctl *client.Client) (*v1.Imag
 			return &img, nil
 		}
 	}
-	return nil, fmt.Errorf("lab: import %s: no Ready image with its SHA-256 %s", cfg.OVA, sum)
+	return nil, fmt.Errorf("lab: import %s: no Ready image with its SHA-256 %s", ova, sum)
 }
 
 // clusterSpec is the lab's cluster: what a user would ask for, with every
