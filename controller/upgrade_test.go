@@ -52,11 +52,13 @@ type fleet struct {
 	done       chan struct{}
 }
 
-func (e *clusterEnv) startFleet(cluster string) *fleet {
+// startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
+// never gets Ready.
+func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
-	f := &fleet{e: e, cluster: cluster, pool: pool, url: e.tc.url, admin: e.tc.admin,
+	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
 		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -293,7 +295,7 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 		}
 	}
 
-	fl := e.startFleet("up")
+	fl := e.startFleet("up", "")
 	e.waitAllReady("up")
 	for _, c := range []struct {
 		req   v1.UpgradeRequest
@@ -378,18 +380,23 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 	}
 }
 
+// badUpgradeEnv is a Ready cluster of three masters and an imported
+// image whose VMs never get Ready, with the masters' state before and the
+// reference of the second master's VM, which is replaced first.
+func badUpgradeEnv(t *testing.T, cluster string, nodeTimeout time.Duration) (*clusterEnv, *fleet, string, upgradeCheck, string) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = nodeTimeout })
+	bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
+	e.do("POST", v1.PathClusters, e.spec(cluster, 3, 0))
+	fl := e.startFleet(cluster, bad)
+	e.waitAllReady(cluster)
+	return e, fl, bad, e.snapshotVMs(cluster), e.vms(cluster)[cluster+"-m2"].Self.Value
+}
+
 // A replacement that never gets Ready is rolled back: the new VM goes,
 // and the old VM gets its name and data disk back and powers on; the
 // upgrade stops, saying which node and why.
 func TestUpgradeRollsBackAReplacementThatIsNotReady(t *testing.T) {
-	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = 5 * time.Second })
-	bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
-	e.do("POST", v1.PathClusters, e.spec("rb", 3, 0))
-	fl := e.startFleet("rb")
-	fl.badImage = bad
-	e.waitAllReady("rb")
-	before := e.snapshotVMs("rb")
-	oldRef := e.vms("rb")["rb-m2"].Self.Value
+	e, fl, bad, before, oldRef := badUpgradeEnv(t, "rb", 5*time.Second)
 
 	op := e.start("POST", v1.PathClusters+"/rb/upgrade", v1.UpgradeRequest{Image: bad})
 	got := e.waitOp(op.ID)
@@ -479,7 +486,7 @@ func TestUpgradeSurvivesControllerRestarts(t *testing.T) {
 	e := newClusterEnvOn(t, vcsim.Options{MethodDelay: slow}, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("rs", 3, 0))
-	fl := e.startFleet("rs")
+	fl := e.startFleet("rs", "")
 	e.waitAllReady("rs")
 	before := e.snapshotVMs("rs")
 
@@ -522,14 +529,7 @@ func TestUpgradeSurvivesControllerRestarts(t *testing.T) {
 // goes, the old one serves again with its disk, and the upgrade ends
 // Aborted.
 func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
-	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = 10 * time.Minute })
-	bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
-	e.do("POST", v1.PathClusters, e.spec("ab", 3, 0))
-	fl := e.startFleet("ab")
-	fl.badImage = bad
-	e.waitAllReady("ab")
-	before := e.snapshotVMs("ab")
-	oldRef := e.vms("ab")["ab-m2"].Self.Value
+	e, fl, bad, before, oldRef := badUpgradeEnv(t, "ab", 10*time.Minute)
 
 	op := e.start("POST", v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Image: bad})
 	waitFor(t, "ab-m2's new VM waiting to get Ready", func() bool {

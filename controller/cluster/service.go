@@ -146,14 +146,9 @@ func (s *Service) Create(ctx context.Context, spec *v1.ClusterSpec, by string) (
 	} else if err != nil {
 		return v1.Operation{}, fmt.Errorf("provider %s: %w", spec.Provider, err)
 	}
-	img, err := s.cfg.Catalog.Image(spec.Provider, spec.Image)
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrImageNotReady) {
-		return v1.Operation{}, refuse(Invalid, "image", "provider %q has no ready image %q (harmonyctl image list)", spec.Provider, spec.Image)
-	} else if err != nil {
-		return v1.Operation{}, fmt.Errorf("image %s: %w", spec.Image, err)
-	}
-	if img.Role != "node" {
-		return v1.Operation{}, refuse(Invalid, "image", "%q is a %s image; clusters are built from node images", img.Name, img.Role)
+	img, err := s.nodeImage(spec.Provider, spec.Image)
+	if err != nil {
+		return v1.Operation{}, err
 	}
 	if spec.KubernetesVersion == "" && len(img.KubernetesVersions) > 0 {
 		spec.KubernetesVersion = img.KubernetesVersions[0]
@@ -171,12 +166,9 @@ func (s *Service) Create(ctx context.Context, spec *v1.ClusterSpec, by string) (
 	if err != nil {
 		return v1.Operation{}, err
 	}
-	tmpl, err := vc.FindTemplate(ctx, img.Name)
+	tmpl, err := findTemplate(ctx, vc, img)
 	if err != nil {
-		return v1.Operation{}, refuse(Unreachable, "", "find template %s: %v", img.Name, err)
-	}
-	if tmpl == nil {
-		return v1.Operation{}, refuse(PrecheckFailed, "image", "template %s is not in vCenter (folder %s/%s); import the image again", img.Name, vc.FolderPath(), vsphere.TemplatesFolder)
+		return v1.Operation{}, err
 	}
 
 	now := s.cfg.Now().UTC()
@@ -471,6 +463,34 @@ func (s *Service) change(name string, gen int64, kind v1.OperationKind,
 func upgradeRuns(rec *record) error {
 	return refuse(Conflict, "", "cluster %q is upgrading to %s; wait for it, or stop it with `harmonyctl cluster upgrade %s --abort`",
 		rec.Spec.Name, rec.Upgrade.Image, rec.Spec.Name)
+}
+
+// nodeImage is a provider's ready node image, refused with a field error
+// otherwise.
+func (s *Service) nodeImage(provider, name string) (*v1.Image, error) {
+	img, err := s.cfg.Catalog.Image(provider, name)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrImageNotReady) {
+		return nil, refuse(Invalid, "image", "provider %q has no ready image %q (harmonyctl image list)", provider, name)
+	} else if err != nil {
+		return nil, fmt.Errorf("image %s: %w", name, err)
+	}
+	if img.Role != "node" {
+		return nil, refuse(Invalid, "image", "%q is a %s image; clusters are built from node images", img.Name, img.Role)
+	}
+	return img, nil
+}
+
+// findTemplate is the image's template in vCenter, refused when it is not
+// there.
+func findTemplate(ctx context.Context, vc *vsphere.Session, img *v1.Image) (*vsphere.Template, error) {
+	tmpl, err := vc.FindTemplate(ctx, img.Name)
+	if err != nil {
+		return nil, refuse(Unreachable, "", "find template %s: %v", img.Name, err)
+	}
+	if tmpl == nil {
+		return nil, refuse(PrecheckFailed, "image", "template %s is not in vCenter (folder %s/%s); import the image again", img.Name, vc.FolderPath(), vsphere.TemplatesFolder)
+	}
+	return tmpl, nil
 }
 
 // load reads a cluster record, refusing with NotFound if there is none.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -85,14 +84,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if err := checkUpgradable(rec, machines, statuses); err != nil {
 		return v1.Operation{}, err
 	}
-	img, err := s.cfg.Catalog.Image(rec.Spec.Provider, req.Image)
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrImageNotReady) {
-		return v1.Operation{}, refuse(Invalid, "image", "provider %q has no ready image %q (harmonyctl image list)", rec.Spec.Provider, req.Image)
-	} else if err != nil {
-		return v1.Operation{}, fmt.Errorf("image %s: %w", req.Image, err)
-	}
-	if img.Role != "node" {
-		return v1.Operation{}, refuse(Invalid, "image", "%q is a %s image; clusters run node images", img.Name, img.Role)
+	img, err := s.nodeImage(rec.Spec.Provider, req.Image)
+	if err != nil {
+		return v1.Operation{}, err
 	}
 	version := cmp.Or(req.KubernetesVersion, rec.Spec.KubernetesVersion)
 	if !slices.Contains(img.KubernetesVersions, version) {
@@ -115,12 +109,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if err != nil {
 		return v1.Operation{}, err
 	}
-	tmpl, err := vc.FindTemplate(ctx, img.Name)
+	tmpl, err := findTemplate(ctx, vc, img)
 	if err != nil {
-		return v1.Operation{}, refuse(Unreachable, "", "find template %s: %v", img.Name, err)
-	}
-	if tmpl == nil {
-		return v1.Operation{}, refuse(PrecheckFailed, "image", "template %s is not in vCenter; import the image again", img.Name)
+		return v1.Operation{}, err
 	}
 	// The surge workers need room: a worker's OS disk each, on the new
 	// template's size.
