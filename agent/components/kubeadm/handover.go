@@ -17,8 +17,10 @@ import (
 
 // HandedOverDir holds the control-plane manifests a master took out of
 // the kubelet's sight when it handed over; a later Reconcile (a rollback
-// that powered this VM on again) makes them afresh and empties it.
-const HandedOverDir = StateDir + "/handed-over"
+// that powered this VM on again) makes them afresh and empties it. It is
+// beside the manifests' directory, so that a rename moves them (another
+// file system, such as /var on a partition of its own, would not).
+const HandedOverDir = KubernetesDir + "/harmony-handed-over"
 
 // handOverAnnotation marks a Node cordoned by a hand-over: the node that
 // takes over (or the old one, rolled back) uncordons it. A Node an admin
