@@ -140,9 +140,9 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 	done
 
-bench: build kubernetes images test-images
+bench: build kubernetes images next-image test-images
 	$(GO) run ./integration/bench/enroll $(BENCH_FLAGS)
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_NEXT_IMAGES=$(NEXT_IMAGES_OUT) HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) run ./integration/bench/node $(NODE_BENCH_FLAGS)
 	$(GO) run ./integration/bench/vmdk $(VMDK_BENCH_FLAGS)
 	$(GO) run ./integration/bench/ovavalidate
 	$(MAKE) bench-clusters

@@ -16,6 +16,9 @@
 //   - pod-to-pod TCP throughput across the two workers over flannel's
 //     VXLAN, next to the same transfer between host-network pods on the
 //     same workers (the bare bridge), and their ratio: the overlay's cost;
+//   - an upgrade by reimage to the second node image (make next-image):
+//     its wall time, each node's replacement, the longest API
+//     unavailability through the VIP and the etcd leader elections;
 //   - the VIP failover gap: the VIP holder is powered off through vCenter,
 //     and the gap is the time until /readyz answers again through the VIP.
 //
@@ -46,7 +49,6 @@ import (
 	"github.com/harmonykaas/harmony/integration/bench/procstat"
 	"github.com/harmonykaas/harmony/integration/lab"
 	"github.com/harmonykaas/harmony/integration/lab/body"
-	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
 
 // Targets from the issues.
@@ -65,10 +67,11 @@ func main() {
 }
 
 func run() error {
-	var binDir, imagesDir, subnet, k8sBin, testImages string
+	var binDir, imagesDir, nextImages, subnet, k8sBin, testImages string
 	var idle time.Duration
 	flag.StringVar(&binDir, "bin", os.Getenv("HARMONY_BIN"), "directory of harmony-controller, harmonyctl and vmware-rpctool")
 	flag.StringVar(&imagesDir, "images", os.Getenv("HARMONY_IMAGES"), "directory of the node OVA (make images)")
+	flag.StringVar(&nextImages, "next-images", os.Getenv("HARMONY_NEXT_IMAGES"), "directory of the node OVA to upgrade to (make next-image)")
 	flag.StringVar(&k8sBin, "k8s-bin", os.Getenv("HARMONY_K8S_BIN"), "directory of kubectl (make kubernetes)")
 	flag.StringVar(&testImages, "test-images", os.Getenv("HARMONY_TEST_IMAGES"), "directory of agnhost.tar (make test-images)")
 	flag.StringVar(&subnet, "subnet", "198.18.120.0/24", "the bench lab's /24 inside 198.18.0.0/15")
@@ -191,6 +194,11 @@ func run() error {
 	fmt.Printf("  pod to pod over flannel's VXLAN     %7.1f MiB/s\n", overlay)
 	fmt.Printf("  host network, the bare bridge       %7.1f MiB/s (reference)\n", bridge)
 	fmt.Printf("  the overlay keeps %.0f %% of the bridge's throughput\n", 100*overlay/bridge)
+
+	// Before the failover, which leaves a master powered off.
+	if err := upgrade(ctx, stateDir, nextImages, sum); err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
 
 	gap, from, to, err := failover(ctx, stateDir, sum)
 	if err != nil {
@@ -320,21 +328,12 @@ func failover(ctx context.Context, stateDir string, sum *lab.Summary) (time.Dura
 	if holder == "" {
 		return 0, "", "", fmt.Errorf("no master holds the VIP")
 	}
-	data, err := os.ReadFile(sum.Kubeconfig)
-	if err != nil {
-		return 0, "", "", err
-	}
-	kc, err := kubeconfig.Parse(data)
-	if err != nil {
-		return 0, "", "", err
-	}
-	tlsConf, err := kc.TLSConfig()
-	if err != nil {
-		return 0, "", "", err
-	}
 	// Short attempts: one hanging on the dead holder must not hide the
 	// moment the VIP answers again.
-	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{TLSClientConfig: tlsConf, DisableKeepAlives: true}}
+	c, err := kubeClient(sum, 500*time.Millisecond)
+	if err != nil {
+		return 0, "", "", err
+	}
 	ready := func() bool {
 		resp, err := c.Get(sum.APIServer + "/readyz")
 		if err != nil {
