@@ -46,12 +46,17 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 	case !exists(host.Path(KubeletKubeconfig)):
 		st.Message = "never joined (no " + KubeletKubeconfig + "): nothing to drain"
 		return st
+	case handingOver(role) && exists(host.Path(handOverDrained)):
+		// The hand-over's later steps have stopped the apiserver this
+		// node's credential reaches: the drain is not done again.
+		st.Message = "cordoned and drained for the hand-over"
+		return st
 	}
 	api, err := d.nodeClient(host)
 	if err != nil {
 		return d.retryOrGiveUp(st, role, fmt.Errorf("the node's API client: %w", err))
 	}
-	if err := cordon(ctx, api, role.NodeName, role.Leave != nil && role.Leave.HandOver); err != nil {
+	if err := cordon(ctx, api, role.NodeName, handingOver(role)); err != nil {
 		return d.retryOrGiveUp(st, role, err)
 	}
 	st.Actions = append(st.Actions, "cordoned "+role.NodeName)
@@ -63,6 +68,11 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 		return d.retryOrGiveUp(st, role, fmt.Errorf("%d pods still on the node: %s", len(left), strings.Join(left, ", ")))
 	}
 	st.Message = "cordoned and drained"
+	if handingOver(role) {
+		if err := markHandOverDrained(host); err != nil {
+			return st.Failed(err)
+		}
+	}
 	return st
 }
 

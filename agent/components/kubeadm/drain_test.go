@@ -138,6 +138,11 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if obj.Spec.Unschedulable || obj.Metadata.Annotations[handOverAnnotation] != "" {
 		t.Errorf("after the uncordon: unschedulable %v, annotations %v", obj.Spec.Unschedulable, obj.Metadata.Annotations)
 	}
+	// Drained once for the hand-over, it is not done again: the
+	// hand-over's later steps stop the apiserver its credential reaches.
+	if st := d.Leave(context.Background(), host, &handOver); st.Phase != reconcile.PhaseLeft || len(st.Actions) != 0 || st.Message != "cordoned and drained for the hand-over" {
+		t.Errorf("hand-over drain again: %+v", st)
+	}
 	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft {
 		t.Errorf("plain drain: %+v", st)
 	}

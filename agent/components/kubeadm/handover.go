@@ -22,6 +22,19 @@ import (
 // file system, such as /var on a partition of its own, would not).
 const HandedOverDir = KubernetesDir + "/harmony-handed-over"
 
+// handOverDrained records, with the held manifests, that the drain of a
+// hand-over is done; a VM that serves again clears it with them.
+const handOverDrained = HandedOverDir + "/drained"
+
+func handingOver(role *v1.Role) bool { return role.Leave != nil && role.Leave.HandOver }
+
+func markHandOverDrained(host *reconcile.Host) error {
+	if err := os.MkdirAll(host.Path(HandedOverDir), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(host.Path(handOverDrained), []byte("drained\n"), 0o600)
+}
+
 // handOverAnnotation marks a Node cordoned by a hand-over: the node that
 // takes over (or the old one, rolled back) uncordons it. A Node an admin
 // cordoned has no such mark and stays cordoned.

@@ -30,7 +30,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	if err := c.checkConfig(); err != nil {
 		return st.Failed(err)
 	}
-	if role.Leave != nil && role.Leave.HandOver {
+	if handingOver(role) {
 		return c.handOver(ctx, host, role)
 	}
 	c.metrics.clear()
