@@ -184,7 +184,8 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 		return len(nodes) == 2
 	})
 	if s.MinReady < 1 {
-		t.Errorf("the netexec Deployment had %d ready pods at one point: its disruption budget keeps one", s.MinReady)
+		t.Errorf("the netexec Deployment had %d ready pods at %s: its disruption budget keeps one", s.MinReady, s.MinReadyAt.Format(time.TimeOnly))
+		l.logEvents(t)
 	}
 	if s.LongestRun > 0 {
 		t.Logf("target missed: %d API samples in a row failed (target: none with one retry)", s.LongestRun)
@@ -218,7 +219,9 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 			t.Errorf("the old VM %s-old is still there (%v)", m.Name, err)
 		}
 	}
-	testutil.Eventually(t, 2*time.Minute, "every Kubernetes Node Ready and schedulable", func() bool {
+	// The replaced workers' Nodes go too: the first master prunes a Node
+	// no longer in the cluster once it has been silent for two minutes.
+	testutil.Eventually(t, 5*time.Minute, "every Kubernetes Node Ready and schedulable, no other left", func() bool {
 		nodes := l.kubeNodes(t)
 		for _, n := range nodes {
 			if !n.ready() || n.Spec.Unschedulable {
@@ -227,4 +230,14 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 		}
 		return len(nodes) == len(after.Status.Nodes)
 	}, func() { t.Logf("nodes %+v", l.kubeNodes(t)) })
+}
+
+// logEvents logs the cluster's events and pods as they are now, for a
+// failure to be read.
+func (l *labUnderTest) logEvents(t *testing.T) {
+	for _, e := range l.cluster(t).Status.Events {
+		t.Logf("  %s %s %s %s", e.Time.Format(time.TimeOnly), e.Type, e.Reason, e.Message)
+	}
+	out, _ := l.kubectl(t, "", "get", "events", "-A", "--sort-by=.lastTimestamp")
+	t.Logf("Kubernetes events:\n%s", tail(string(out), 60))
 }

@@ -41,8 +41,10 @@ type Result struct {
 	// longest run of failures and when it began.
 	Samples, Failed, LongestRun int
 	LongestAt                   time.Time
-	// MinReady is the Deployment's fewest ready replicas seen.
-	MinReady int
+	// MinReady is the Deployment's fewest ready replicas seen, first at
+	// MinReadyAt.
+	MinReady   int
+	MinReadyAt time.Time
 	// Leaders are the etcd leaders seen, in order.
 	Leaders []string
 	// Replaced is how long each node's replacement took, from the first
@@ -86,9 +88,9 @@ func Start(t Target) *Watch {
 	w.every(ctx, 100*time.Millisecond, func(now time.Time) {
 		w.api(get("/readyz") && get("/api/v1/namespaces/default/configmaps/"+t.ConfigMap), now)
 	})
-	w.every(ctx, time.Second, func(time.Time) {
+	w.every(ctx, time.Second, func(now time.Time) {
 		if t.Deployment != "" {
-			w.deployment(t)
+			w.deployment(t, now)
 		}
 		for _, ip := range t.MasterIPs {
 			if leader, err := t.Etcd.Leader(ip); err == nil && leader != "" && leader != "0" {
@@ -155,7 +157,7 @@ func (w *Watch) api(ok bool, at time.Time) {
 	}
 }
 
-func (w *Watch) deployment(t Target) {
+func (w *Watch) deployment(t Target, now time.Time) {
 	resp, err := t.Kube.Get(t.APIServer + "/apis/apps/v1/namespaces/default/deployments/" + t.Deployment)
 	if err != nil {
 		return
@@ -168,7 +170,9 @@ func (w *Watch) deployment(t Target) {
 	}
 	if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&d) == nil {
 		w.mu.Lock()
-		w.res.MinReady = min(w.res.MinReady, d.Status.ReadyReplicas)
+		if d.Status.ReadyReplicas < w.res.MinReady {
+			w.res.MinReady, w.res.MinReadyAt = d.Status.ReadyReplicas, now
+		}
 		w.mu.Unlock()
 	}
 }

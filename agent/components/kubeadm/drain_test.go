@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +243,42 @@ func pdbStatus(t *testing.T, api *apiClient, admin *tls.Certificate) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// checkPruneNodes follows checkDrain against the same real apiserver: on
+// the first master, the Nodes of machines the cluster no longer has go
+// (no peer of the role, not Ready, silent for a while, or never
+// reported); a peer's Node stays whatever its state, and so does that of
+// a node still leaving, whose kubelet reported lately.
+func checkPruneNodes(t *testing.T, c *Component, host *reconcile.Host, role *v1.Role, api *apiClient, admin *tls.Certificate) {
+	t.Helper()
+	long := time.Now().Add(-10 * time.Minute).UTC().Format(time.RFC3339)
+	lately := time.Now().UTC().Format(time.RFC3339)
+	for name, beat := range map[string]string{"replaced-w1": long, "leaving-w2": lately} {
+		mustSend(t, api, admin, http.MethodPost, "/api/v1/nodes", fmt.Sprintf(`{"metadata":{"name":%q}}`, name), http.StatusCreated)
+		mustSend(t, api, admin, http.MethodPatch, "/api/v1/nodes/"+name+"/status",
+			fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, beat, beat),
+			http.StatusOK)
+	}
+	actions, err := c.pruneNodes(context.Background(), host, role, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "other" is checkDrain's Node of no machine, which never reported.
+	want := []string{"deleted Node other: no longer in the cluster", "deleted Node replaced-w1: no longer in the cluster"}
+	slices.Sort(actions)
+	if !slices.Equal(actions, want) {
+		t.Errorf("pruned %q, want %q", actions, want)
+	}
+	for name, want := range map[string]int{"replaced-w1": http.StatusNotFound, "other": http.StatusNotFound,
+		"leaving-w2": http.StatusOK, role.NodeName: http.StatusOK} {
+		if code, _ := api.get(t, admin, "/api/v1/nodes/"+name); code != want {
+			t.Errorf("GET Node %s after pruning: %d, want %d", name, code, want)
+		}
+	}
+	// A peer is never pruned, however silent: the master's own Node never
+	// reported here.
+	if again, err := c.pruneNodes(context.Background(), host, role, time.Now().Add(time.Hour)); err != nil || len(again) != 1 || again[0] != "deleted Node leaving-w2: no longer in the cluster" {
+		t.Errorf("pruning an hour later: %q %v", again, err)
+	}
 }

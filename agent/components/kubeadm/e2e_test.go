@@ -138,6 +138,7 @@ func TestFirstMasterInNetns(t *testing.T) {
 	}
 	checkMetrics(t, c)
 	checkDrain(t, host, dial, cl, role, api, superAdmin)
+	checkPruneNodes(t, c, host, role, api, superAdmin)
 
 	// The same role: nothing to do, the same process.
 	st := c.Reconcile(ctx, host, role)

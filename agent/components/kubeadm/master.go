@@ -144,6 +144,11 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		}
 		clusterDone = done
 		msg = append(msg, "cluster phases done "+done.UTC().Format(time.RFC3339))
+		pruned, err := c.pruneNodes(ctx, host, role, time.Now())
+		st.Actions = append(st.Actions, pruned...)
+		if err != nil {
+			msg = append(msg, "stale Nodes not pruned: "+err.Error())
+		}
 	}
 	c.metrics.setClusterPhases(clusterDone)
 	c.metrics.snapshot(host, kubeconfigFiles(p))

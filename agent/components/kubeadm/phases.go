@@ -174,21 +174,13 @@ func bindings() []kubeapi.Object {
 // ensureBindings creates the bindings that do not exist yet, with the
 // super-admin credentials; it returns what it created.
 func (c *Component) ensureBindings(ctx context.Context, host *reconcile.Host) ([]string, error) {
-	kc, err := readKubeconfig(host.Path(SuperAdminKubeconfig))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
-	}
-	cert, err := kc.keyPair()
-	if err != nil {
-		return nil, fmt.Errorf("%s client certificate: %w", SuperAdminKubeconfig, err)
-	}
-	client, err := c.apiClient(host, &cert)
+	api, err := c.adminAPI(host)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return kubeapi.FromHTTP(localAPI, client).EnsureAll(ctx, bindings())
+	return api.EnsureAll(ctx, bindings())
 }
 
 func digest(parts ...string) string {
