@@ -224,7 +224,10 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 	}
 	members := map[string]string{}
 	for _, m := range machines {
-		if m.Remove {
+		switch {
+		case m.Remove && m.settled():
+			continue // a VM kept powered off for troubleshooting
+		case m.Remove:
 			return refuse(Conflict, "", "node %s of cluster %q is being removed; wait for it first", m.Name, name)
 		}
 		if !m.settled() || m.Failed {

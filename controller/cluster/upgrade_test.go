@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// Kubernetes' skew policy for an upgrade: the same version or later
+// patches, the next minor, nothing older and no skipped minor.
+func TestUpgradeVersionSkew(t *testing.T) {
+	for _, c := range []struct {
+		from, to, refusal string
+	}{
+		{"v1.33.4", "v1.34.2", ""},
+		{"v1.34.2", "v1.34.2", ""},
+		{"v1.34.2", "v1.34.3", ""},
+		{"v1.33.4", "v1.35.0", "skips a minor"},
+		{"v1.34.2", "v1.33.4", "never goes down"},
+		{"v1.34.2", "v1.34.1", "never goes down"},
+		{"v1.34.2", "v2.0.0", "never goes down"},
+		{"v1.34.2", "latest", "cannot compare"},
+	} {
+		err := checkSkew(c.from, c.to)
+		var ce *Error
+		switch {
+		case c.refusal == "" && err != nil:
+			t.Errorf("%s to %s refused: %v", c.from, c.to, err)
+		case c.refusal != "" && (!errors.As(err, &ce) || ce.Field != "kubernetesVersion" || !strings.Contains(ce.Message, c.refusal)):
+			t.Errorf("%s to %s: %v, want a kubernetesVersion refusal saying %q", c.from, c.to, err, c.refusal)
+		}
+	}
+}
+
+// An upgrade starts only on a whole, healthy cluster; each refusal names
+// the node and why. A VM kept powered off after a removal does not stop
+// it.
+func TestUpgradeRefusesAClusterThatIsNotWhole(t *testing.T) {
+	rec := testRecord()
+	rec.Generation, rec.ObservedGeneration = 2, 2
+	var machines []machine
+	statuses := map[string]v1.Status{}
+	for i, role := range []v1.NodeRole{v1.RoleMaster, v1.RoleMaster, v1.RoleMaster, v1.RoleWorker} {
+		m := rec.newMachine(role, time.Now())
+		m.Step = stepPoweredOn
+		machines = append(machines, m)
+		st := v1.Status{Phase: v1.PhaseReady, KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True"}}
+		if role == v1.RoleMaster {
+			st.EtcdMemberID = string(rune('a' + i))
+			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: true}}
+		}
+		statuses[m.Name] = st
+	}
+	kept := rec.newMachine(v1.RoleWorker, time.Now())
+	kept.Remove, kept.KeepVM, kept.Step = true, true, stepKept
+	machines = append(machines, kept)
+	if err := checkUpgradable(rec, machines, statuses); err != nil {
+		t.Fatalf("a whole cluster refused: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		change func(ms []machine, st map[string]v1.Status)
+		want   string
+	}{
+		{"a node not Ready", func(ms []machine, st map[string]v1.Status) { s := st["c1-w1"]; s.Phase = v1.PhaseDegraded; st["c1-w1"] = s }, "c1-w1 is not Ready"},
+		{"a Kubernetes Node NotReady", func(ms []machine, st map[string]v1.Status) {
+			s := st["c1-m2"]
+			s.KubernetesNode = &v1.KubernetesNodeStatus{Ready: "False"}
+			st["c1-m2"] = s
+		}, "Node c1-m2 is NotReady"},
+		{"a master without a member", func(ms []machine, st map[string]v1.Status) { s := st["c1-m3"]; s.EtcdMemberID = ""; st["c1-m3"] = s }, "c1-m3 reports no etcd member"},
+		{"two masters as one member", func(ms []machine, st map[string]v1.Status) { s := st["c1-m3"]; s.EtcdMemberID = "a"; st["c1-m3"] = s }, "the same etcd member"},
+		{"etcd unhealthy", func(ms []machine, st map[string]v1.Status) {
+			s := st["c1-m1"]
+			s.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: false}}
+			st["c1-m1"] = s
+		}, "c1-m1 reports etcd unhealthy"},
+		{"a node never reported", func(ms []machine, st map[string]v1.Status) { delete(st, "c1-w1") }, "never reported"},
+		{"a node being removed", func(ms []machine, st map[string]v1.Status) { ms[3].Remove = true; ms[3].Step = stepLeft }, "being removed"},
+		{"a node failed", func(ms []machine, st map[string]v1.Status) { ms[1].Failed = true }, "not provisioned"},
+	} {
+		ms := append([]machine(nil), machines...)
+		st := map[string]v1.Status{}
+		for k, v := range statuses {
+			st[k] = v
+		}
+		c.change(ms, st)
+		err := checkUpgradable(rec, ms, st)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", c.name, err, c.want)
+		}
+	}
+	busy := *rec
+	busy.Generation = 3
+	if err := checkUpgradable(&busy, machines, statuses); err == nil || !strings.Contains(err.Error(), "operation running") {
+		t.Errorf("an operation running: %v", err)
+	}
+}
