@@ -65,7 +65,11 @@ func TestUpgradeRefusesAClusterThatIsNotWhole(t *testing.T) {
 		change func(ms []machine, st map[string]v1.Status)
 		want   string
 	}{
-		{"a node not Ready", func(ms []machine, st map[string]v1.Status) { s := st["c1-w1"]; s.Phase = v1.PhaseDegraded; st["c1-w1"] = s }, "c1-w1 is not Ready"},
+		{"a node not Ready", func(ms []machine, st map[string]v1.Status) {
+			s := st["c1-w1"]
+			s.Phase = v1.PhaseDegraded
+			st["c1-w1"] = s
+		}, "c1-w1 is not Ready"},
 		{"a Kubernetes Node NotReady", func(ms []machine, st map[string]v1.Status) {
 			s := st["c1-m2"]
 			s.KubernetesNode = &v1.KubernetesNodeStatus{Ready: "False"}
