@@ -20,6 +20,7 @@ FUZZ_TARGETS := \
 	./api/v1:FuzzDecodeRole \
 	./api/v1:FuzzDecodeStatus \
 	./api/v1:FuzzDecodeClusterSpec \
+	./api/v1:FuzzDecodeUpgradeRequest \
 	./api/v1:FuzzDecodeProvider \
 	./api/v1:FuzzDecodeNetworkGuestinfo \
 	./agent/bootstrap:FuzzParseOVFEnvProperty \
