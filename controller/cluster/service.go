@@ -295,13 +295,9 @@ func (s *Service) Scale(ctx context.Context, name string, req v1.ScaleRequest, b
 		return v1.Operation{}, refuse(Conflict, "", "cluster %q already has %d masters and %d workers", name, masters, workers)
 	}
 	if len(add) > 0 {
-		provider, err := s.cfg.Catalog.Provider(rec.Spec.Provider)
-		if err != nil {
-			return v1.Operation{}, fmt.Errorf("provider %s: %w", rec.Spec.Provider, err)
-		}
 		ctx, cancel := context.WithTimeout(ctx, precheckTimeout)
 		defer cancel()
-		vc, err := s.session(ctx, provider)
+		vc, err := s.sessionFor(ctx, rec.Spec.Provider)
 		if err != nil {
 			return v1.Operation{}, err
 		}
@@ -500,6 +496,15 @@ func (s *Service) load(tx *store.Tx, name string) (*record, error) {
 		return nil, refuse(NotFound, "", "cluster %q not found", name)
 	}
 	return rec, err
+}
+
+// sessionFor is a session with the vCenter of the named provider.
+func (s *Service) sessionFor(ctx context.Context, provider string) (*vsphere.Session, error) {
+	p, err := s.cfg.Catalog.Provider(provider)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", provider, err)
+	}
+	return s.session(ctx, p)
 }
 
 func (s *Service) session(ctx context.Context, p v1.Provider) (*vsphere.Session, error) {

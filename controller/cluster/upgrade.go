@@ -99,13 +99,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 		return v1.Operation{}, refuse(Conflict, "image", "cluster %q already runs image %s with Kubernetes %s", name, img.Name, version)
 	}
 
-	provider, err := s.cfg.Catalog.Provider(rec.Spec.Provider)
-	if err != nil {
-		return v1.Operation{}, fmt.Errorf("provider %s: %w", rec.Spec.Provider, err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, precheckTimeout)
 	defer cancel()
-	vc, err := s.session(ctx, provider)
+	vc, err := s.sessionFor(ctx, rec.Spec.Provider)
 	if err != nil {
 		return v1.Operation{}, err
 	}
