@@ -48,6 +48,8 @@ type fleet struct {
 	handOvers  map[string]bool         // nodes whose role said HandOver
 	order      []string                // the nodes that handed over, in order
 	diskShared string                  // the first disk seen on two VMs
+	stuck      map[string]bool         // leaving nodes whose pods cannot move
+	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
 	stop       context.CancelFunc
 	done       chan struct{}
 }
@@ -59,7 +61,8 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stop: cancel, done: make(chan struct{})}
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, keepPods: map[string]bool{},
+		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for ctx.Err() == nil {
@@ -168,7 +171,17 @@ func (f *fleet) tick() {
 			}
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
 		}
+		f.mu.Lock()
+		stuck := f.stuck[name]
+		if role.Leave != nil && role.Leave.KeepPods {
+			f.keepPods[name] = true
+		}
+		f.mu.Unlock()
 		switch {
+		case role.Leave != nil && stuck:
+			st.Phase, st.KubernetesNode = v1.PhaseLeaving, nil
+			st.Components = []v1.ComponentStatus{{Name: "drain", Healthy: true, Phase: "Leaving",
+				Message: "draining: 1 pods still on the node: default/web-1 (its disruption budget allows no eviction now)"}}
 		case role.Leave != nil:
 			st.Phase, st.KubernetesNode = v1.PhaseLeft, nil
 			if role.Leave.HandOver {
@@ -557,4 +570,58 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 		t.Errorf("upgrade after the abort: %+v", u)
 	}
 	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+}
+
+// setStuck makes a node's pods unable to move, or lets them.
+func (f *fleet) setStuck(node string, stuck bool) {
+	f.mu.Lock()
+	f.stuck[node] = stuck
+	f.mu.Unlock()
+}
+
+// A worker an upgrade replaces whose pods cannot move (a disruption
+// budget) is not powered off with them: its role says KeepPods, and past
+// its leave deadline the upgrade stops, saying why and what to do; the
+// old worker keeps running. Once the pods can move, a retry gives it a
+// new deadline and the upgrade finishes.
+func TestUpgradeStopsRatherThanForceAWorkerOff(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 4 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("kp", 1, 1))
+	fl := e.startFleet("kp", "")
+	fl.setStuck("kp-w1", true)
+	e.waitAllReady("kp")
+
+	op := e.start("POST", v1.PathClusters+"/kp/upgrade", v1.UpgradeRequest{Image: newImage})
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "kp-w1 did not leave by") || !strings.Contains(got.Message, "disruption budget") ||
+		!strings.Contains(got.Message, "cluster retry kp") {
+		t.Fatalf("upgrade with a worker whose pods cannot move: %s: %s", got.State, got.Message)
+	}
+	if vm, ok := e.vms("kp")["kp-w1"]; !ok || vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+		t.Fatalf("the old worker was not kept running: %v %v", ok, vm.Runtime.PowerState)
+	}
+	fl.mu.Lock()
+	keep := fl.keepPods["kp-w1"]
+	fl.mu.Unlock()
+	if !keep {
+		t.Error("the old worker's role did not say keepPods")
+	}
+	if u := e.cluster("kp").Status.Upgrade; u == nil || u.State != v1.UpgradeRunning {
+		t.Errorf("the upgrade after the stop: %+v", u)
+	}
+
+	fl.setStuck("kp-w1", false)
+	retry := e.start("POST", v1.PathClusters+"/kp/retry", nil)
+	if got := e.waitOp(retry.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("retry: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	cl := e.cluster("kp")
+	if u := cl.Status.Upgrade; u == nil || u.State != v1.UpgradeSucceeded {
+		t.Errorf("upgrade after the retry: %+v", u)
+	}
+	if _, ok := e.vms("kp")["kp-w1"]; ok {
+		t.Error("the old worker is still there after the retry")
+	}
 }

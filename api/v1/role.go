@@ -74,6 +74,11 @@ type LeaveSettings struct {
 	// runs, so that the new VM starts as the same member, and the old VM
 	// can serve again if the replacement is rolled back.
 	HandOver bool `json:"handOver,omitempty"`
+	// KeepPods says the drain never gives up: a node that an upgrade
+	// replaces leaves only once its pods have moved (their disruption
+	// budgets allowing); past the deadline the controller stops the
+	// upgrade instead of powering the node off with its pods.
+	KeepPods bool `json:"keepPods,omitempty"`
 }
 
 // ClusterSettings are shared by every node of a cluster.

@@ -124,7 +124,9 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 				self.Rank = rank
 			}
 			r.Peers = append(slices.Clip(peers), self)
-			r.Leave = &v1.LeaveSettings{Deadline: m.LeaveBy}
+			// A worker an upgrade replaces keeps its pods rather than
+			// leave without them.
+			r.Leave = &v1.LeaveSettings{Deadline: m.LeaveBy, KeepPods: m.ReplacedBy != ""}
 		}
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("role of %s: %w", m.Name, err)

@@ -402,11 +402,19 @@ func (s *Service) Retry(name, by string) (v1.Operation, error) {
 		for _, m := range machines {
 			if m.Failed || m.Attempts > 0 {
 				m.Failed, m.Attempts, m.NextTry = false, 0, time.Time{}
+				if m.leaving() && m.LeaveBy.Before(s.cfg.Now()) {
+					// A node that did not leave in time gets another
+					// window; its role carries the new deadline.
+					m.LeaveBy = s.cfg.Now().UTC().Add(s.cfg.LeaveTimeout)
+				}
 				if err := putMachine(tx, &m); err != nil {
 					return "", err
 				}
 				n++
 			}
+		}
+		if err := putRoles(tx, rec, sec); err != nil {
+			return "", err
 		}
 		return fmt.Sprintf("retry %d failed nodes, by %s", n, by), nil
 	})

@@ -297,6 +297,12 @@ func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.Manag
 		return warn(fmt.Sprintf("its VM is %s, so it cannot leave", power)), nil
 	}
 	left := m.LeaveBy.Sub(e.cfg.Now())
+	if left <= 0 && m.ReplacedBy != "" {
+		// An upgrade never powers a worker off with its pods: it stops,
+		// saying why, until an admin has made room and retries.
+		return stepResult{}, adminNeeded{fmt.Errorf("%s did not leave by %s, its pods not all moved (an upgrade does not force it): %s; make room for them (disruption budgets, capacity), then `harmonyctl cluster retry %s`",
+			m.Name, m.LeaveBy.UTC().Format(time.RFC3339), agentReport(st, reported), m.Cluster)}
+	}
 	if left <= 0 {
 		return warn(fmt.Sprintf("it did not report %s by its deadline %s", v1.PhaseLeft, m.LeaveBy.UTC().Format(time.RFC3339))), nil
 	}
@@ -477,7 +483,8 @@ func (e *engine) recordFailure(p *pass, m *machine, stepErr error) {
 	delay := min(e.cfg.RetryBase<<(m.Attempts-1), maxRetryDelay)
 	delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
 	m.NextTry = time.Now().Add(delay)
-	permanent := vsphere.Permanent(stepErr)
+	var admin adminNeeded
+	permanent := vsphere.Permanent(stepErr) || errors.As(stepErr, &admin)
 	if permanent || m.Attempts >= e.cfg.MaxAttempts {
 		m.Failed = true
 	}
@@ -485,7 +492,10 @@ func (e *engine) recordFailure(p *pass, m *machine, stepErr error) {
 		Message: fmt.Sprintf("%s: attempt %d after %q failed: %v; retry in %s", m.Name, m.Attempts, stepOrStart(m.Step), stepErr, delay.Round(time.Millisecond))}
 	if m.Failed {
 		why := fmt.Sprintf("gave up after %d attempts", m.Attempts)
-		if permanent {
+		switch {
+		case errors.As(stepErr, &admin):
+			why = "it waits for an admin"
+		case permanent:
 			why = "the fault is permanent"
 		}
 		ev.Reason = "Failed"
@@ -509,6 +519,12 @@ func (e *engine) recordFailure(p *pass, m *machine, stepErr error) {
 	}
 	e.cfg.Notify(NotifyKey(m.Cluster))
 }
+
+// adminNeeded is a step failure that no retry mends by itself: the
+// machine fails at once, and waits for an admin to act and retry.
+type adminNeeded struct{ error }
+
+func (e adminNeeded) Unwrap() error { return e.error }
 
 func stepOrStart(step string) string {
 	if step == "" {

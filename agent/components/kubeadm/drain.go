@@ -78,13 +78,14 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 
 // retryOrGiveUp reports Leaving (the next pass drains again) until the
 // drain's share of the leave window is used up; then Left, unhealthy, so
-// that the node still hands over its VIP and etcd member in time.
+// that the node still hands over its VIP and etcd member in time. With
+// KeepPods (a worker an upgrade replaces) it never gives up.
 func (d drainStep) retryOrGiveUp(st reconcile.Status, role *v1.Role, err error) reconcile.Status {
 	now := time.Now
 	if d.now != nil {
 		now = d.now
 	}
-	if role.Leave != nil && !role.Leave.Deadline.IsZero() && now().After(role.Leave.Deadline.Add(-drainReserve)) {
+	if role.Leave != nil && !role.Leave.KeepPods && !role.Leave.Deadline.IsZero() && now().After(role.Leave.Deadline.Add(-drainReserve)) {
 		st.Phase, st.Healthy = reconcile.PhaseLeft, false
 		st.Message = fmt.Sprintf("drain given up %s before the leave deadline: %v", drainReserve, err)
 		return st

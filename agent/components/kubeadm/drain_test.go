@@ -104,6 +104,13 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if st := late.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || st.Healthy || !strings.Contains(st.Message, "drain given up") {
 		t.Errorf("drain past its share of the window: %+v", st)
 	}
+	// A worker an upgrade replaces keeps its pods: its drain never gives
+	// up (the controller stops the upgrade at the deadline instead).
+	keep := leave
+	keep.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline, KeepPods: true}
+	if st := late.Leave(context.Background(), host, &keep); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "default/protected") {
+		t.Errorf("drain with keepPods past its share of the window: %+v", st)
+	}
 
 	// The pods gone (no kubelet here confirms the plain pod's end, so it
 	// is removed at once; the budget's pod is removed by hand): drained.
