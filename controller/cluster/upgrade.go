@@ -218,15 +218,14 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 	case rec.ObservedGeneration != rec.Generation:
 		return refuse(Conflict, "", "cluster %q has an operation running (generation %d of %d done); wait for it first", name, rec.ObservedGeneration, rec.Generation)
 	}
-	members := map[string]string{}
+	var masters []machine
 	for _, m := range machines {
 		switch {
 		case m.Remove && m.settled():
 			continue // a VM kept powered off for troubleshooting
 		case m.Remove:
 			return refuse(Conflict, "", "node %s of cluster %q is being removed; wait for it first", m.Name, name)
-		}
-		if !m.settled() || m.Failed {
+		case !m.settled() || m.Failed:
 			return refuse(Conflict, "", "node %s of cluster %q is not provisioned (step %q); retry or wait first", m.Name, name, m.Step)
 		}
 		st, ok := statuses[m.Name]
@@ -235,17 +234,12 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 			return refuse(PrecheckFailed, "nodes", "node %s is not Ready (%s); every node must be before an upgrade", m.Name, agentReport(st, ok))
 		case st.KubernetesNode != nil && st.KubernetesNode.Ready != "True":
 			return refuse(PrecheckFailed, "nodes", "the Kubernetes Node %s is %s; every Node must be Ready before an upgrade", m.Name, kubernetesReady(st.KubernetesNode.Ready))
-		case m.Role != v1.RoleMaster:
-			continue
-		case st.EtcdMemberID == "":
-			return refuse(PrecheckFailed, "nodes", "master %s reports no etcd member; every member must be started before an upgrade", m.Name)
-		case members[st.EtcdMemberID] != "":
-			return refuse(PrecheckFailed, "nodes", "masters %s and %s report the same etcd member %s", members[st.EtcdMemberID], m.Name, st.EtcdMemberID)
+		case m.Role == v1.RoleMaster:
+			masters = append(masters, m)
 		}
-		members[st.EtcdMemberID] = m.Name
-		if bad := unhealthyComponents(st); len(bad) > 0 {
-			return refuse(PrecheckFailed, "nodes", "master %s reports %s unhealthy", m.Name, strings.Join(bad, ", "))
-		}
+	}
+	if err := checkMasters(masters, statuses); err != nil {
+		return refuse(PrecheckFailed, "nodes", "%v; every master must be a started, healthy etcd member before an upgrade", err)
 	}
 	return nil
 }
