@@ -237,7 +237,7 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 			wake = m.NextTry
 		}
 		if m.Role == v1.RoleMaster && !m.Remove && m.VM != "" && m.Step != stepPending {
-			masters = append(masters, types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM})
+			masters = append(masters, vmRef(m.VM))
 		}
 		if m.Failed {
 			failed = append(failed, m.Name+": "+m.LastError)

@@ -94,7 +94,7 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 // reached.
 func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
 	rec, vc := p.rec, p.vc
-	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
+	ref := vmRef(m.VM)
 	size := *rec.Spec.WorkerSize
 	if m.Role == v1.RoleMaster {
 		size = *rec.Spec.MasterSize
@@ -206,7 +206,7 @@ func (e *engine) teardownStep(ctx context.Context, p *pass, m *machine) (stepRes
 			m.VM = vm.Reference().Value
 		}
 	}
-	ref := types.ManagedObjectReference{Type: "VirtualMachine", Value: m.VM}
+	ref := vmRef(m.VM)
 	switch {
 	case m.Step != stepLeft && m.Step != stepPoweredOff && m.Step != stepKept:
 		return e.leave(ctx, p, m, ref)

@@ -309,7 +309,7 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 		total++
 		image, _, _ := m.source(rec)
 		onTarget := image == u.Image && m.kubernetesVersion(rec) == u.KubernetesVersion
-		if m.upgraded(rec) {
+		if onTarget && !m.swapping() {
 			upgraded++
 		}
 		switch {
@@ -347,7 +347,7 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 		if inflight > 0 {
 			return leavePoll, nil
 		}
-		return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, "aborted by an admin; "+fmt.Sprintf("%d of %d nodes run %s", upgraded, total, u.Image))
+		return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, fmt.Sprintf("aborted by an admin; %d of %d nodes run %s", upgraded, total, u.Image))
 	}
 	if len(masters) > 0 {
 		return e.startSwap(p, pickMaster(masters, first))
