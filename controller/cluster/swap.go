@@ -101,7 +101,7 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 		}
 		return swapDone(m, swapDiskDetached, "Upgrade", "data disk %s detached from the old VM %s, kept", d.Path(), s.OldVM), nil
 	case swapDiskDetached:
-		if err := e.ensureName(ctx, vc, old, s.OldName); err != nil {
+		if err := vc.Rename(ctx, old, s.OldName); err != nil {
 			return stepResult{}, err
 		}
 		m.VM, m.Step = "", stepPending
@@ -210,7 +210,7 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		m.VM = s.OldVM
 		return stepResult{typ: "Warning", reason: "UpgradeRollback", msg: fmt.Sprintf("%s: the new VM %s destroyed; its data disk kept", m.Name, newVM)}, nil
 	}
-	if err := e.ensureName(ctx, vc, old, m.Name); err != nil {
+	if err := vc.Rename(ctx, old, m.Name); err != nil {
 		return stepResult{}, err
 	}
 	if m.Role == v1.RoleMaster {
@@ -222,18 +222,6 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		return stepResult{}, err
 	}
 	return finish("rolled back: the old VM %s has its name and data disk again and is powered on (%s)", s.OldVM, s.Why), nil
-}
-
-// ensureName renames the VM unless it has the name already.
-func (e *engine) ensureName(ctx context.Context, vc *vsphere.Session, ref types.ManagedObjectReference, name string) error {
-	have, err := vc.VM(ref).ObjectName(ctx)
-	if err != nil {
-		return fmt.Errorf("name of %s: %w", ref.Value, err)
-	}
-	if have == name {
-		return nil
-	}
-	return vc.Rename(ctx, ref, name)
 }
 
 // status is a node's last report.

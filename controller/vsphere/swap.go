@@ -111,13 +111,28 @@ func (s *Session) DiskUsers(ctx context.Context, folder *object.Folder, file str
 }
 
 // Rename gives a VM another name, in its folder: the old VM of a swap
-// steps aside, kept for a rollback, so the new one can take its name.
+// steps aside, kept for a rollback, so the new one can take its name. A
+// VM that has the name already is left alone, and so is one whose rename
+// failed because it got the name meanwhile: a rename started by a
+// controller that was stopped runs on in vCenter, and the one after it
+// finds the name taken, by the VM itself.
 func (s *Session) Rename(ctx context.Context, ref types.ManagedObjectReference, name string) error {
-	task, err := s.VM(ref).Rename(ctx, name)
+	vm := s.VM(ref)
+	have, err := vm.ObjectName(ctx)
+	if err != nil {
+		return fmt.Errorf("name of %s: %w", ref.Value, err)
+	}
+	if have == name {
+		return nil
+	}
+	task, err := vm.Rename(ctx, name)
 	if err == nil {
 		err = task.Wait(ctx)
 	}
 	if err != nil {
+		if have, nameErr := vm.ObjectName(ctx); nameErr == nil && have == name {
+			return nil
+		}
 		return fmt.Errorf("rename %s to %s: %w", ref.Value, name, err)
 	}
 	return nil

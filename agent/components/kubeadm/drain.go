@@ -124,9 +124,6 @@ type pod struct {
 			Controller *bool  `json:"controller"`
 		} `json:"ownerReferences"`
 	} `json:"metadata"`
-	Status struct {
-		Phase string `json:"phase"`
-	} `json:"status"`
 }
 
 // mirrorAnnotation marks the API's copy of a static pod, which lives as
@@ -135,7 +132,11 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // evictable reports whether a drain moves the pod, as kubectl drain
 // --ignore-daemonsets does: not a static pod's mirror, not a DaemonSet's
-// pod (its controller would put it straight back), not one that has ended.
+// pod (its controller would put it straight back). A pod that has ended
+// is evicted too (the API deletes it at once, whatever its budget): the
+// kubelet marks an evicted pod Failed or Succeeded before it deletes it,
+// and a drain that took that for gone let the VM power off with the pod
+// still bound to the node.
 func (p *pod) evictable() bool {
 	if _, ok := p.Metadata.Annotations[mirrorAnnotation]; ok {
 		return false
@@ -145,7 +146,7 @@ func (p *pod) evictable() bool {
 			return false
 		}
 	}
-	return p.Status.Phase != "Succeeded" && p.Status.Phase != "Failed"
+	return true
 }
 
 // evictAll asks for the eviction of every evictable pod on the node and

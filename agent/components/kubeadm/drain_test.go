@@ -58,6 +58,8 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	pod("mirror", node, `,"annotations":{"kubernetes.io/config.mirror":"x"}`)
 	pod("daemon", node, `,"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"ds","uid":"6e0d1cf4-63d1-4a5b-9d43-1d7f1b4a1f2a","controller":true}]`)
 	pod("elsewhere", "other", "")
+	pod("done", node, "")
+	mustSend(t, api, admin, http.MethodPatch, "/api/v1/namespaces/default/pods/done/status", `{"status":{"phase":"Succeeded"}}`, http.StatusOK)
 	// A budget guards only running pods (a pending one may always go),
 	// and no kubelet here runs it: its status says so instead.
 	mustSend(t, api, admin, http.MethodPatch, "/api/v1/namespaces/default/pods/protected/status", `{"status":{"phase":"Running"}}`, http.StatusOK)
@@ -74,8 +76,17 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	st := d.Leave(context.Background(), host, &leave)
 	if st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "default/plain (evicted, terminating)") ||
 		!strings.Contains(st.Message, "default/protected (its disruption budget allows no eviction now)") ||
+		!strings.Contains(st.Message, "default/done (evicted") ||
 		strings.Contains(st.Message, "mirror") || strings.Contains(st.Message, "daemon") || strings.Contains(st.Message, "elsewhere") {
 		t.Errorf("drain with pods left: %+v", st)
+	}
+	// A pod that has ended is deleted at once by its eviction.
+	mustSend(t, api, admin, http.MethodGet, "/api/v1/namespaces/default/pods/done", "", http.StatusNotFound)
+	// The kubelet marks an evicted pod Failed before it deletes it: the
+	// pod is still there, and the drain still waits for it.
+	mustSend(t, api, admin, http.MethodPatch, "/api/v1/namespaces/default/pods/plain/status", `{"status":{"phase":"Failed"}}`, http.StatusOK)
+	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "default/plain (terminating)") {
+		t.Errorf("drain with an evicted pod marked Failed, not yet deleted: %+v", st)
 	}
 	var n struct {
 		Spec struct {
