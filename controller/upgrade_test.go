@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
@@ -318,6 +319,9 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 		{v1.UpgradeRequest{Image: "nope"}, v1.CodeBadRequest, "image"},
 		{v1.UpgradeRequest{Image: e.image}, v1.CodeConflict, "image"},
 		{v1.UpgradeRequest{Image: newImage, KubernetesVersion: "v1.35.0"}, v1.CodeBadRequest, "kubernetesVersion"}, // not in the image
+		{v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"up-m2", "up-w1"}}, v1.CodeBadRequest, "freshDisk[1]"}, // a worker has no data disk
+		{v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"up-m9"}}, v1.CodeBadRequest, "freshDisk[0]"},
+		{v1.UpgradeRequest{FreshDisk: []string{"up-m2"}}, v1.CodeConflict, ""}, // no upgrade to amend
 	} {
 		r := doJSON(t, e.tc.admin, "POST", e.tc.url+path, c.req)
 		if r.err.Code != c.code || r.err.Field != c.field {
@@ -389,6 +393,77 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+n.Name+"/role", nil).decode(t, &r)
 		if r.Versions.Kubernetes != "v1.34.2" || r.Cluster.KubernetesVersion != "v1.34.2" || r.Leave != nil {
 			t.Errorf("role of %s after the upgrade: version %s/%s, leave %+v", r.NodeName, r.Versions.Kubernetes, r.Cluster.KubernetesVersion, r.Leave)
+		}
+	}
+}
+
+// A data disk that cannot move is never replaced silently: the master's
+// replacement stops on the missing disk, with what to do; the admin's
+// fresh-disk amendment gives the new VM an empty disk, on which it comes
+// back as a new member. A master chosen for the fresh-disk path at the
+// start gets one too, and its old disk's file is kept.
+func TestUpgradeFreshDiskOnlyWhenChosen(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("fd", 3, 0))
+	fl := e.startFleet("fd", "")
+	e.waitAllReady("fd")
+	before := e.snapshotVMs("fd")
+
+	// fd-m2 is replaced first; its disk's file goes, as with a lost
+	// datastore, while the VM still runs.
+	lost := before.disk["fd-m2"]
+	dc, err := find.NewFinder(e.vc.Client).DefaultDatacenter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := object.NewFileManager(e.vc.Client).DeleteDatastoreFile(context.Background(), lost, dc)
+	if err == nil {
+		err = task.Wait(context.Background())
+	}
+	if err != nil || e.dataDiskExists(lost) {
+		t.Fatalf("delete %s: %v", lost, err)
+	}
+	op := e.start("POST", v1.PathClusters+"/fd/upgrade", v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"fd-m3"}})
+	if got := e.waitOp(op.ID); got.State != v1.OperationFailed || !strings.Contains(got.Message, "fd-m2") {
+		t.Fatalf("upgrade with fd-m2's disk missing: %s: %s", got.State, got.Message)
+	}
+	if ev := e.event("fd", "fd-m2", "--fresh-disk fd-m2"); ev.Type != "Warning" || !strings.Contains(ev.Message, "missing") {
+		t.Errorf("the missing disk's event: %+v", ev)
+	}
+	if n := len(e.vms("fd")); n != 4 {
+		t.Errorf("%d VMs while fd-m2's replacement waits, want 4 (the old one kept)", n)
+	}
+
+	amend := e.start("POST", v1.PathClusters+"/fd/upgrade", v1.UpgradeRequest{FreshDisk: []string{"fd-m2"}})
+	if ev := e.event("fd", "fd-m2", "fresh-disk path, chosen by admin"); ev.Type != "Warning" {
+		t.Errorf("fd-m2: no Warning for its fresh-disk path: %+v", ev)
+	}
+	if got := e.waitOp(amend.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("upgrade after the fresh-disk amendment: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	after := e.snapshotVMs("fd")
+	for _, m := range []string{"fd-m2", "fd-m3"} {
+		if d := after.disk[m]; d == "" || d == before.disk[m] || !strings.Contains(d, "/"+m+"-") || !e.dataDiskExists(d) {
+			t.Errorf("%s's data disk after the fresh-disk path: %q (before %q)", m, d, before.disk[m])
+		}
+	}
+	if ev := e.event("fd", "fd-m3", "on the fresh-disk path"); ev.Type != "Warning" {
+		t.Errorf("fd-m3: no Warning for its fresh-disk path: %+v", ev)
+	}
+	if !e.dataDiskExists(before.disk["fd-m3"]) {
+		t.Errorf("fd-m3's old disk %s was deleted", before.disk["fd-m3"])
+	}
+	if after.disk["fd-m1"] != before.disk["fd-m1"] {
+		t.Errorf("fd-m1 has data disk %s, had %s", after.disk["fd-m1"], before.disk["fd-m1"])
+	}
+	if fl.diskShared != "" {
+		t.Errorf("a data disk was on two VMs at once: %s", fl.diskShared)
+	}
+	for _, n := range e.cluster("fd").Status.Nodes {
+		if n.Image != newImage || n.Phase != "Ready" || n.DataDisk != after.disk[n.Name] {
+			t.Errorf("node %s after the upgrade: image %s, phase %s, data disk %s", n.Name, n.Image, n.Phase, n.DataDisk)
 		}
 	}
 }

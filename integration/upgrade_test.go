@@ -95,10 +95,13 @@ spec:
 // checkUpgrade moves the lab's cluster to the second node image of this
 // checkout by reimage (harmonyctl cluster upgrade), while clients use the
 // API through the VIP and the netexec Deployment serves with a disruption
-// budget of one. Afterwards every key, ConfigMap and pod is there, every
-// master is the same etcd member on the same data disk, and every node
-// runs the new image; no old VM is left. It prints what the issue asks
-// to measure: the longest run of failed API samples and the etcd leader
+// budget of one. One master (the last by name) takes the fresh-disk path,
+// as for a disk that cannot move: it comes back as a new member on a new
+// disk, and the member list holds no trace of its old member.
+// Afterwards every key, ConfigMap and pod is there, every other master
+// is the same etcd member on the same data disk, and every node runs the
+// new image; no old VM is left. It prints what the issue asks to
+// measure: the longest run of failed API samples and the etcd leader
 // elections, and each replacement's time.
 func (l *labUnderTest) checkUpgrade(t *testing.T) {
 	ctx := context.Background()
@@ -140,7 +143,8 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 	watch := upgradewatch.Start(upgradewatch.Target{APIServer: l.sum.APIServer, Kube: l.kubeClient(t, 2*time.Second),
 		ConfigMap: "upgrade-1", Deployment: netexecApp, Etcd: ea, MasterIPs: ips, Controller: l.ctl, Cluster: lab.ClusterName})
 	start := time.Now()
-	op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name})
+	fresh := masters[len(masters)-1].Name
+	op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, FreshDisk: []string{fresh}})
 	if err != nil {
 		watch.Stop()
 		t.Fatal(err)
@@ -212,11 +216,15 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 		t.Logf("target missed: %d leader elections for %d masters (target: at most one per master)", elections, len(masters))
 	}
 
-	// Every master is the same member on the same disk; every node runs
-	// the new image; no old VM is left.
+	// Every master but the fresh one is the same member on the same
+	// disk; every node runs the new image; no old VM is left.
 	l.checkMembers(t, l.masters(t))
 	for name, id := range ids {
-		if got := l.memberID(t, masters[0], name); got != id {
+		got := l.memberID(t, masters[0], name)
+		switch {
+		case name == fresh && got == id:
+			t.Errorf("%s took the fresh-disk path, but is still etcd member %x", name, id)
+		case name != fresh && got != id:
 			t.Errorf("%s is etcd member %x after the upgrade, was %x", name, got, id)
 		}
 	}
@@ -228,7 +236,11 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 		if n.Image != img.Name || n.Phase != "Ready" || n.Upgrade != "" {
 			t.Errorf("node %s after the upgrade: image %s, phase %s, upgrade %q", n.Name, n.Image, n.Phase, n.Upgrade)
 		}
-		if n.Role == v1.RoleMaster && n.DataDisk != disks[n.Name] {
+		switch {
+		case n.Role != v1.RoleMaster:
+		case n.Name == fresh && (n.DataDisk == disks[n.Name] || !strings.Contains(n.DataDisk, "/"+fresh+"-")):
+			t.Errorf("%s took the fresh-disk path, but has data disk %s (had %s)", n.Name, n.DataDisk, disks[n.Name])
+		case n.Name != fresh && n.DataDisk != disks[n.Name]:
 			t.Errorf("%s has data disk %s, had %s", n.Name, n.DataDisk, disks[n.Name])
 		}
 	}

@@ -1,7 +1,9 @@
 package v1
 
 import (
+	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -19,6 +21,13 @@ type UpgradeRequest struct {
 	// Abort stops the running upgrade: the master being replaced goes
 	// back to its old VM and disk, surge workers not yet serving go.
 	Abort bool `json:"abort,omitempty"`
+	// FreshDisk names masters whose data disk does not move: a disk that
+	// is missing, corrupt or on a lost datastore. Each new VM gets a new,
+	// empty data disk and joins etcd as a new member in place of the old
+	// one (the old disk's file is kept). Given without an image, it
+	// amends the running upgrade, for a master whose disk turned out
+	// missing during it.
+	FreshDisk []string `json:"freshDisk,omitempty"`
 }
 
 // MaxUpgradeSurge bounds UpgradeRequest.MaxSurge.
@@ -38,6 +47,26 @@ func DecodeUpgradeRequest(r io.Reader) (*UpgradeRequest, error) {
 			return nil, fieldErr("kubernetesVersion", "an abort takes no version")
 		case u.MaxSurge != 0:
 			return nil, fieldErr("maxSurge", "an abort takes no surge")
+		case len(u.FreshDisk) > 0:
+			return nil, fieldErr("freshDisk", "an abort takes no fresh disks")
+		}
+		return &u, nil
+	}
+	for i, name := range u.FreshDisk {
+		if err := ValidateNodeName(name); err != nil {
+			return nil, fieldErr(fmt.Sprintf("freshDisk[%d]", i), "%v", err)
+		}
+		if slices.Contains(u.FreshDisk[:i], name) {
+			return nil, fieldErr(fmt.Sprintf("freshDisk[%d]", i), "%s is named twice", name)
+		}
+	}
+	if u.Image == "" && len(u.FreshDisk) > 0 {
+		// An amendment of the running upgrade.
+		switch {
+		case u.KubernetesVersion != "":
+			return nil, fieldErr("kubernetesVersion", "an amendment of the running upgrade takes no version")
+		case u.MaxSurge != 0:
+			return nil, fieldErr("maxSurge", "an amendment of the running upgrade takes no surge")
 		}
 		return &u, nil
 	}

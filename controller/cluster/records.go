@@ -79,6 +79,9 @@ type machine struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// KubernetesVersion is the node's; empty: the cluster's.
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	// DataDisk names a master's data disk file; empty: the machine's
+	// name. A replacement on the fresh-disk path gives it a new one.
+	DataDisk string `json:"dataDisk,omitempty"`
 	// Swap is a master's replacement by a new VM that takes its data disk.
 	Swap *swap `json:"swap,omitempty"`
 	// ReplacedBy names the surge worker that replaces this one in an

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,10 +139,14 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 			return done(stepDataDisk, ""), nil
 		}
 		d := dataDisk(rec, m)
-		if m.Swap != nil {
+		if m.Swap != nil && !m.Swap.FreshDisk {
 			// A replacement takes the old VM's disk, which must exist and
 			// be on no other VM: it never gets a new one silently.
 			err := vc.AttachDataDisk(ctx, p.folder, ref, d)
+			if errors.Is(err, vsphere.ErrDiskMissing) {
+				err = adminNeeded{fmt.Errorf("%w: the disk cannot move to the new VM; restore it and `harmonyctl cluster retry %s`, or give the new VM an empty disk, as a new etcd member in place of the old: `harmonyctl cluster upgrade %s --fresh-disk %s`",
+					err, rec.Spec.Name, rec.Spec.Name, m.Name)}
+			}
 			return done(stepDataDisk, fmt.Sprintf("%s: the old VM's data disk %s attached", m.Name, d.Path())), err
 		}
 		err := vc.EnsureDataDisk(ctx, ref, d)
@@ -374,7 +379,7 @@ type stepResult struct {
 func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
 
 func dataDisk(rec *record, m *machine) vsphere.DataDisk {
-	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: dataDiskRoot + "/" + rec.Spec.Name, Name: m.Name, SizeGiB: rec.Spec.MasterDataDiskGiB}
+	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: dataDiskRoot + "/" + rec.Spec.Name, Name: cmp.Or(m.DataDisk, m.Name), SizeGiB: rec.Spec.MasterDataDiskGiB}
 }
 
 // recordStep stores a finished step and its event in one transaction; the

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,9 +50,16 @@ type swap struct {
 	OldTemplate string `json:"oldTemplate"`
 	OldSnapshot string `json:"oldSnapshot,omitempty"`
 	OldVersion  string `json:"oldVersion"`
+	// OldDataDisk is the name of the old VM's data disk, which a
+	// rollback gives back to it.
+	OldDataDisk string `json:"oldDataDisk,omitempty"`
 	// MemberID is the etcd member the node was before: the new VM must
-	// come back as it.
-	MemberID    string    `json:"memberID,omitempty"`
+	// come back as it, unless FreshDisk.
+	MemberID string `json:"memberID,omitempty"`
+	// FreshDisk is the fresh-disk path, chosen by an admin: the new VM
+	// gets a new, empty data disk and joins etcd as a new member in
+	// place of MemberID.
+	FreshDisk   bool      `json:"freshDisk,omitempty"`
 	PoweredOnAt time.Time `json:"poweredOnAt,omitzero"`
 	// Rollback says the replacement is being undone, and Why.
 	Rollback bool   `json:"rollback,omitempty"`
@@ -107,8 +115,13 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 		m.VM, m.Step = "", stepPending
 		m.Image, m.Template, m.Snapshot = p.rec.Upgrade.Image, p.rec.Upgrade.Template, p.rec.Upgrade.Snapshot
 		m.KubernetesVersion = p.rec.Upgrade.KubernetesVersion
-		return swapDone(m, swapCloning, "Upgrade", "old VM %s renamed %s and kept for a rollback; cloning its replacement from %s",
-			s.OldVM, s.OldName, m.Template), nil
+		disk := "the old VM's data disk"
+		if s.FreshDisk {
+			m.DataDisk = freshDiskName(m.Name, e.cfg.Now())
+			disk = "a new, empty data disk " + m.DataDisk
+		}
+		return swapDone(m, swapCloning, "Upgrade", "old VM %s renamed %s and kept for a rollback; cloning its replacement from %s, with %s",
+			s.OldVM, s.OldName, m.Template, disk), nil
 	case swapCloning:
 		if m.Step != stepPoweredOn {
 			return e.createStep(ctx, p, m)
@@ -153,11 +166,17 @@ func (e *engine) verifySwap(m *machine) stepResult {
 	s := m.Swap
 	st, reported := e.status(m.Name)
 	fresh := reported && st.ReportedAt.After(s.PoweredOnAt)
-	if fresh && s.MemberID != "" && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID {
+	if fresh && !s.FreshDisk && s.MemberID != "" && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID {
 		return e.startRollback(m, fmt.Sprintf("the new VM came up as etcd member %s, not %s", st.EtcdMemberID, s.MemberID))
 	}
+	// On the fresh-disk path the node is a new member (its agent removed
+	// the old one before it joined).
+	member := s.MemberID == "" || st.EtcdMemberID == s.MemberID
+	if s.FreshDisk {
+		member = st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID
+	}
 	kubeReady := st.KubernetesNode == nil || st.KubernetesNode.Ready == "True"
-	if fresh && st.Phase == v1.PhaseReady && kubeReady && (s.MemberID == "" || st.EtcdMemberID == s.MemberID) {
+	if fresh && st.Phase == v1.PhaseReady && kubeReady && member {
 		return swapDone(m, swapVerified, "Upgrade", "the new VM serves: %s", agentReport(st, reported))
 	}
 	deadline := s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout)
@@ -186,7 +205,7 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	s, vc := m.Swap, p.vc
 	old := vmRef(s.OldVM)
 	finish := func(format string, args ...any) stepResult {
-		m.VM, m.Step = s.OldVM, stepPoweredOn
+		m.VM, m.Step, m.DataDisk = s.OldVM, stepPoweredOn, s.OldDataDisk
 		m.Image, m.Template, m.Snapshot, m.KubernetesVersion = s.OldImage, s.OldTemplate, s.OldSnapshot, s.OldVersion
 		s.Step = swapRolledBack
 		return stepResult{typ: "Warning", reason: "UpgradeRolledBack", roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
@@ -213,15 +232,30 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	if err := vc.Rename(ctx, old, m.Name); err != nil {
 		return stepResult{}, err
 	}
+	disk := "its data disk again"
 	if m.Role == v1.RoleMaster {
-		if err := vc.AttachDataDisk(ctx, p.folder, old, dataDisk(p.rec, m)); err != nil {
+		oldDisk := *m
+		oldDisk.DataDisk = s.OldDataDisk
+		d := dataDisk(p.rec, &oldDisk)
+		err := vc.AttachDataDisk(ctx, p.folder, old, d)
+		if errors.Is(err, vsphere.ErrDiskMissing) {
+			// Nothing to give back; its agent will say it has no disk.
+			disk, err = "no data disk: "+d.Path()+" is missing", nil
+		}
+		if err != nil {
 			return stepResult{}, err
 		}
 	}
 	if err := vc.PowerOn(ctx, old); err != nil {
 		return stepResult{}, err
 	}
-	return finish("rolled back: the old VM %s has its name and data disk again and is powered on (%s)", s.OldVM, s.Why), nil
+	return finish("rolled back: the old VM %s has its name and %s, and is powered on (%s)", s.OldVM, disk, s.Why), nil
+}
+
+// freshDiskName names the new data disk of a fresh-disk replacement: the
+// old disk's file stays where it is, under the machine's name.
+func freshDiskName(node string, now time.Time) string {
+	return node + "-" + now.UTC().Format("20060102t150405")
 }
 
 // status is a node's last report.

@@ -30,7 +30,10 @@ type upgradeRecord struct {
 	FromImage         string `json:"fromImage"`
 	FromVersion       string `json:"fromVersion"`
 	MaxSurge          int    `json:"maxSurge"`
-	By                string `json:"by"`
+	// FreshDisk names the masters whose replacements take the fresh-disk
+	// path.
+	FreshDisk []string `json:"freshDisk,omitempty"`
+	By        string   `json:"by"`
 	// Abort asks the engine to stop: the replacement under way rolls
 	// back.
 	Abort      bool      `json:"abort,omitempty"`
@@ -59,6 +62,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if req.Abort {
 		return s.abortUpgrade(name, by)
 	}
+	if req.Image == "" && len(req.FreshDisk) > 0 {
+		return s.amendUpgrade(name, req.FreshDisk, by)
+	}
 	var rec *record
 	var machines []machine
 	var statuses map[string]v1.Status
@@ -82,6 +88,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 		return v1.Operation{}, err
 	}
 	if err := checkUpgradable(rec, machines, statuses); err != nil {
+		return v1.Operation{}, err
+	}
+	if err := checkFreshDisk(rec, machines, req.FreshDisk); err != nil {
 		return v1.Operation{}, err
 	}
 	img, err := s.nodeImage(rec.Spec.Provider, req.Image)
@@ -130,7 +139,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 		}
 		cur.Upgrade = &upgradeRecord{Image: img.Name, KubernetesVersion: version, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
 			TemplateBytes: tmpl.CapacityBytes, FromImage: rec.Spec.Image, FromVersion: rec.Spec.KubernetesVersion,
-			MaxSurge: req.MaxSurge, By: by, State: v1.UpgradeRunning, StartedAt: now}
+			MaxSurge: req.MaxSurge, FreshDisk: req.FreshDisk, By: by, State: v1.UpgradeRunning, StartedAt: now}
 		return fmt.Sprintf("upgrade from %s (Kubernetes %s) to %s (Kubernetes %s), by %s: masters one at a time with their data disks moved, then workers %d at a time",
 			rec.Spec.Image, rec.Spec.KubernetesVersion, img.Name, version, by, req.MaxSurge), nil
 	})
@@ -176,22 +185,8 @@ func (s *Service) abortUpgrade(name, by string) (v1.Operation, error) {
 		if err := putRoles(tx, rec, sec); err != nil {
 			return err
 		}
-		ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
-		if err != nil {
+		if op, err = upgradeOperation(tx, rec, now); err != nil {
 			return err
-		}
-		for _, o := range ops {
-			if o.Cluster == name && o.Kind == v1.OperationUpgrade && o.State == v1.OperationRunning {
-				op = o
-			}
-		}
-		if op.ID == "" {
-			// The upgrade's operation ended when a node failed: the abort
-			// gets one of its own, which ends with the upgrade.
-			op = v1.Operation{Kind: v1.OperationUpgrade, Cluster: name, Generation: rec.Generation, CreatedAt: now}
-			if err := tx.AddOperation(&op); err != nil {
-				return err
-			}
 		}
 		_, err = addEvent(tx, name, v1.Event{Time: now, Type: "Warning", Reason: "UpgradeAbort",
 			Message: fmt.Sprintf("abort the upgrade to %s, by %s: the node being replaced rolls back", rec.Upgrade.Image, by)})
@@ -201,6 +196,112 @@ func (s *Service) abortUpgrade(name, by string) (v1.Operation, error) {
 		return v1.Operation{}, err
 	}
 	s.log.Info("upgrade abort asked", "cluster", name, "by", by, "operation", op.ID)
+	s.engine.kick(name)
+	return op, nil
+}
+
+// upgradeOperation is the running upgrade's operation; when it ended
+// (a node failed), a change to the upgrade gets one of its own, which
+// ends with the upgrade.
+func upgradeOperation(tx *store.Tx, rec *record, now time.Time) (v1.Operation, error) {
+	ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	for _, o := range ops {
+		if o.Cluster == rec.Spec.Name && o.Kind == v1.OperationUpgrade && o.State == v1.OperationRunning {
+			return o, nil
+		}
+	}
+	op := v1.Operation{Kind: v1.OperationUpgrade, Cluster: rec.Spec.Name, Generation: rec.Generation, CreatedAt: now}
+	return op, tx.AddOperation(&op)
+}
+
+// checkFreshDisk refuses fresh disks for nodes that are not masters of
+// the cluster, or for a cluster whose etcd has no quorum without the
+// member being replaced: its data would be lost.
+func checkFreshDisk(rec *record, machines []machine, nodes []string) error {
+	masters := 0
+	for _, m := range machines {
+		if m.Role == v1.RoleMaster && !m.Remove {
+			masters++
+		}
+	}
+	for i, n := range nodes {
+		field := fmt.Sprintf("freshDisk[%d]", i)
+		i := slices.IndexFunc(machines, func(m machine) bool { return m.Name == n && !m.Remove })
+		switch {
+		case i < 0:
+			return refuse(Invalid, field, "cluster %q has no node %s", rec.Spec.Name, n)
+		case machines[i].Role != v1.RoleMaster:
+			return refuse(Invalid, field, "%s is a %s: only masters have a data disk", n, machines[i].Role)
+		case masters < 3:
+			return refuse(Invalid, field, "cluster %q has %d master(s): etcd keeps no quorum without %s's member, and its data would be lost", rec.Spec.Name, masters, n)
+		}
+	}
+	return nil
+}
+
+// amendUpgrade puts masters on the fresh-disk path in the running
+// upgrade: one whose replacement stopped on a missing disk is retried,
+// with a new, empty disk.
+func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Operation, error) {
+	now := s.cfg.Now().UTC()
+	var op v1.Operation
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, err := s.load(tx, name)
+		if err != nil {
+			return err
+		}
+		if !rec.Upgrade.running() || rec.Upgrade.Abort {
+			return refuse(Conflict, "", "cluster %q runs no upgrade to amend; give --image to start one", name)
+		}
+		machines, err := loadMachines(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := checkFreshDisk(rec, machines, nodes); err != nil {
+			return err
+		}
+		for i, n := range nodes {
+			m := machines[slices.IndexFunc(machines, func(m machine) bool { return m.Name == n && !m.Remove })]
+			if m.swapping() {
+				if m.Swap.Rollback || m.Swap.Step == swapCloning && m.Step != stepPending && m.Step != stepCloned && m.Step != stepConfigured ||
+					m.Swap.Step == swapVerifying || m.Swap.Step == swapVerified {
+					return refuse(Conflict, fmt.Sprintf("freshDisk[%d]", i), "%s's replacement is past its data disk (%s)", n, m.Swap.Step)
+				}
+				m.Swap.FreshDisk = true
+				if m.Swap.Step == swapCloning {
+					m.DataDisk = freshDiskName(m.Name, now)
+				}
+				m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+				if err := putMachine(tx, &m); err != nil {
+					return err
+				}
+			}
+			if !slices.Contains(rec.Upgrade.FreshDisk, n) {
+				rec.Upgrade.FreshDisk = append(rec.Upgrade.FreshDisk, n)
+			}
+		}
+		if err := tx.Put(store.Clusters, name, rec); err != nil {
+			return err
+		}
+		if op, err = upgradeOperation(tx, rec, now); err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if _, err := addEvent(tx, name, v1.Event{Time: now, Type: "Warning", Node: n, Reason: "UpgradeFreshDisk",
+				Message: fmt.Sprintf("%s: fresh-disk path, chosen by %s: its new VM gets an empty data disk and joins etcd as a new member in place of the old; the old disk's file is kept",
+					n, by)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	s.log.Info("upgrade amended", "cluster", name, "by", by, "freshDisk", nodes, "operation", op.ID)
 	s.engine.kick(name)
 	return op, nil
 }
@@ -410,7 +511,13 @@ func (e *engine) startSwap(p *pass, m machine) (time.Duration, error) {
 		image, template, snapshot := m.source(p.rec)
 		m.Swap = &swap{Step: swapHandOver, StartedAt: now, HandOverBy: now.Add(e.cfg.LeaveTimeout),
 			OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
-			OldVersion: m.kubernetesVersion(p.rec), MemberID: statuses[m.Name].EtcdMemberID}
+			OldVersion: m.kubernetesVersion(p.rec), OldDataDisk: m.DataDisk, MemberID: statuses[m.Name].EtcdMemberID,
+			FreshDisk: slices.Contains(p.rec.Upgrade.FreshDisk, m.Name)}
+		if m.Swap.FreshDisk {
+			return v1.Event{Type: "Warning", Node: m.Name, Reason: "UpgradeFreshDisk", Message: fmt.Sprintf(
+				"%s: replacing its VM %s by a clone of %s on the fresh-disk path (chosen by %s): the new VM gets an empty data disk and joins etcd as a new member in place of %s, which it removes; the old disk %s is kept; first it hands over",
+				m.Name, m.VM, p.rec.Upgrade.Image, p.rec.Upgrade.By, m.Swap.MemberID, dataDisk(p.rec, m).Path())}, nil
+		}
 		return v1.Event{Type: "Normal", Node: m.Name, Reason: "Upgrade", Message: fmt.Sprintf(
 			"%s: replacing its VM %s by a clone of %s that takes its data disk (etcd member %s); first it hands over",
 			m.Name, m.VM, p.rec.Upgrade.Image, m.Swap.MemberID)}, nil

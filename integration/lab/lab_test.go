@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmware/govmomi/vim25/types"
+	"golang.org/x/sys/unix"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -330,5 +331,33 @@ func TestVMDirectoriesFollowTheirVMs(t *testing.T) {
 	has(legacy, true)
 	if err := ownDir(vms, vm("", "c-w2"), nil, log); err == nil {
 		t.Error("a VM without a reference is given a directory")
+	}
+}
+
+// A lab is refused on a disk whose free share is at the kubelets'
+// eviction threshold, or would be after the lab's growth; it names the
+// directory and how much to free.
+func TestDiskCloseToEvictionIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, 0) })
+	state := filepath.Join(dir, "state", "lab") // not made yet: its parent is measured
+	if err := checkDiskRoom(state, 0); err != nil {
+		t.Fatalf("an empty disk: %v", err)
+	}
+	if err := checkDiskRoom(state, 60<<20); err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "free") {
+		t.Errorf("a disk without room for the lab's growth: %v", err)
+	}
+	// 88% full: below the kubelets' 15% even with nothing to grow.
+	if err := os.WriteFile(filepath.Join(dir, "fill"), make([]byte, 56<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkDiskRoom(state, 0); err == nil || !strings.Contains(err.Error(), "evict") {
+		t.Errorf("a disk at 88%%: %v", err)
 	}
 }

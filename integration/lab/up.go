@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
@@ -172,6 +174,9 @@ func checkTools(cfg Config) error {
 	if err := checkInotify(); err != nil {
 		return err
 	}
+	if err := checkDiskRoom(cfg.StateDir, labGrowthBytes); err != nil {
+		return err
+	}
 	for _, tool := range []struct{ name, pkg string }{
 		{"systemd-nspawn", "systemd-container"}, {"ip", "iproute2"},
 		{"prometheus", "prometheus"}, {"promtool", "prometheus"},
@@ -179,6 +184,41 @@ func checkTools(cfg Config) error {
 		if _, err := exec.LookPath(tool.name); err != nil {
 			return fmt.Errorf("lab: %s is missing (scripts/install-deps.sh, or apt-get install %s)", tool.name, tool.pkg)
 		}
+	}
+	return nil
+}
+
+// The lab's VMs share the host's file system (each body's disk is an
+// overlay upper directory on it), so every node's kubelet measures that
+// file system, and evicts every pod once its free share falls below the
+// kubelet's default imagefs.available threshold. A lab that starts
+// close to it has its pods evicted in the middle of a test. Hence the
+// threshold plus what a lab adds over a run (images, clones, logs).
+const (
+	kubeletEvictionFree = 0.15
+	labGrowthBytes      = 12 << 30
+)
+
+// checkDiskRoom refuses to start a lab whose nodes' kubelets would soon
+// see disk pressure, with growth bytes to spare.
+func checkDiskRoom(stateDir string, growth float64) error {
+	dir := stateDir
+	for {
+		if _, err := os.Stat(dir); err == nil || dir == filepath.Dir(dir) {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return fmt.Errorf("lab: statfs %s: %w", dir, err)
+	}
+	total, free := float64(fs.Blocks)*float64(fs.Bsize), float64(fs.Bavail)*float64(fs.Bsize)
+	need := total*kubeletEvictionFree + growth
+	if free < need {
+		const gib = 1 << 30
+		return fmt.Errorf("lab: %s has %.1f GiB free of %.1f GiB; the lab's nodes share this disk, and their kubelets evict every pod below %.0f%% free (%.1f GiB): free %.1f GiB more for a lab run",
+			dir, free/gib, total/gib, kubeletEvictionFree*100, total*kubeletEvictionFree/gib, (need-free)/gib)
 	}
 	return nil
 }
