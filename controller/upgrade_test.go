@@ -318,7 +318,7 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 	}{
 		{v1.UpgradeRequest{Image: "nope"}, v1.CodeBadRequest, "image"},
 		{v1.UpgradeRequest{Image: e.image}, v1.CodeConflict, "image"},
-		{v1.UpgradeRequest{Image: newImage, KubernetesVersion: "v1.35.0"}, v1.CodeBadRequest, "kubernetesVersion"}, // not in the image
+		{v1.UpgradeRequest{Image: newImage, KubernetesVersion: "v1.35.0"}, v1.CodeBadRequest, "kubernetesVersion"},     // not in the image
 		{v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"up-m2", "up-w1"}}, v1.CodeBadRequest, "freshDisk[1]"}, // a worker has no data disk
 		{v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"up-m9"}}, v1.CodeBadRequest, "freshDisk[0]"},
 		{v1.UpgradeRequest{FreshDisk: []string{"up-m2"}}, v1.CodeConflict, ""}, // no upgrade to amend
