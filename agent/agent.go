@@ -773,6 +773,10 @@ func (a *Agent) cachedRevision() int64 {
 	return r.Revision
 }
 
+// capabilities are the role fields this agent acts on beyond the first
+// v1 ones; the controller sends no agent a field it does not list.
+func capabilities() []string { return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods} }
+
 func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) string {
 	ticker := time.NewTicker(a.cfg.StatusInterval)
 	defer ticker.Stop()
@@ -786,6 +790,7 @@ func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) st
 		st := v1.Status{
 			APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseEnrolled,
 			ObservedRevision: a.observedRev.Load(), AgentVersion: buildinfo.Version,
+			Capabilities: capabilities(),
 		}
 		for _, ip := range a.current.Load().Leaf().IPAddresses {
 			st.Addresses = append(st.Addresses, ip.String())

@@ -165,6 +165,7 @@ func (f *fleet) tick() {
 			continue // a node being removed, or the controller restarting
 		}
 		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady, ObservedRevision: role.Revision,
+			Capabilities:   []string{v1.CapabilityHandOver, v1.CapabilityKeepPods},
 			KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True", KubeletVersion: role.Versions.Kubernetes, ObservedAt: time.Now()}}
 		if role.Role == v1.RoleMaster {
 			if disk := dataDiskOf(vm); disk != "" {

@@ -18,13 +18,30 @@ type Status struct {
 	ObservedRevision int64     `json:"observedRevision"`
 	Phase            string    `json:"phase"`
 	AgentVersion     string    `json:"agentVersion,omitempty"`
-	Addresses        []string  `json:"addresses,omitempty"`
+	// Capabilities names what the agent understands of roles beyond the
+	// first v1 (Capability*): a controller never sends an agent a field
+	// it would not act on, as an older agent refuses it (roles decode
+	// strictly) rather than read a hand-over as a full leave.
+	Capabilities []string `json:"capabilities,omitempty"`
+	Addresses    []string `json:"addresses,omitempty"`
 	EtcdMemberID     string    `json:"etcdMemberID,omitempty"`
 	// KubernetesNode is the node's Kubernetes Node as the API last showed
 	// it to the node; nil before the node has joined.
 	KubernetesNode *KubernetesNodeStatus `json:"kubernetesNode,omitempty"`
 	Components     []ComponentStatus     `json:"components,omitempty"`
 }
+
+// Capabilities an agent reports.
+const (
+	// CapabilityHandOver: the agent acts on leave.handOver (a master
+	// steps out of service for its replacement, keeping its member).
+	CapabilityHandOver = "leave.handOver"
+	// CapabilityKeepPods: the agent acts on leave.keepPods (its drain
+	// never gives up).
+	CapabilityKeepPods = "leave.keepPods"
+
+	maxCapabilities = 32
+)
 
 // KubernetesNodeStatus is a Kubernetes Node's Ready condition and kubelet.
 type KubernetesNodeStatus struct {
@@ -107,6 +124,14 @@ func (s *Status) Validate() error {
 	}
 	if !shortText.MatchString(s.AgentVersion) {
 		return fieldErr("agentVersion", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+	}
+	if len(s.Capabilities) > maxCapabilities {
+		return fieldErr("capabilities", "at most %d", maxCapabilities)
+	}
+	for i, c := range s.Capabilities {
+		if c == "" || !shortText.MatchString(c) {
+			return fieldErr(fmt.Sprintf("capabilities[%d]", i), "must be 1 to 64 characters of [A-Za-z0-9_.:+-]")
+		}
 	}
 	if !shortText.MatchString(s.EtcdMemberID) {
 		return fieldErr("etcdMemberID", "must be at most 64 characters of [A-Za-z0-9_.:+-]")

@@ -43,6 +43,7 @@ func TestDecodeStatus(t *testing.T) {
 		{name: "32 components", mut: func(s *v1.Status) { s.Components = manyComponents(32) }, field: okField},
 		{name: "message of 1024 bytes", mut: func(s *v1.Status) { s.Components[0].Message = strings.Repeat("x", 1024) }, field: okField},
 		{name: "agent version of 64 characters", mut: func(s *v1.Status) { s.AgentVersion = strings.Repeat("v", 64) }, field: okField},
+		{name: "capabilities", mut: func(s *v1.Status) { s.Capabilities = []string{v1.CapabilityHandOver, v1.CapabilityKeepPods} }, field: okField},
 		{name: "exactly the size limit", raw: padTo(t, valid, v1.MaxStatusBytes), field: okField},
 
 		{name: "wrong apiVersion", mut: func(s *v1.Status) { s.APIVersion = "" }, field: "apiVersion"},
@@ -52,6 +53,9 @@ func TestDecodeStatus(t *testing.T) {
 		{name: "lowercase phase", mut: func(s *v1.Status) { s.Phase = "ready" }, field: "phase"},
 		{name: "agent version with space", mut: func(s *v1.Status) { s.AgentVersion = "v1 beta" }, field: "agentVersion"},
 		{name: "agent version too long", mut: func(s *v1.Status) { s.AgentVersion = strings.Repeat("v", 65) }, field: "agentVersion"},
+		{name: "empty capability", mut: func(s *v1.Status) { s.Capabilities = []string{v1.CapabilityHandOver, ""} }, field: "capabilities[1]"},
+		{name: "capability with space", mut: func(s *v1.Status) { s.Capabilities = []string{"leave hand over"} }, field: "capabilities[0]"},
+		{name: "33 capabilities", mut: func(s *v1.Status) { s.Capabilities = make([]string, 33) }, field: "capabilities"},
 		{name: "etcd member ID with slash", mut: func(s *v1.Status) { s.EtcdMemberID = "a/b" }, field: "etcdMemberID"},
 		{name: "node ready lowercase", mut: func(s *v1.Status) { s.KubernetesNode.Ready = "true" }, field: "kubernetesNode.ready"},
 		{name: "node reason with space", mut: func(s *v1.Status) { s.KubernetesNode.Reason = "not ready" }, field: "kubernetesNode.reason"},

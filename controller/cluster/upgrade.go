@@ -335,7 +335,19 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 			return refuse(PrecheckFailed, "nodes", "node %s is not Ready (%s); every node must be before an upgrade", m.Name, agentReport(st, ok))
 		case st.KubernetesNode != nil && st.KubernetesNode.Ready != "True":
 			return refuse(PrecheckFailed, "nodes", "the Kubernetes Node %s is %s; every Node must be Ready before an upgrade", m.Name, kubernetesReady(st.KubernetesNode.Ready))
-		case m.Role == v1.RoleMaster:
+		}
+		// The old VM's agent is told to hand over or to keep its pods:
+		// one that predates these would refuse its role, and the node
+		// would neither serve nor step aside.
+		need := v1.CapabilityKeepPods
+		if m.Role == v1.RoleMaster {
+			need = v1.CapabilityHandOver
+		}
+		if !slices.Contains(st.Capabilities, need) {
+			return refuse(PrecheckFailed, "nodes", "the agent of node %s (version %s) does not report the capability %s: it predates upgrades by reimage, and would refuse the role that asks its VM to step aside",
+				m.Name, cmp.Or(st.AgentVersion, "unknown"), need)
+		}
+		if m.Role == v1.RoleMaster {
 			masters = append(masters, m)
 		}
 	}

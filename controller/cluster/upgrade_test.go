@@ -47,7 +47,8 @@ func TestUpgradeRefusesAClusterThatIsNotWhole(t *testing.T) {
 		m := rec.newMachine(role, time.Now())
 		m.Step = stepPoweredOn
 		machines = append(machines, m)
-		st := v1.Status{Phase: v1.PhaseReady, KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True"}}
+		st := v1.Status{Phase: v1.PhaseReady, KubernetesNode: &v1.KubernetesNodeStatus{Ready: "True"},
+			Capabilities: []string{v1.CapabilityHandOver, v1.CapabilityKeepPods}}
 		if role == v1.RoleMaster {
 			st.EtcdMemberID = string(rune('a' + i))
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: true}}
@@ -85,6 +86,16 @@ func TestUpgradeRefusesAClusterThatIsNotWhole(t *testing.T) {
 		{"a node never reported", func(ms []machine, st map[string]v1.Status) { delete(st, "c1-w1") }, "never reported"},
 		{"a node being removed", func(ms []machine, st map[string]v1.Status) { ms[3].Remove = true; ms[3].Step = stepLeft }, "being removed"},
 		{"a node failed", func(ms []machine, st map[string]v1.Status) { ms[1].Failed = true }, "not provisioned"},
+		{"a master's agent that cannot hand over", func(ms []machine, st map[string]v1.Status) {
+			s := st["c1-m2"]
+			s.Capabilities, s.AgentVersion = []string{v1.CapabilityKeepPods}, "v0.9.0"
+			st["c1-m2"] = s
+		}, "node c1-m2 (version v0.9.0) does not report the capability leave.handOver"},
+		{"a worker's agent that cannot keep its pods", func(ms []machine, st map[string]v1.Status) {
+			s := st["c1-w1"]
+			s.Capabilities = nil
+			st["c1-w1"] = s
+		}, "node c1-w1 (version unknown) does not report the capability leave.keepPods"},
 	} {
 		ms := append([]machine(nil), machines...)
 		st := map[string]v1.Status{}
