@@ -150,24 +150,8 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 // engine takes back surge workers not yet serving. It answers with the
 // upgrade's operation, which ends when the upgrade has stopped.
 func (s *Service) abortUpgrade(name, by string) (v1.Operation, error) {
-	now := s.cfg.Now().UTC()
-	var op v1.Operation
-	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		rec, err := s.load(tx, name)
-		if err != nil {
-			return err
-		}
-		if !rec.Upgrade.running() {
-			return refuse(Conflict, "", "cluster %q runs no upgrade", name)
-		}
+	return s.changeUpgrade(name, "abort", by, func(tx *store.Tx, rec *record, machines []machine, now time.Time) error {
 		rec.Upgrade.Abort = true
-		if err := tx.Put(store.Clusters, name, rec); err != nil {
-			return err
-		}
-		machines, err := loadMachines(tx, name)
-		if err != nil {
-			return err
-		}
 		for _, m := range machines {
 			if !m.swapping() || m.Swap.Rollback {
 				continue
@@ -185,17 +169,42 @@ func (s *Service) abortUpgrade(name, by string) (v1.Operation, error) {
 		if err := putRoles(tx, rec, sec); err != nil {
 			return err
 		}
-		if op, err = upgradeOperation(tx, rec, now); err != nil {
-			return err
-		}
 		_, err = addEvent(tx, name, v1.Event{Time: now, Type: "Warning", Reason: "UpgradeAbort",
 			Message: fmt.Sprintf("abort the upgrade to %s, by %s: the node being replaced rolls back", rec.Upgrade.Image, by)})
+		return err
+	})
+}
+
+// changeUpgrade changes the running upgrade (an abort or an amendment)
+// in one transaction, and answers with its operation.
+func (s *Service) changeUpgrade(name, what, by string, change func(tx *store.Tx, rec *record, machines []machine, now time.Time) error) (v1.Operation, error) {
+	now := s.cfg.Now().UTC()
+	var op v1.Operation
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, err := s.load(tx, name)
+		if err != nil {
+			return err
+		}
+		if !rec.Upgrade.running() {
+			return refuse(Conflict, "", "cluster %q runs no upgrade to %s", name, what)
+		}
+		machines, err := loadMachines(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := change(tx, rec, machines, now); err != nil {
+			return err
+		}
+		if err := tx.Put(store.Clusters, name, rec); err != nil {
+			return err
+		}
+		op, err = upgradeOperation(tx, rec, now)
 		return err
 	})
 	if err != nil {
 		return v1.Operation{}, err
 	}
-	s.log.Info("upgrade abort asked", "cluster", name, "by", by, "operation", op.ID)
+	s.log.Info("upgrade changed", "cluster", name, "change", what, "by", by, "operation", op.ID)
 	s.engine.kick(name)
 	return op, nil
 }
@@ -246,19 +255,9 @@ func checkFreshDisk(rec *record, machines []machine, nodes []string) error {
 // upgrade: one whose replacement stopped on a missing disk is retried,
 // with a new, empty disk.
 func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Operation, error) {
-	now := s.cfg.Now().UTC()
-	var op v1.Operation
-	err := s.cfg.Store.Update(func(tx *store.Tx) error {
-		rec, err := s.load(tx, name)
-		if err != nil {
-			return err
-		}
-		if !rec.Upgrade.running() || rec.Upgrade.Abort {
-			return refuse(Conflict, "", "cluster %q runs no upgrade to amend; give --image to start one", name)
-		}
-		machines, err := loadMachines(tx, name)
-		if err != nil {
-			return err
+	return s.changeUpgrade(name, "amend", by, func(tx *store.Tx, rec *record, machines []machine, now time.Time) error {
+		if rec.Upgrade.Abort {
+			return refuse(Conflict, "", "cluster %q's upgrade is being aborted", name)
 		}
 		if err := checkFreshDisk(rec, machines, nodes); err != nil {
 			return err
@@ -282,14 +281,6 @@ func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Opera
 			if !slices.Contains(rec.Upgrade.FreshDisk, n) {
 				rec.Upgrade.FreshDisk = append(rec.Upgrade.FreshDisk, n)
 			}
-		}
-		if err := tx.Put(store.Clusters, name, rec); err != nil {
-			return err
-		}
-		if op, err = upgradeOperation(tx, rec, now); err != nil {
-			return err
-		}
-		for _, n := range nodes {
 			if _, err := addEvent(tx, name, v1.Event{Time: now, Type: "Warning", Node: n, Reason: "UpgradeFreshDisk",
 				Message: fmt.Sprintf("%s: fresh-disk path, chosen by %s: its new VM gets an empty data disk and joins etcd as a new member in place of the old; the old disk's file is kept",
 					n, by)}); err != nil {
@@ -298,12 +289,6 @@ func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Opera
 		}
 		return nil
 	})
-	if err != nil {
-		return v1.Operation{}, err
-	}
-	s.log.Info("upgrade amended", "cluster", name, "by", by, "freshDisk", nodes, "operation", op.ID)
-	s.engine.kick(name)
-	return op, nil
 }
 
 // checkUpgradable refuses an upgrade of a cluster that is busy or not
