@@ -125,6 +125,15 @@ func TestFirstMasterInNetns(t *testing.T) {
 			t.Errorf("GET %s: %d %s", p, code, tail(body, 300))
 		}
 	}
+	// cluster-info, from which every joining node's kubelet.conf takes
+	// its server, names the VIP's endpoint, not this master's address.
+	var info struct {
+		Data map[string]string `json:"data"`
+	}
+	getJSON(t, api, superAdmin, clusterInfoPath, &info)
+	if got, want := clusterInfoServer(info.Data["kubeconfig"]), "https://"+net.JoinHostPort(role.Cluster.VIP, "8443"); got != want {
+		t.Errorf("cluster-info's server %q, want %q:\n%s", got, want, info.Data["kubeconfig"])
+	}
 	if code, body := api.get(t, kubeconfigCert(t, host, "admin.conf"), "/api/v1/namespaces"); code != http.StatusOK {
 		t.Errorf("admin.conf lists namespaces: %d %s", code, tail(body, 300))
 	}

@@ -95,8 +95,9 @@ func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *
 	for _, b := range bindings() {
 		names = append(names, b.Body["metadata"].(map[string]any)["name"].(string))
 	}
-	// A new binding reruns the phases on clusters made before it.
-	inputs := digest(c.version, string(initYAML), fmt.Sprint(c.cfg.Kubelet), strings.Join(names, ","))
+	// A new binding reruns the phases on clusters made before it; so does
+	// the cluster-info check, which clusters made before it need.
+	inputs := digest(c.version, string(initYAML), fmt.Sprint(c.cfg.Kubelet), strings.Join(names, ","), clusterInfoPath)
 	var rec clusterRecord
 	if data, err := os.ReadFile(host.Path(clusterPhasesRecord)); err == nil && json.Unmarshal(data, &rec) == nil &&
 		rec.Inputs == inputs && time.Since(rec.Completed) < clusterPhasesRefresh {
@@ -131,6 +132,13 @@ func (c *Component) clusterPhases(ctx context.Context, host *reconcile.Host, p *
 		}
 		name, _, _ := strings.Cut(strings.Join(args, " "), " --")
 		st.Actions = append(st.Actions, "ran kubeadm "+name)
+		if args[2] == "bootstrap-token" {
+			mended, err := c.ensureClusterInfo(ctx, host, p.endpoint)
+			st.Actions = append(st.Actions, mended...)
+			if err != nil {
+				return time.Time{}, err
+			}
+		}
 	}
 
 	rec = clusterRecord{Inputs: inputs, Completed: time.Now().UTC().Truncate(time.Second)}
