@@ -193,10 +193,11 @@ func checkTools(cfg Config) error {
 // file system, and evicts every pod once its free share falls below the
 // kubelet's default imagefs.available threshold. A lab that starts
 // close to it has its pods evicted in the middle of a test. Hence the
-// threshold plus what a lab adds over a run (images, clones, logs).
+// threshold plus what a lab adds over a run (images, clones, logs: about
+// 5 GiB for TestLab).
 const (
 	kubeletEvictionFree = 0.15
-	labGrowthBytes      = 12 << 30
+	labGrowthBytes      = 8 << 30
 )
 
 // checkDiskRoom refuses to start a lab whose nodes' kubelets would soon
