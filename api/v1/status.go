@@ -24,7 +24,7 @@ type Status struct {
 	// strictly) rather than read a hand-over as a full leave.
 	Capabilities []string `json:"capabilities,omitempty"`
 	Addresses    []string `json:"addresses,omitempty"`
-	EtcdMemberID     string    `json:"etcdMemberID,omitempty"`
+	EtcdMemberID string   `json:"etcdMemberID,omitempty"`
 	// KubernetesNode is the node's Kubernetes Node as the API last showed
 	// it to the node; nil before the node has joined.
 	KubernetesNode *KubernetesNodeStatus `json:"kubernetesNode,omitempty"`
