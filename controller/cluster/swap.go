@@ -252,6 +252,18 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	return finish("rolled back: the old VM %s has its name and %s, and is powered on (%s)", s.OldVM, disk, s.Why), nil
 }
 
+// pastDataDisk reports whether the machine's replacement has its data
+// disk already: the new VM went beyond the step that attaches it.
+func (m *machine) pastDataDisk() bool {
+	switch m.Swap.Step {
+	case swapCloning:
+		return m.Step != stepPending && m.Step != stepCloned && m.Step != stepConfigured
+	case swapVerifying, swapVerified:
+		return true
+	}
+	return false
+}
+
 // freshDiskName names the new data disk of a fresh-disk replacement: the
 // old disk's file stays where it is, under the machine's name.
 func freshDiskName(node string, now time.Time) string {

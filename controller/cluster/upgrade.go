@@ -90,7 +90,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if err := checkUpgradable(rec, machines, statuses); err != nil {
 		return v1.Operation{}, err
 	}
-	if err := checkFreshDisk(rec, machines, req.FreshDisk); err != nil {
+	if _, err := checkFreshDisk(rec, machines, req.FreshDisk); err != nil {
 		return v1.Operation{}, err
 	}
 	img, err := s.nodeImage(rec.Spec.Provider, req.Image)
@@ -228,27 +228,30 @@ func upgradeOperation(tx *store.Tx, rec *record, now time.Time) (v1.Operation, e
 
 // checkFreshDisk refuses fresh disks for nodes that are not masters of
 // the cluster, or for a cluster whose etcd has no quorum without the
-// member being replaced: its data would be lost.
-func checkFreshDisk(rec *record, machines []machine, nodes []string) error {
+// member being replaced: its data would be lost. It returns the index of
+// each node's machine.
+func checkFreshDisk(rec *record, machines []machine, nodes []string) ([]int, error) {
 	masters := 0
 	for _, m := range machines {
 		if m.Role == v1.RoleMaster && !m.Remove {
 			masters++
 		}
 	}
+	var found []int
 	for i, n := range nodes {
 		field := fmt.Sprintf("freshDisk[%d]", i)
 		i := slices.IndexFunc(machines, func(m machine) bool { return m.Name == n && !m.Remove })
 		switch {
 		case i < 0:
-			return refuse(Invalid, field, "cluster %q has no node %s", rec.Spec.Name, n)
+			return nil, refuse(Invalid, field, "cluster %q has no node %s", rec.Spec.Name, n)
 		case machines[i].Role != v1.RoleMaster:
-			return refuse(Invalid, field, "%s is a %s: only masters have a data disk", n, machines[i].Role)
+			return nil, refuse(Invalid, field, "%s is a %s: only masters have a data disk", n, machines[i].Role)
 		case masters < 3:
-			return refuse(Invalid, field, "cluster %q has %d master(s): etcd keeps no quorum without %s's member, and its data would be lost", rec.Spec.Name, masters, n)
+			return nil, refuse(Invalid, field, "cluster %q has %d master(s): etcd keeps no quorum without %s's member, and its data would be lost", rec.Spec.Name, masters, n)
 		}
+		found = append(found, i)
 	}
-	return nil
+	return found, nil
 }
 
 // amendUpgrade puts masters on the fresh-disk path in the running
@@ -259,14 +262,14 @@ func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Opera
 		if rec.Upgrade.Abort {
 			return refuse(Conflict, "", "cluster %q's upgrade is being aborted", name)
 		}
-		if err := checkFreshDisk(rec, machines, nodes); err != nil {
+		found, err := checkFreshDisk(rec, machines, nodes)
+		if err != nil {
 			return err
 		}
 		for i, n := range nodes {
-			m := machines[slices.IndexFunc(machines, func(m machine) bool { return m.Name == n && !m.Remove })]
+			m := machines[found[i]]
 			if m.swapping() {
-				if m.Swap.Rollback || m.Swap.Step == swapCloning && m.Step != stepPending && m.Step != stepCloned && m.Step != stepConfigured ||
-					m.Swap.Step == swapVerifying || m.Swap.Step == swapVerified {
+				if m.Swap.Rollback || m.pastDataDisk() {
 					return refuse(Conflict, fmt.Sprintf("freshDisk[%d]", i), "%s's replacement is past its data disk (%s)", n, m.Swap.Step)
 				}
 				m.Swap.FreshDisk = true
