@@ -76,6 +76,57 @@ func (l *labUnderTest) preloadTestImages(t *testing.T, known []string) (stop fun
 	return func() { cancel(); <-done }
 }
 
+// killAtEachSwapStep kills the lab's controller with SIGKILL, and starts
+// it again, the first time it sees a master's replacement at each step
+// (and at each of the new VM's create steps while it is cloned), until
+// the returned stop; stop returns the steps it interrupted. The steps of
+// one replacement that pass too fast to be seen are caught on the next
+// master's.
+func (l *labUnderTest) killAtEachSwapStep(t *testing.T) (stop func() []string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var killed []string
+	go func() {
+		defer close(done)
+		seen := map[string]bool{}
+		for ctx.Err() == nil {
+			c, err := l.ctl.Cluster(ctx, lab.ClusterName)
+			for _, n := range clusterNodes(c, err) {
+				step := n.Upgrade
+				if step == v1.SwapCloning {
+					step += "/" + n.Step
+				}
+				if n.Role != v1.RoleMaster || n.Upgrade == "" || seen[step] {
+					continue
+				}
+				seen[step] = true
+				start := time.Now()
+				if err := lab.KillController(ctx, l.stateDir); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("kill the controller at %s %s: %v", n.Name, step, err)
+					}
+					return
+				}
+				killed = append(killed, step)
+				t.Logf("killed the controller at %s %s; it answered again after %s", n.Name, step, time.Since(start).Round(100*time.Millisecond))
+				break // the cluster has moved on meanwhile
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []string { cancel(); <-done; return killed }
+}
+
+func clusterNodes(c *v1.Cluster, err error) []v1.ClusterNode {
+	if err != nil {
+		return nil
+	}
+	return c.Status.Nodes
+}
+
 func configMapsManifest(n int) string {
 	var b strings.Builder
 	for i := 1; i <= n; i++ {
@@ -102,7 +153,9 @@ spec:
 // is the same etcd member on the same data disk, and every node runs the
 // new image; no old VM is left. It prints what the issue asks to
 // measure: the longest run of failed API samples and the etcd leader
-// elections, and each replacement's time.
+// elections, and each replacement's time. Meanwhile the controller is
+// killed with SIGKILL at each step of the masters' replacements it sees
+// (the kill test), and the upgrade goes on after each restart.
 func (l *labUnderTest) checkUpgrade(t *testing.T) {
 	ctx := context.Background()
 	img, err := lab.ImportImage(ctx, l.stateDir, nextNodeOVA(t), slog.New(slog.DiscardHandler))
@@ -149,13 +202,22 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 		watch.Stop()
 		t.Fatal(err)
 	}
+	stopKilling := l.killAtEachSwapStep(t)
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Minute)
 	done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
 	cancel()
 	took := time.Since(start)
+	killed := stopKilling()
 	s := watch.Stop()
 	if err != nil || done.State != v1.OperationSucceeded {
 		t.Fatalf("upgrade after %s: %v %+v", took.Round(time.Second), err, done)
+	}
+	// The kill test: each step the controller was killed at was resumed.
+	t.Logf("the controller was killed (SIGKILL) at %d steps of the masters' replacements: %v", len(killed), killed)
+	for _, step := range []string{v1.SwapHandingOver, v1.SwapCloning + "/", v1.SwapVerifying} {
+		if !slices.ContainsFunc(killed, func(k string) bool { return k == step || strings.HasSuffix(step, "/") && strings.HasPrefix(k, step) }) {
+			t.Errorf("the controller was never killed at %s", step)
+		}
 	}
 
 	// What the issue asks to print.

@@ -411,6 +411,19 @@ const (
 	ConditionUpgrading = "Upgrading"
 )
 
+// The steps of a master's replacement by reimage, in order, as
+// ClusterNode.Upgrade shows them.
+const (
+	SwapHandingOver  = "HandingOver"
+	SwapHandedOver   = "HandedOver"
+	SwapOldOff       = "OldPoweredOff"
+	SwapDiskDetached = "DiskDetached"
+	SwapCloning      = "Cloning"
+	SwapVerifying    = "Verifying"
+	SwapVerified     = "Verified"
+	SwapRolledBack   = "RolledBack"
+)
+
 // ClusterNode is one VM of a cluster.
 type ClusterNode struct {
 	Name string   `json:"name"`
@@ -436,7 +449,8 @@ type ClusterNode struct {
 	// Image is the node image its VM was cloned from.
 	Image string `json:"image,omitempty"`
 	// Upgrade is how far the node's replacement got, while an upgrade
-	// replaces it.
+	// replaces it: for a master one of the Swap steps, or "RollingBack
+	// from STEP".
 	Upgrade string `json:"upgrade,omitempty"`
 }
 

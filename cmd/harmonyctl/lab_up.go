@@ -87,6 +87,7 @@ first.`,
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "directory of harmony-controller, harmonyctl and vmware-rpctool (default: this binary's)")
 	f.StringVar(&cfg.OVA, "ova", "", "node image (default: the newest harmony-node-*.ova in --images-dir)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "where make images puts the OVAs (default: BIN_DIR/../out/images)")
+	f.StringVar(&cfg.KubernetesVersion, "kubernetes-version", "", "the cluster's Kubernetes version: n or n-1 of what the image carries (default n)")
 	f.DurationVar(&cfg.Timeout, "timeout", lab.DefaultTimeout, "how long to wait for the cluster to be ready")
 	f.BoolVar(&detach, "detach", false, "return once the cluster is ready and leave the lab running")
 	f.StringVarP(&output, "output", "o", "text", "summary format: text or json")

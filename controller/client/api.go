@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -267,13 +268,34 @@ func (c *Client) WatchOperation(ctx context.Context, id string, revision int64, 
 }
 
 // WaitOperation follows an operation until it ends or ctx does, calling
-// progress (if set) with each new state.
+// progress (if set) with each new state. A controller that stops
+// answering or says it is shutting down (restarted, or failed over) is
+// asked again for up to waitUnreachable: the operation goes on without
+// it, and a watch is cheap to resume from its revision.
 func (c *Client) WaitOperation(ctx context.Context, id string, progress func(*v1.Operation)) (*v1.Operation, error) {
 	var revision int64
+	var unreachableSince time.Time
 	for {
 		op, err := c.WatchOperation(ctx, id, revision, 30*time.Second)
-		if err != nil {
+		var apiErr *APIError
+		switch {
+		case err == nil:
+			unreachableSince = time.Time{}
+		case ctx.Err() != nil || errors.As(err, &apiErr) && apiErr.Body.Code != v1.CodeUnavailable:
 			return nil, err
+		default:
+			if unreachableSince.IsZero() {
+				unreachableSince = time.Now()
+			}
+			if time.Since(unreachableSince) > waitUnreachable {
+				return nil, fmt.Errorf("the controller has not answered for %s: %w", waitUnreachable, err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(waitRetry):
+			}
+			continue
 		}
 		if progress != nil {
 			progress(op)
@@ -284,3 +306,10 @@ func (c *Client) WaitOperation(ctx context.Context, id string, progress func(*v1
 		revision = op.Revision
 	}
 }
+
+// How long, and how often, WaitOperation asks a controller that does not
+// answer.
+const (
+	waitUnreachable = 2 * time.Minute
+	waitRetry       = time.Second
+)

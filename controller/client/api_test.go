@@ -415,3 +415,59 @@ func runOperation(t *testing.T, ctx context.Context, c *client.Client, kind v1.O
 	}
 	return final
 }
+
+// A controller restarted while a client waits for its operation: the wait
+// resumes against the new controller and ends with the operation, as
+// harmonyctl's --wait must when the controller restarts mid-upgrade.
+func TestWaitOperationOutlivesAControllerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds VMs in a simulated vCenter")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Clones slow enough that the create is still running when the
+	// controller stops.
+	sim, err := vcsim.Start(vcsim.Options{MethodDelay: map[string]int{"CloneVM_Task": 1500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	tc := controllertest.Start(t, func(cfg *controller.Config) {
+		cfg.RetryBase = 20 * time.Millisecond
+		cfg.CloneParallelism = 1
+	})
+	c := tc.Admin
+	p := sim.Provider("lab", &v1.IPPool{Network: "198.18.10.0/24", Ranges: []string{"198.18.10.20-198.18.10.79"}, Gateway: "198.18.10.1"})
+	if _, err := c.ApplyProvider(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	ova := filepath.Join(t.TempDir(), "harmony-node.ova")
+	if err := vcsim.NodeOVA(ctx, ova, "1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	image := importImage(t, ctx, c, ova, true)
+	masters := 1
+	op, err := c.CreateCluster(ctx, &v1.ClusterSpec{APIVersion: v1.APIVersion, Kind: "Cluster", Name: "rs", Provider: "lab", Image: image,
+		Masters: &masters, Workers: 2, VIP: "198.18.10.79", PodCIDR: "198.19.0.0/17", ServiceCIDR: "198.19.128.0/20"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		op  *v1.Operation
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		final, err := c.WaitOperation(ctx, op.ID, nil)
+		waited <- result{final, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	tc.Restart(t, 3*time.Second)
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("wait across the restart: %v", r.err)
+	}
+	if r.op.ID != op.ID || r.op.State != v1.OperationSucceeded {
+		t.Fatalf("create ended %s: %s", r.op.State, r.op.Message)
+	}
+}

@@ -23,17 +23,17 @@ import (
 // disk and name back and power it on. No step creates or deletes a data
 // disk, and AttachDataDisk refuses a disk another VM holds.
 const (
-	swapHandOver     = "HandingOver"
-	swapHandedOver   = "HandedOver"
-	swapOldOff       = "OldPoweredOff"
-	swapDiskDetached = "DiskDetached"
+	swapHandOver     = v1.SwapHandingOver
+	swapHandedOver   = v1.SwapHandedOver
+	swapOldOff       = v1.SwapOldOff
+	swapDiskDetached = v1.SwapDiskDetached
 	// swapCloning: the old VM is renamed aside; the machine's create
 	// steps make the new VM.
-	swapCloning   = "Cloning"
-	swapVerifying = "Verifying"
-	swapVerified  = "Verified"
+	swapCloning   = v1.SwapCloning
+	swapVerifying = v1.SwapVerifying
+	swapVerified  = v1.SwapVerified
 	// swapRolledBack: the old VM serves again; the upgrade stops.
-	swapRolledBack = "RolledBack"
+	swapRolledBack = v1.SwapRolledBack
 )
 
 // swap is how far a master's replacement got.

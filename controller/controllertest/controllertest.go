@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/harmonykaas/harmony/controller"
 	"github.com/harmonykaas/harmony/controller/client"
@@ -22,6 +24,9 @@ type Controller struct {
 	// start; Admin is a client loaded from it.
 	AdminConfig string
 	Admin       *client.Client
+
+	cfg  controller.Config
+	stop func()
 }
 
 // Start runs a controller until the test ends; mutate changes its
@@ -37,7 +42,34 @@ func Start(t testing.TB, mutate ...func(*controller.Config)) *Controller {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	c, err := controller.New(cfg)
+	tc := &Controller{cfg: cfg, AdminConfig: filepath.Join(dir, controller.AdminConfigFile)}
+	tc.serve(t)
+	t.Cleanup(func() { tc.stop() })
+	adminCfg, err := clientconfig.Load(tc.AdminConfig)
+	if err != nil {
+		t.Fatalf("load admin.conf: %v", err)
+	}
+	if tc.Admin, err = client.New(adminCfg, tc.URL()); err != nil {
+		t.Fatal(err)
+	}
+	// Later starts listen where clients already point.
+	tc.cfg.Listen = strings.TrimPrefix(tc.URL(), "https://")
+	return tc
+}
+
+// Restart stops the controller and starts another on the same data and
+// address, as after a crash or an upgrade of the controller; the pause
+// between them is down.
+func (tc *Controller) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	tc.stop()
+	time.Sleep(down)
+	tc.serve(t)
+}
+
+func (tc *Controller) serve(t testing.TB) {
+	t.Helper()
+	c, err := controller.New(tc.cfg)
 	if err != nil {
 		t.Fatalf("start controller: %v", err)
 	}
@@ -49,18 +81,14 @@ func Start(t testing.TB, mutate ...func(*controller.Config)) *Controller {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.Close()
-	})
-	tc := &Controller{Controller: c, AdminConfig: filepath.Join(dir, controller.AdminConfigFile)}
-	adminCfg, err := clientconfig.Load(tc.AdminConfig)
-	if err != nil {
-		t.Fatalf("load admin.conf: %v", err)
+	tc.Controller = c
+	stopped := false
+	tc.stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			c.Close()
+		}
 	}
-	if tc.Admin, err = client.New(adminCfg, c.URL()); err != nil {
-		t.Fatal(err)
-	}
-	return tc
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// ImagesDir is where make images puts the OVAs; default
 	// BinDir/../out/images.
 	ImagesDir string
+	// KubernetesVersion is the cluster's: one of the versions the image
+	// carries (n or n-1); default the image's n.
+	KubernetesVersion string
 	// Timeout bounds the wait for a ready cluster; default 10m.
 	Timeout time.Duration
 	// Log receives progress.

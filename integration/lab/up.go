@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -278,27 +279,43 @@ func startServe(ctx context.Context, cfg *Config, r *record) (ep vcsim.Endpoint,
 }
 
 func startController(ctx context.Context, cfg *Config, r *record, sum *Summary) (*client.Client, error) {
-	dataDir := r.controllerDir()
-	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort)
+	listen := controllerListen(cfg.Subnet)
 	cfg.Log.Info("lab: controller", "listen", listen)
-	proc, err := startDetached([]string{filepath.Join(cfg.BinDir, "harmony-controller"), "serve",
-		"--data-dir", dataDir, "--listen", listen.String()}, filepath.Join(r.logsDir(), "controller.log"))
+	proc, err := launchController(r, cfg.BinDir, listen)
 	if err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
-	}
-	proc.Name = "controller"
-	r.Procs = append(r.Procs, proc)
-	if err := r.save(); err != nil {
 		return nil, err
 	}
 	sum.Controller = "https://" + listen.String()
-	sum.AdminConfig = filepath.Join(dataDir, "admin.conf")
+	sum.AdminConfig = filepath.Join(r.controllerDir(), "admin.conf")
+	return waitController(ctx, proc, sum.AdminConfig)
+}
+
+func controllerListen(subnet netip.Prefix) netip.AddrPort {
+	return netip.AddrPortFrom(addr(subnet, 1), controllerPort)
+}
+
+// launchController starts the lab's controller, detached, and records it
+// in place of any earlier one.
+func launchController(r *record, binDir string, listen netip.AddrPort) (procRecord, error) {
+	proc, err := startDetached([]string{filepath.Join(binDir, "harmony-controller"), "serve",
+		"--data-dir", r.controllerDir(), "--listen", listen.String()}, filepath.Join(r.logsDir(), "controller.log"))
+	if err != nil {
+		return proc, fmt.Errorf("lab: %w", err)
+	}
+	proc.Name = "controller"
+	r.Procs = slices.DeleteFunc(r.Procs, func(p procRecord) bool { return p.Name == proc.Name })
+	r.Procs = append(r.Procs, proc)
+	return proc, r.save()
+}
+
+// waitController waits until the controller answers its health check.
+func waitController(ctx context.Context, proc procRecord, adminConfig string) (*client.Client, error) {
 	var c *client.Client
-	err = poll(ctx, 30*time.Second, func() error {
+	err := poll(ctx, 30*time.Second, func() error {
 		if !proc.Alive() {
 			return errStop{errors.New("the controller exited; see logs/controller.log")}
 		}
-		conf, err := clientconfig.Load(sum.AdminConfig)
+		conf, err := clientconfig.Load(adminConfig)
 		if err != nil {
 			return err
 		}
@@ -311,6 +328,47 @@ func startController(ctx context.Context, cfg *Config, r *record, sum *Summary) 
 		return nil, fmt.Errorf("lab: controller: %w", err)
 	}
 	return c, nil
+}
+
+// KillController kills the lab's controller with SIGKILL, as a crash
+// would, and starts it again on the same data; it returns once the new
+// one answers.
+func KillController(ctx context.Context, stateDir string) error {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return fmt.Errorf("state dir %q: %w", stateDir, err)
+	}
+	r, err := loadRecord(abs)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("lab: no lab in %s", stateDir)
+	}
+	subnet, err := netip.ParsePrefix(r.Subnet)
+	if err != nil {
+		return fmt.Errorf("lab record: subnet: %w", err)
+	}
+	for _, p := range r.Procs {
+		if p.Name != "controller" {
+			continue
+		}
+		killAll(ctx, []int{p.PID}, 0)
+		if err := poll(ctx, 30*time.Second, func() error {
+			if p.Alive() {
+				return fmt.Errorf("controller pid %d still running", p.PID)
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+	}
+	proc, err := launchController(r, r.BinDir, controllerListen(subnet))
+	if err != nil {
+		return err
+	}
+	_, err = waitController(ctx, proc, filepath.Join(r.controllerDir(), "admin.conf"))
+	return err
 }
 
 // importImage imports a node OVA into the lab's provider, as
@@ -359,7 +417,7 @@ func clusterSpec(cfg *Config, image string) v1.ClusterSpec {
 	masters := cfg.Masters
 	return v1.ClusterSpec{
 		APIVersion: v1.APIVersion, Kind: "Cluster", Name: ClusterName, Provider: ProviderName, Image: image,
-		Masters: &masters, Workers: cfg.Workers,
+		Masters: &masters, Workers: cfg.Workers, KubernetesVersion: cfg.KubernetesVersion,
 		VIP:     addr(cfg.Subnet, 10).String(),
 		PodCIDR: podCIDR, ServiceCIDR: serviceCIDR,
 		// This machine's kernel has no IPVS, the PRD's (and the spec's
