@@ -72,7 +72,9 @@ func TestLab(t *testing.T) {
 	sum, err := lab.Up(ctx, lab.Config{
 		StateDir: stateDir, Masters: 3, Workers: 2, Subnet: labSubnet,
 		BinDir: binDir, ImagesDir: imagesDir, Timeout: 15 * time.Minute,
-		Log: slog.New(slog.NewTextHandler(logs, nil)),
+		// Time for the upgrade's kill test to land inside each task.
+		VCenterLatency: time.Second,
+		Log:            slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err != nil {
 		t.Logf("lab log:\n%s", tail(logs.String(), 60))

@@ -6,7 +6,7 @@
 #   kubernetes/<n-1>/{kubeadm,kubelet,kubectl,kube-proxy}  built from tools/kubernetes-previous
 #   binaries/<name> daemons built from their modules in tools/ (flanneld)
 #   images/*.tar    OCI archives of kube-apiserver, kube-controller-manager,
-#                   kube-scheduler (n), CoreDNS (tools/coredns)
+#                   kube-scheduler (n and n-1), CoreDNS (tools/coredns)
 #                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
 #   bundle.json     what it holds, with each image's digest
 #
@@ -65,8 +65,12 @@ ref() { # image name as in the ref, e.g. kube-apiserver or coredns/coredns
   [ -n "$r" ] || { log "images/components.yaml has no registry.k8s.io/$1 image"; exit 1; }
   echo "$r"
 }
+# The control plane of n and n-1, each pinned.
 for name in kube-apiserver kube-controller-manager kube-scheduler; do
-  [ "$(ref $name)" = "registry.k8s.io/$name:$N" ] || { log "$(ref $name) is not Kubernetes $N"; exit 1; }
+  for v in "$N" "$P"; do
+    grep -qF "ref: \"registry.k8s.io/$name:$v\"" images/components.yaml ||
+      { log "images/components.yaml does not pin registry.k8s.io/$name:$v"; exit 1; }
+  done
 done
 
 # CoreDNS, from its module at the version the pin names.
@@ -131,8 +135,7 @@ go build -trimpath -o "$OCIPACK" ./images/ocipack
 key=$( {
   echo "$SOURCE_DATE_EPOCH $K8S_SOURCE"
   sha256sum images/components.yaml images/ocipack/main.go scripts/build-bundle.sh
-  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b"; done
-  sha256sum "$P_BIN/kube-proxy"
+  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b" "$P_BIN/$b"; done
   for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
   sha256sum "$COREDNS" "$PAUSE"
   for b in "${BINARIES[@]}"; do sha256sum "${b##* }"; done
@@ -180,7 +183,8 @@ pack() { # file ref entrypoint -file args...
   log "$ref $digest"
 }
 for name in kube-apiserver kube-controller-manager kube-scheduler; do
-  pack "$name.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
+  pack "$name-$N.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
+  pack "$name-$P.tar" "registry.k8s.io/$name:$P" "/usr/local/bin/$name" -file "$P_BIN/$name:/usr/local/bin/$name"
 done
 # As upstream's images: CoreDNS runs as nonroot (65532) and binds port 53
 # through the file capability its setcap gives it; pause runs as 65535.

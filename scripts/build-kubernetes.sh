@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries from the k8s.io/kubernetes module pinned in a
 # tools/ go.mod (there is no route to pkgs.k8s.io here):
-#   tools/kubernetes (n): kubeadm, kubelet, kubectl, kube-apiserver,
-#     kube-controller-manager, kube-scheduler, kube-proxy
-#   tools/kubernetes-previous (n-1): kubeadm, kubelet, kubectl, kube-proxy
+#   tools/kubernetes (n) and tools/kubernetes-previous (n-1): kubeadm,
+#     kubelet, kubectl, kube-apiserver, kube-controller-manager,
+#     kube-scheduler, kube-proxy (a node image runs a cluster at either)
 #
 #   scripts/build-kubernetes.sh [MODULE]              build if needed
 #   scripts/build-kubernetes.sh [MODULE] --bin-dir    print the binaries' directory
@@ -24,10 +24,7 @@ if [[ ${1:-} == tools/* ]]; then
   shift
 fi
 MODDIR=$ROOT/$MODULE
-case $MODULE in
-  tools/kubernetes) BINARIES=(kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy) ;;
-  *) BINARIES=(kubeadm kubelet kubectl kube-proxy) ;;
-esac
+BINARIES=(kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 export PATH="/usr/local/go/bin:$PATH"
 export GOWORK=off
 

@@ -67,7 +67,7 @@ func TestParseRefusesBadPins(t *testing.T) {
 		"not n-1":              {"version: v1.33.4", "version: v1.32.4", "kubernetes[1].version v1.32.4: want minor 33"},
 		"bad sha256":           {"kubeadm: 6a2346006132f6e1ed0b5248e518098cf5abbce25bf11b8926fb1073091b83f4", "kubeadm: abc", "kubernetes[0].release.sha256.kubeadm"},
 		"http release":         {"url: https://dl.k8s.io/release/v1.34.2", "url: http://dl.k8s.io/release/v1.34.2", "kubernetes[0].release.url"},
-		"image without tag":    {`ref: "registry.k8s.io/pause:3.10.1"`, `ref: "registry.k8s.io/pause"`, "images[4].ref"},
+		"image without tag":    {`ref: "registry.k8s.io/pause:3.10.1"`, `ref: "registry.k8s.io/pause"`, "images[7].ref"},
 		"duplicate package":    {"name: etcd-client", "name: etcd-server", `debian.packages[1].name "etcd-server": listed twice`},
 		"module outside tools": {"module: tools/kubernetes-previous", "module: ../elsewhere", "kubernetes[1].module"},
 		"binary elsewhere":     {"path: /usr/local/bin/flanneld", "path: /etc/flanneld", "binaries[0].path"},

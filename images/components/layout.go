@@ -9,3 +9,21 @@ const (
 	ContainerImagesDir      = "/usr/share/harmony/images"
 	ContainerImagesImported = "/var/lib/harmony-images/imported"
 )
+
+// Where a node image keeps each Kubernetes version it carries (n and
+// n-1): KubernetesDir/<version>/bin/{kubeadm,kubelet,kubectl,kube-proxy}.
+// kubeadm and kubectl on PATH are n's; kubeadm n deploys either version.
+// The kubelet must not be newer than the control plane, so
+// /usr/bin/kubelet, which the kubelet unit runs, links to KubeletLink,
+// which the image points at n's kubelet and the agent at the cluster's
+// version's before the kubelet's first start.
+const (
+	KubernetesDir = "/opt/harmony/kubernetes"
+	KubeletLink   = "/var/lib/harmony/kubernetes/kubelet"
+)
+
+// KubernetesBinary is where an image keeps a Kubernetes binary of a
+// version.
+func KubernetesBinary(version, name string) string {
+	return KubernetesDir + "/" + version + "/bin/" + name
+}

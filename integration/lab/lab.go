@@ -50,6 +50,12 @@ type Config struct {
 	// ImagesDir is where make images puts the OVAs; default
 	// BinDir/../out/images.
 	ImagesDir string
+	// VCenterLatency is how long the lab's vCenter takes to answer each
+	// call that starts a task on a VM (clone, power, reconfigure, rename,
+	// destroy); zero, the default, is the simulator's at once. A real
+	// vCenter takes seconds, and a test that kills the controller needs
+	// time to land inside each call.
+	VCenterLatency time.Duration
 	// KubernetesVersion is the cluster's: one of the versions the image
 	// carries (n or n-1); default the image's n.
 	KubernetesVersion string

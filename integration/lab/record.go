@@ -27,6 +27,8 @@ type record struct {
 	Procs  []procRecord `json:"procs"`
 	// BinDir holds vmware-rpctool, bound into every body.
 	BinDir string `json:"binDir"`
+	// VCenterLatencyMS is Config.VCenterLatency, for lab serve.
+	VCenterLatencyMS int64 `json:"vcenterLatencyMS,omitempty"`
 
 	path string
 }

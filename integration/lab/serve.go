@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/harmonykaas/harmony/controller/vsphere"
 	"github.com/harmonykaas/harmony/integration/lab/body"
@@ -18,6 +19,19 @@ import (
 
 // vcenterPort is the simulator's port on the lab's .1.
 const vcenterPort = 8989
+
+// taskLatency is Config.VCenterLatency for each call that starts a task
+// on a VM, as govmomi's simulator takes it.
+func taskLatency(d time.Duration) map[string]int {
+	if d <= 0 {
+		return nil
+	}
+	delay := map[string]int{}
+	for _, m := range []string{"CloneVM_Task", "PowerOnVM_Task", "PowerOffVM_Task", "ReconfigVM_Task", "Rename_Task", "Destroy_Task"} {
+		delay[m] = int(d.Milliseconds())
+	}
+	return delay
+}
 
 // Serve is the lab's hypervisor: it runs the vCenter simulator on the
 // lab's .1 and gives every powered-on VM a body, until ctx ends; then it
@@ -41,7 +55,8 @@ func Serve(ctx context.Context, stateDir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("lab record: subnet: %w", err)
 	}
-	sim, err := vcsim.Start(vcsim.Options{Listen: netip.AddrPortFrom(addr(subnet, 1), vcenterPort).String()})
+	sim, err := vcsim.Start(vcsim.Options{Listen: netip.AddrPortFrom(addr(subnet, 1), vcenterPort).String(),
+		MethodDelay: taskLatency(time.Duration(r.VCenterLatencyMS) * time.Millisecond)})
 	if err != nil {
 		return fmt.Errorf("lab serve: vCenter simulator: %w", err)
 	}

@@ -75,6 +75,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	r := newRecord(cfg.StateDir)
 	r.Subnet, r.CreatedDir, r.BinDir = cfg.Subnet.String(), created, cfg.BinDir
+	r.VCenterLatencyMS = cfg.VCenterLatency.Milliseconds()
 	for _, dir := range []string{r.logsDir(), r.credsDir()} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("lab: %w", err)

@@ -236,6 +236,11 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return c.fail(ctx, host, st, err)
 	}
+	if c.cfg.Kubelet {
+		if err := useClusterKubelet(host, p.version, &st); err != nil {
+			return c.fail(ctx, host, st, err)
+		}
+	}
 	if p.master {
 		st = c.reconcileMaster(ctx, host, role, p, st)
 	} else {

@@ -39,6 +39,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/images/components"
 )
 
 // Name names the component and its unit.
@@ -67,8 +68,9 @@ const (
 // Config is how the agent sets the component up. Zero fields take the
 // defaults.
 type Config struct {
-	// Binary is kube-proxy; default /usr/bin/kube-proxy, where the node
-	// image links Kubernetes n's.
+	// Binary is kube-proxy where the image does not carry the cluster's
+	// version under components.KubernetesDir; default /usr/bin/kube-proxy,
+	// where the node image links Kubernetes n's.
 	Binary string
 	// HealthURL is kube-proxy's health endpoint; default
 	// http://127.0.0.1:10256/healthz, its default.
@@ -94,6 +96,18 @@ func New(cfg Config) *Component {
 		cfg.HealthURL = "http://127.0.0.1:10256/healthz"
 	}
 	return &Component{cfg: cfg}
+}
+
+// binary is the kube-proxy of the cluster's version where the image
+// carries it (n and n-1: kube-proxy must not be newer than the control
+// plane), else Config.Binary.
+func (c *Component) binary(role *v1.Role) string {
+	if v := role.Cluster.KubernetesVersion; v != "" {
+		if b := components.KubernetesBinary(v, "kube-proxy"); exists(b) {
+			return b
+		}
+	}
+	return c.cfg.Binary
 }
 
 // Name implements reconcile.Component.
@@ -166,8 +180,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return st.Failed(err)
 		}
 	}
-	if !exists(c.cfg.Binary) {
-		return st.Failed(fmt.Errorf("%s is not installed; the node image carries it", c.cfg.Binary))
+	bin := c.binary(role)
+	if !exists(bin) {
+		return st.Failed(fmt.Errorf("%s is not installed; the node image carries it", bin))
 	}
 	// It runs as the node: not before kubeadm has given the node its
 	// credential, and no longer once a reset has taken it.
@@ -190,7 +205,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		st.Actions = append(st.Actions, actions...)
 		c.granted.Store(grantErr == nil)
 	}
-	unit := service.Unit{Name: Name, Command: []string{c.cfg.Binary, "--config=" + host.Path(ConfigFile)}}
+	unit := service.Unit{Name: Name, Command: []string{bin, "--config=" + host.Path(ConfigFile)}}
 	actions, err := host.RunUnit(ctx, unit, false)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {

@@ -14,9 +14,8 @@ import (
 
 // Where things go in the image.
 const (
-	kubernetesRoot = "/opt/harmony/kubernetes" // <version>/bin/{kubeadm,kubelet,kubectl}
-	imagesDir      = components.ContainerImagesDir
-	unitDir        = "/etc/systemd/system"
+	imagesDir = components.ContainerImagesDir
+	unitDir   = "/etc/systemd/system"
 )
 
 // upload is one local file staged on the machine.
@@ -84,12 +83,18 @@ func newPlan(c *Config) (*plan, error) {
 	}
 
 	// Every Kubernetes version under /opt; the newest (n) on PATH, where
-	// the agent's --kubeadm default and the units look.
+	// the agent's --kubeadm default and the units look. The kubelet goes
+	// through the link the agent repoints to the cluster's version.
 	for i, k := range in.Kubernetes {
 		for _, b := range k.Binaries {
-			dest := path.Join(kubernetesRoot, k.Version, "bin", b)
+			dest := components.KubernetesBinary(k.Version, b)
 			p.add(filepath.Join(k.Dir, b), path.Join("kubernetes", k.Version, b), dest, "0755")
-			if i == 0 {
+			switch {
+			case i > 0:
+			case b == "kubelet":
+				p.Links = append(p.Links, link{Path: "/usr/bin/" + b, Target: components.KubeletLink},
+					link{Path: components.KubeletLink, Target: dest})
+			default:
 				p.Links = append(p.Links, link{Path: "/usr/bin/" + b, Target: dest})
 			}
 		}
