@@ -52,36 +52,10 @@ func labInputs(t *testing.T) (binDir, imagesDir string) {
 // every VM the controller powers on booted from the node image. It proves
 // the lab's claims against it, in order.
 func TestLab(t *testing.T) {
-	binDir, imagesDir := labInputs(t)
-	testutil.Heavy(t)
-	stateDir := filepath.Join(t.TempDir(), "lab")
-	logs := &testutil.LogBuffer{}
-	ctx := context.Background()
-	downed := false
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLabLogs(t, stateDir)
-		}
-		if !downed {
-			if err := lab.Down(context.Background(), stateDir, nil); err != nil {
-				t.Errorf("lab down: %v", err)
-			}
-		}
-	})
-	start := time.Now()
-	sum, err := lab.Up(ctx, lab.Config{
-		StateDir: stateDir, Masters: 3, Workers: 2, Subnet: labSubnet,
-		BinDir: binDir, ImagesDir: imagesDir, Timeout: 15 * time.Minute,
+	l := upLab(t, lab.Config{Masters: 3, Workers: 2, Subnet: labSubnet,
 		// Time for the upgrade's kill test to land inside each task.
 		VCenterLatency: time.Second,
-		Log:            slog.New(slog.NewTextHandler(logs, nil)),
 	})
-	if err != nil {
-		t.Logf("lab log:\n%s", tail(logs.String(), 60))
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Logf("lab ready in %s", time.Since(start).Round(100*time.Millisecond))
-	l := &labUnderTest{t: t, sum: sum, stateDir: stateDir, ctl: labController(t, stateDir)}
 	seen := l.names()
 
 	t.Run("summary", l.checkSummary)
@@ -99,12 +73,50 @@ func TestLab(t *testing.T) {
 	// Last: the nodes it makes have new names and addresses.
 	t.Run("upgrade by reimage to the next image, nothing lost", l.checkUpgrade)
 	seen = append(seen, l.names()...)
+	l.down(t, seen)
+}
 
-	downed = true
-	if err := lab.Down(ctx, stateDir, nil); err != nil {
+// upLab builds a lab of cfg from make build's binaries and make images'
+// node OVA, in a directory of the test's, and removes it when the test
+// ends (with its logs when it failed) unless down did first.
+func upLab(t *testing.T, cfg lab.Config) *labUnderTest {
+	binDir, imagesDir := labInputs(t)
+	testutil.Heavy(t)
+	stateDir := filepath.Join(t.TempDir(), "lab")
+	logs := &testutil.LogBuffer{}
+	l := &labUnderTest{t: t, stateDir: stateDir}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLabLogs(t, stateDir)
+		}
+		if !l.downed {
+			if err := lab.Down(context.Background(), stateDir, nil); err != nil {
+				t.Errorf("lab down: %v", err)
+			}
+		}
+	})
+	cfg.StateDir, cfg.BinDir, cfg.ImagesDir = stateDir, binDir, imagesDir
+	cfg.Timeout = 15 * time.Minute
+	cfg.Log = slog.New(slog.NewTextHandler(logs, nil))
+	start := time.Now()
+	sum, err := lab.Up(context.Background(), cfg)
+	if err != nil {
+		t.Logf("lab log:\n%s", tail(logs.String(), 60))
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Logf("lab ready in %s", time.Since(start).Round(100*time.Millisecond))
+	l.sum, l.ctl = sum, labController(t, stateDir)
+	return l
+}
+
+// down removes the lab and checks that nothing of it is left, the VMs
+// seen included.
+func (l *labUnderTest) down(t *testing.T, seen []string) {
+	l.downed = true
+	if err := lab.Down(context.Background(), l.stateDir, nil); err != nil {
 		t.Fatalf("lab down: %v", err)
 	}
-	checkNothingLeft(t, stateDir, l.netnsPrefix(), seen)
+	checkNothingLeft(t, l.stateDir, l.netnsPrefix(), seen)
 }
 
 // TestLabDownAfterKill kills `harmonyctl lab up` while its VMs boot; `lab
@@ -157,6 +169,8 @@ type labUnderTest struct {
 	sum      *lab.Summary
 	stateDir string
 	ctl      *client.Client
+	// downed: the test removed the lab itself.
+	downed bool
 }
 
 func labController(t *testing.T, stateDir string) *client.Client {

@@ -187,12 +187,7 @@ func (l *labUnderTest) checkKubernetesNodes(t *testing.T) {
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatal(err)
 	}
-	pins, err := components.Load("../images/components.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The image's kubelet is Kubernetes n, the first pinned.
-	version := pins.Kubernetes[0].Version
+	version := l.kubernetesVersion(t)
 	want := l.names()
 	var got []string
 	for _, n := range list.Items {
@@ -201,7 +196,7 @@ func (l *labUnderTest) checkKubernetesNodes(t *testing.T) {
 			return c.Type == "Ready" && c.Status == "True"
 		})
 		if !ready || n.Status.NodeInfo.KubeletVersion != version {
-			t.Errorf("Node %s: ready %v, kubelet %s (the image carries %s)", n.Metadata.Name, ready, n.Status.NodeInfo.KubeletVersion, version)
+			t.Errorf("Node %s: ready %v, kubelet %s (the cluster's version is %s)", n.Metadata.Name, ready, n.Status.NodeInfo.KubeletVersion, version)
 		}
 		// The kubelet registered the provider ID the controller put in
 		// the node's role: its VM's BIOS UUID.
@@ -223,6 +218,23 @@ func (l *labUnderTest) checkKubernetesNodes(t *testing.T) {
 			t.Errorf("the controller shows %s as %q, kubelet %q", n.Name, n.Kubernetes, n.KubeletVersion)
 		}
 	}
+}
+
+// kubernetesVersion is the cluster's: its spec's, else the image's n (the
+// first pinned).
+func (l *labUnderTest) kubernetesVersion(t *testing.T) string {
+	if v := l.cluster(t).Spec.KubernetesVersion; v != "" {
+		return v
+	}
+	return kubernetesPins(t)[0].Version
+}
+
+func kubernetesPins(t *testing.T) []components.Kubernetes {
+	pins, err := components.Load("../images/components.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pins.Kubernetes
 }
 
 // checkPodNetwork: pods on the two workers reach each other over flannel's

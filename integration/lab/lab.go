@@ -59,6 +59,10 @@ type Config struct {
 	// KubernetesVersion is the cluster's: one of the versions the image
 	// carries (n or n-1); default the image's n.
 	KubernetesVersion string
+	// UpgradeNodeTimeout is how long a VM that replaces another in an
+	// upgrade has to get Ready before it is rolled back; zero is the
+	// controller's default.
+	UpgradeNodeTimeout time.Duration
 	// Timeout bounds the wait for a ready cluster; default 10m.
 	Timeout time.Duration
 	// Log receives progress.

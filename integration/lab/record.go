@@ -29,6 +29,9 @@ type record struct {
 	BinDir string `json:"binDir"`
 	// VCenterLatencyMS is Config.VCenterLatency, for lab serve.
 	VCenterLatencyMS int64 `json:"vcenterLatencyMS,omitempty"`
+	// ControllerFlags are the controller's flags beyond its data
+	// directory and address, for each start.
+	ControllerFlags []string `json:"controllerFlags,omitempty"`
 
 	path string
 }

@@ -76,6 +76,9 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	r := newRecord(cfg.StateDir)
 	r.Subnet, r.CreatedDir, r.BinDir = cfg.Subnet.String(), created, cfg.BinDir
 	r.VCenterLatencyMS = cfg.VCenterLatency.Milliseconds()
+	if cfg.UpgradeNodeTimeout > 0 {
+		r.ControllerFlags = append(r.ControllerFlags, "--upgrade-node-timeout", cfg.UpgradeNodeTimeout.String())
+	}
 	for _, dir := range []string{r.logsDir(), r.credsDir()} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("lab: %w", err)
@@ -298,8 +301,9 @@ func controllerListen(subnet netip.Prefix) netip.AddrPort {
 // launchController starts the lab's controller, detached, and records it
 // in place of any earlier one.
 func launchController(r *record, binDir string, listen netip.AddrPort) (procRecord, error) {
-	proc, err := startDetached([]string{filepath.Join(binDir, "harmony-controller"), "serve",
-		"--data-dir", r.controllerDir(), "--listen", listen.String()}, filepath.Join(r.logsDir(), "controller.log"))
+	argv := append([]string{filepath.Join(binDir, "harmony-controller"), "serve",
+		"--data-dir", r.controllerDir(), "--listen", listen.String()}, r.ControllerFlags...)
+	proc, err := startDetached(argv, filepath.Join(r.logsDir(), "controller.log"))
 	if err != nil {
 		return proc, fmt.Errorf("lab: %w", err)
 	}
@@ -335,16 +339,9 @@ func waitController(ctx context.Context, proc procRecord, adminConfig string) (*
 // would, and starts it again on the same data; it returns once the new
 // one answers.
 func KillController(ctx context.Context, stateDir string) error {
-	abs, err := filepath.Abs(stateDir)
+	r, err := openLab(stateDir)
 	if err != nil {
-		return fmt.Errorf("state dir %q: %w", stateDir, err)
-	}
-	r, err := loadRecord(abs)
-	if err != nil {
-		return err
-	}
-	if r == nil {
-		return fmt.Errorf("lab: no lab in %s", stateDir)
+		return fmt.Errorf("lab: %w", err)
 	}
 	subnet, err := netip.ParsePrefix(r.Subnet)
 	if err != nil {

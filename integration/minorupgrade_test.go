@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/integration/lab"
+	"github.com/harmonykaas/harmony/internal/testutil"
+	"github.com/harmonykaas/harmony/ova/archive"
+	"github.com/harmonykaas/harmony/ova/ovf"
+)
+
+// minorLabSubnet keeps TestLabKubernetesMinorUpgrade's lab apart from the
+// others.
+var minorLabSubnet = netip.MustParsePrefix("198.18.112.0/24")
+
+// TestLabKubernetesMinorUpgrade creates a cluster at Kubernetes n-1, which
+// the node image carries beside n, and upgrades it by reimage to n with the
+// next image. First, an upgrade to an image whose agent never gets Ready
+// is rolled back: the old VM serves again with its disk and etcd member.
+// Afterwards every kubelet, the control plane and the cluster-level parts
+// that kubeadm keeps are at n, and nothing is lost.
+func TestLabKubernetesMinorUpgrade(t *testing.T) {
+	pins := kubernetesPins(t)
+	n, prev := pins[0].Version, pins[1].Version
+	l := upLab(t, lab.Config{Masters: 1, Workers: 1, Subnet: minorLabSubnet, KubernetesVersion: prev,
+		// The rollback's wait for the bad image's VM.
+		UpgradeNodeTimeout: 4 * time.Minute,
+	})
+	seen := l.names()
+	ctx := context.Background()
+	t.Run("every node at n-1", func(t *testing.T) {
+		if v := l.kubernetesVersion(t); v != prev {
+			t.Fatalf("the cluster is at %s, want %s", v, prev)
+		}
+		l.checkKubernetesNodes(t)
+		l.checkControlPlaneVersion(t, prev)
+	})
+	if _, err := l.kubectl(t, "", "create", "configmap", "minor-upgrade", "--from-literal=kept=yes"); err != nil {
+		t.Fatal(err)
+	}
+	master := l.masters(t)[0]
+	id := l.memberID(t, master, master.Name)
+	before := l.cluster(t)
+
+	t.Run("an image whose agent never gets Ready is rolled back", func(t *testing.T) {
+		claim := strings.TrimSuffix(n, n[strings.LastIndex(n, ".")+1:]) + "99"
+		bad := badNodeOVA(t, nextNodeOVA(t), claim)
+		img, err := lab.ImportImage(ctx, l.stateDir, bad, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, KubernetesVersion: claim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+		done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the upgrade to %s ended %s: %s", img.Name, done.State, done.Message)
+		if done.State != v1.OperationFailed || !strings.Contains(done.Message, "rolled back") || !strings.Contains(done.Message, master.Name) {
+			t.Errorf("want a failed upgrade that says %s was rolled back", master.Name)
+		}
+		l.checkServesAsBefore(t, before, id)
+	})
+
+	t.Run("n-1 to n by reimage, nothing lost", func(t *testing.T) {
+		img, err := lab.ImportImage(ctx, l.stateDir, nextNodeOVA(t), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, KubernetesVersion: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+		done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
+		cancel()
+		if err != nil || done.State != v1.OperationSucceeded {
+			l.logEvents(t)
+			t.Fatalf("upgrade to %s at %s: %v %+v", img.Name, n, err, done)
+		}
+		t.Logf("upgrade from %s to %s: %s for 1 master and 1 worker", prev, n, time.Since(start).Round(time.Second))
+		if v := l.kubernetesVersion(t); v != n {
+			t.Errorf("the cluster is at %s, want %s", v, n)
+		}
+		testutil.Eventually(t, 5*time.Minute, "every Kubernetes Node Ready, no other left", func() bool {
+			nodes := l.kubeNodes(t)
+			for _, n := range nodes {
+				if !n.ready() {
+					return false
+				}
+			}
+			return len(nodes) == len(l.cluster(t).Status.Nodes)
+		}, func() { t.Logf("nodes %+v", l.kubeNodes(t)) })
+		l.checkKubernetesNodes(t)
+		l.checkControlPlaneVersion(t, n)
+		if got := l.memberID(t, l.masters(t)[0], master.Name); got != id {
+			t.Errorf("%s is etcd member %x after the upgrade, was %x", master.Name, got, id)
+		}
+		if out, err := l.kubectl(t, "", "get", "configmap", "minor-upgrade", "-o", "jsonpath={.data.kept}"); err != nil || string(out) != "yes" {
+			t.Errorf("the ConfigMap after the upgrade: %q, %v", out, err)
+		}
+	})
+	seen = append(seen, l.names()...)
+	l.down(t, seen)
+}
+
+// checkServesAsBefore: after a rollback every node runs its old image on
+// its old disk, the master is the same etcd member, the API answers
+// through the VIP and holds what was written, and no VM of the new image
+// is left.
+func (l *labUnderTest) checkServesAsBefore(t *testing.T, before *v1.Cluster, memberID uint64) {
+	t.Helper()
+	old := map[string]v1.ClusterNode{}
+	for _, n := range before.Status.Nodes {
+		old[n.Name] = n
+	}
+	testutil.Eventually(t, 5*time.Minute, "every node Ready again on its old image", func() bool {
+		for _, n := range l.cluster(t).Status.Nodes {
+			if n.Phase != "Ready" || n.Image != old[n.Name].Image {
+				return false
+			}
+		}
+		return l.readyz(t)
+	}, func() { l.logEvents(t) })
+	after := l.cluster(t)
+	for _, n := range after.Status.Nodes {
+		if o, ok := old[n.Name]; !ok || n.DataDisk != o.DataDisk || n.VM != o.VM {
+			t.Errorf("node %s after the rollback: VM %s, disk %s; before: VM %s, disk %s", n.Name, n.VM, n.DataDisk, o.VM, o.DataDisk)
+		}
+	}
+	if len(after.Status.Nodes) != len(before.Status.Nodes) {
+		t.Errorf("%d nodes after the rollback, %d before", len(after.Status.Nodes), len(before.Status.Nodes))
+	}
+	m := l.masters(t)[0]
+	if got := l.memberID(t, m, m.Name); got != memberID {
+		t.Errorf("%s is etcd member %x after the rollback, was %x", m.Name, got, memberID)
+	}
+	if out, err := l.kubectl(t, "", "get", "configmap", "minor-upgrade", "-o", "jsonpath={.data.kept}"); err != nil || string(out) != "yes" {
+		t.Errorf("the ConfigMap after the rollback: %q, %v", out, err)
+	}
+	if ok, err := l.vm(t, m.Name+"-old").Exists(context.Background()); err != nil || ok {
+		t.Errorf("a VM %s-old is left after the rollback (%v)", m.Name, err)
+	}
+}
+
+// checkControlPlaneVersion: the API server reports version, and the
+// kubeadm-config ConfigMap, which kubeadm's later joins and upgrades read,
+// names it.
+func (l *labUnderTest) checkControlPlaneVersion(t *testing.T, version string) {
+	t.Helper()
+	testutil.Eventually(t, 3*time.Minute, "the API server at "+version, func() bool {
+		out, err := l.kubectl(t, "", "version", "-o", "json")
+		return err == nil && strings.Contains(string(out), `"gitVersion": "`+version+`"`)
+	}, func() {
+		out, err := l.kubectl(t, "", "version", "-o", "json")
+		t.Logf("kubectl version: %s %v", out, err)
+	})
+	out, err := l.kubectl(t, "", "-n", "kube-system", "get", "configmap", "kubeadm-config", "-o", "jsonpath={.data.ClusterConfiguration}")
+	if err != nil || !strings.Contains(string(out), "kubernetesVersion: "+version+"\n") {
+		t.Errorf("kubeadm-config names another version than %s: %s %v", version, out, err)
+	}
+}
+
+// badNodeOVA writes a copy of the node OVA src whose descriptor claims
+// Kubernetes claim as its n, which it does not carry, under a version of
+// its own: a VM of it refuses its role (no kubelet of that version), so
+// it never gets Ready. It stands for an image built wrong.
+func badNodeOVA(t *testing.T, src, claim string) string {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var descriptor []byte
+	var disks []archive.Disk
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch filepath.Ext(h.Name) {
+		case ".ovf":
+			if descriptor, err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		case ".vmdk":
+			path := filepath.Join(dir, filepath.Base(h.Name))
+			out, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			disks = append(disks, archive.DiskFile(path))
+		}
+	}
+	d, err := ovf.Parse(descriptor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Product.Version += "-bad"
+	d.Product.FullVersion += "-bad"
+	for i, p := range d.Properties {
+		switch p.Key {
+		case "harmony.image.version":
+			d.Properties[i].Default += "-bad"
+		case "harmony.version.kubernetes":
+			d.Properties[i].Default = claim
+		}
+	}
+	rendered, err := ovf.Render(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "harmony-node-bad.ova")
+	out, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = archive.Write(context.Background(), out, archive.Options{Name: d.Name, Descriptor: rendered, Disks: disks})
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, disk := range disks {
+		os.Remove(filepath.Join(dir, disk.Name)) // the OVA holds it now
+	}
+	return dst
+}
