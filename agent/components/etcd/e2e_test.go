@@ -403,28 +403,9 @@ func labelMap(pairs []*dto.LabelPair) map[string]string {
 // came late) finds the cluster the other two founded: it removes the
 // member that stood for it and joins as a learner, and is promoted.
 func TestLateInitialMemberJoinsAsLearner(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three etcd members")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
 	ctx := context.Background()
-	id := labID(t)
-	sw := labSwitch(t, id)
-	masters := map[string]string{}
-	var hosts []*labHost
-	for i, name := range []string{"m1", "m2", "m3"} {
-		addr := fmt.Sprintf("198.18.30.%d", 21+i)
-		masters[name] = addr
-		hosts = append(hosts, newLabHost(t, id, sw, name, addr))
-	}
+	hosts, masters, caPair, ca := newMasters(t, "198.18.30.%d", 21)
 	m1, m3 := hosts[0], hosts[2]
-	caPair := newCA(t, "etcd-ca")
-	ca, err := pki.LoadCA(caPair)
-	if err != nil {
-		t.Fatal(err)
-	}
 	roles := map[string]*v1.Role{}
 	for _, h := range hosts {
 		roles[h.name] = testRole(t, h.name, masters, caPair)

@@ -140,10 +140,9 @@ func TestMemberLeavesTheCluster(t *testing.T) {
 	}
 }
 
-// threeMembers runs three real members (addresses from addrFormat, 31 to
-// 33), waits until all are healthy voting members with a leader, and
-// returns them with the leader and its status.
-func threeMembers(t *testing.T, addrFormat string) (hosts map[string]*labHost, masters map[string]string, caPair *v1.KeyPair, ca *pki.CA, lead *labHost, leader MemberStatus) {
+// newMasters makes three hosts, m1 to m3, in network namespaces on one
+// switch (addresses from addrFormat, first to first+2), and an etcd CA.
+func newMasters(t *testing.T, addrFormat string, first int) (hosts []*labHost, masters map[string]string, caPair *v1.KeyPair, ca *pki.CA) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs three etcd members")
@@ -151,20 +150,32 @@ func threeMembers(t *testing.T, addrFormat string) (hosts map[string]*labHost, m
 	if os.Geteuid() != 0 {
 		t.Fatal("this test makes network namespaces and needs root")
 	}
-	ctx := context.Background()
 	id := labID(t)
 	sw := labSwitch(t, id)
 	masters = map[string]string{}
-	hosts = map[string]*labHost{}
 	for i, name := range []string{"m1", "m2", "m3"} {
-		addr := fmt.Sprintf(addrFormat, 31+i)
+		addr := fmt.Sprintf(addrFormat, first+i)
 		masters[name] = addr
-		hosts[name] = newLabHost(t, id, sw, name, addr)
+		hosts = append(hosts, newLabHost(t, id, sw, name, addr))
 	}
 	caPair = newCA(t, "etcd-ca")
 	ca, err := pki.LoadCA(caPair)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return hosts, masters, caPair, ca
+}
+
+// threeMembers runs three real members (addresses from addrFormat, 31 to
+// 33), waits until all are healthy voting members with a leader, and
+// returns them with the leader and its status.
+func threeMembers(t *testing.T, addrFormat string) (hosts map[string]*labHost, masters map[string]string, caPair *v1.KeyPair, ca *pki.CA, lead *labHost, leader MemberStatus) {
+	t.Helper()
+	ctx := context.Background()
+	list, masters, caPair, ca := newMasters(t, addrFormat, 31)
+	hosts = map[string]*labHost{}
+	for _, h := range list {
+		hosts[h.name] = h
 	}
 	var wg sync.WaitGroup
 	for _, h := range hosts {
