@@ -188,7 +188,12 @@ func (c *Component) handOverMember(ctx context.Context, host *reconcile.Host, ro
 	note := "the member was not running; its data stays for the new VM"
 	if status, err := cl.Status(ctx, local); err == nil {
 		note = fmt.Sprintf("member %x stopped for its replacement, still in the cluster; its data stays for the new VM", status.MemberID)
-		if status.Leader == status.MemberID {
+		switch {
+		case len(s.others()) == 0:
+			// The only member: nobody can lead meanwhile, and the cluster
+			// waits for the new VM (a cluster of one master has no HA).
+			note = fmt.Sprintf("member %x, the cluster's only one, stopped for its replacement; its data stays for the new VM", status.MemberID)
+		case status.Leader == status.MemberID:
 			_, members, err := c.findCluster(ctx, cl, s)
 			if err != nil {
 				return leaveFailed(st, err)

@@ -309,3 +309,70 @@ func TestMemberHandsOverKeepingItsIdentity(t *testing.T) {
 		}
 	}
 }
+
+// The only member of a one-master cluster hands over without a leader to
+// move to: it stops, still the cluster's member, and a new VM on its data
+// directory starts it again as the same member with the same data.
+func TestOnlyMemberHandsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an etcd member")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root")
+	}
+	ctx := context.Background()
+	id := labID(t)
+	h := newLabHost(t, id, labSwitch(t, id), "m1", "198.18.32.21")
+	masters := map[string]string{"m1": "198.18.32.21"}
+	caPair := newCA(t, "etcd-ca")
+	ca, err := pki.LoadCA(caPair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	normal := testRole(t, h.name, masters, caPair)
+	var before MemberStatus
+	eventually(t, 60*time.Second, "the only member serving", func() error {
+		if st := h.comp.Reconcile(ctx, h.host, normal); !st.Healthy {
+			return errors.New(st.Message)
+		}
+		if before, err = h.client(t, ca).Status(ctx, h.endpoint()); err != nil {
+			return err
+		}
+		return kvPut(ctx, h.client(t, ca), h.endpoint(), "before", "yes")
+	})
+
+	role := leaveRole(t, h.name, masters, caPair)
+	role.Leave.HandOver = true
+	st := h.comp.Leave(ctx, h.host, role)
+	t.Logf("hand-over: %v (%s)", st.Actions, st.Message)
+	if st.Phase != reconcile.PhaseLeft || !st.Healthy || !strings.Contains(st.Message, hexID(before.MemberID)+", the cluster's only one, stopped") {
+		t.Fatalf("hand-over: %+v", st)
+	}
+	if !slices.Equal(st.Actions, []string{"stopped etcd"}) {
+		t.Errorf("hand-over actions %q", st.Actions)
+	}
+
+	for _, dir := range []string{PKIDir, stateDir} {
+		if err := os.RemoveAll(h.host.Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.restartAgent(t)
+	normal.Revision = 3
+	eventually(t, 60*time.Second, "the member back with its data", func() error {
+		if st := h.comp.Reconcile(ctx, h.host, normal); !st.Healthy {
+			return errors.New(st.Message)
+		}
+		s, err := h.client(t, ca).Status(ctx, h.endpoint())
+		if err != nil {
+			return err
+		}
+		if s.MemberID != before.MemberID {
+			t.Fatalf("the new VM is member %x, the old one was %x", s.MemberID, before.MemberID)
+		}
+		if v, err := kvGetLocal(ctx, h.client(t, ca), h.endpoint(), "before"); err != nil || v != "yes" {
+			return fmt.Errorf("the key on the returned member: %q %v", v, err)
+		}
+		return nil
+	})
+}
