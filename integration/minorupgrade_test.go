@@ -3,6 +3,7 @@ package integration
 import (
 	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -167,7 +168,10 @@ func (l *labUnderTest) checkControlPlaneVersion(t *testing.T, version string) {
 	t.Helper()
 	testutil.Eventually(t, 3*time.Minute, "the API server at "+version, func() bool {
 		out, err := l.kubectl(t, "", "version", "-o", "json")
-		return err == nil && strings.Contains(string(out), `"gitVersion": "`+version+`"`)
+		var v struct {
+			ServerVersion struct{ GitVersion string } `json:"serverVersion"`
+		}
+		return err == nil && json.Unmarshal(out, &v) == nil && v.ServerVersion.GitVersion == version
 	}, func() {
 		out, err := l.kubectl(t, "", "version", "-o", "json")
 		t.Logf("kubectl version: %s %v", out, err)
