@@ -132,9 +132,11 @@ func (l *labUnderTest) checkServesAsBefore(t *testing.T, before *v1.Cluster, mem
 	for _, n := range before.Status.Nodes {
 		old[n.Name] = n
 	}
-	testutil.Eventually(t, 5*time.Minute, "every node Ready again on its old image", func() bool {
+	// Ready as the controller sees it: the agent and its Kubernetes Node,
+	// what the next upgrade's checks ask for.
+	testutil.Eventually(t, 5*time.Minute, "every node and its Kubernetes Node Ready again on its old image", func() bool {
 		for _, n := range l.cluster(t).Status.Nodes {
-			if n.Phase != "Ready" || n.Image != old[n.Name].Image {
+			if n.Phase != "Ready" || n.Kubernetes != "Ready" || n.Image != old[n.Name].Image {
 				return false
 			}
 		}
