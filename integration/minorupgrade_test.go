@@ -39,7 +39,6 @@ func TestLabKubernetesMinorUpgrade(t *testing.T) {
 		UpgradeNodeTimeout: 4 * time.Minute,
 	})
 	seen := l.names()
-	ctx := context.Background()
 	t.Run("every node at n-1", func(t *testing.T) {
 		if v := l.kubernetesVersion(t); v != prev {
 			t.Fatalf("the cluster is at %s, want %s", v, prev)
@@ -56,18 +55,7 @@ func TestLabKubernetesMinorUpgrade(t *testing.T) {
 
 	t.Run("an image whose agent never gets Ready is rolled back", func(t *testing.T) {
 		claim := strings.TrimSuffix(n, n[strings.LastIndex(n, ".")+1:]) + "99"
-		bad := badNodeOVA(t, nextNodeOVA(t), claim)
-		img, err := lab.ImportImage(ctx, l.stateDir, bad, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, KubernetesVersion: claim})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
-		done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
-		cancel()
+		img, done, err := l.upgradeTo(t, badNodeOVA(t, nextNodeOVA(t), claim), claim, 20*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,18 +68,8 @@ func TestLabKubernetesMinorUpgrade(t *testing.T) {
 	})
 
 	t.Run("n-1 to n by reimage, nothing lost", func(t *testing.T) {
-		img, err := lab.ImportImage(ctx, l.stateDir, nextNodeOVA(t), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
 		start := time.Now()
-		op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, KubernetesVersion: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-		done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
-		cancel()
+		img, done, err := l.upgradeTo(t, nextNodeOVA(t), n, 30*time.Minute)
 		if err != nil || done.State != v1.OperationSucceeded {
 			l.logEvents(t)
 			t.Fatalf("upgrade to %s at %s: %v %+v", img.Name, n, err, done)
@@ -114,12 +92,37 @@ func TestLabKubernetesMinorUpgrade(t *testing.T) {
 		if got := l.memberID(t, l.masters(t)[0], master.Name); got != id {
 			t.Errorf("%s is etcd member %x after the upgrade, was %x", master.Name, got, id)
 		}
-		if out, err := l.kubectl(t, "", "get", "configmap", "minor-upgrade", "-o", "jsonpath={.data.kept}"); err != nil || string(out) != "yes" {
-			t.Errorf("the ConfigMap after the upgrade: %q, %v", out, err)
-		}
+		l.checkKept(t, "the upgrade")
 	})
 	seen = append(seen, l.names()...)
 	l.down(t, seen)
+}
+
+// upgradeTo imports the node OVA ova into the lab and upgrades the
+// cluster to it at Kubernetes version, waiting up to timeout for the end.
+func (l *labUnderTest) upgradeTo(t *testing.T, ova, version string, timeout time.Duration) (*v1.Image, *v1.Operation, error) {
+	t.Helper()
+	ctx := context.Background()
+	img, err := lab.ImportImage(ctx, l.stateDir, ova, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := l.ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name, KubernetesVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done, err := l.ctl.WaitOperation(wctx, op.ID, nil)
+	return img, done, err
+}
+
+// checkKept: the ConfigMap written before the upgrades is there.
+func (l *labUnderTest) checkKept(t *testing.T, after string) {
+	t.Helper()
+	if out, err := l.kubectl(t, "", "get", "configmap", "minor-upgrade", "-o", "jsonpath={.data.kept}"); err != nil || string(out) != "yes" {
+		t.Errorf("the ConfigMap after %s: %q, %v", after, out, err)
+	}
 }
 
 // checkServesAsBefore: after a rollback every node runs its old image on
@@ -155,9 +158,7 @@ func (l *labUnderTest) checkServesAsBefore(t *testing.T, before *v1.Cluster, mem
 	if got := l.memberID(t, m, m.Name); got != memberID {
 		t.Errorf("%s is etcd member %x after the rollback, was %x", m.Name, got, memberID)
 	}
-	if out, err := l.kubectl(t, "", "get", "configmap", "minor-upgrade", "-o", "jsonpath={.data.kept}"); err != nil || string(out) != "yes" {
-		t.Errorf("the ConfigMap after the rollback: %q, %v", out, err)
-	}
+	l.checkKept(t, "the rollback")
 	if ok, err := l.vm(t, m.Name+"-old").Exists(context.Background()); err != nil || ok {
 		t.Errorf("a VM %s-old is left after the rollback (%v)", m.Name, err)
 	}

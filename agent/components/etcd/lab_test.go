@@ -135,6 +135,19 @@ func (h *labHost) restartAgent(t *testing.T) {
 	h.newComponent(t)
 }
 
+// newVMOnSameData stands for a new VM that took the host's data disk: what
+// was on the OS disk (certificates, the bootstrap record) is gone, and a
+// new agent runs.
+func (h *labHost) newVMOnSameData(t *testing.T) {
+	t.Helper()
+	for _, dir := range []string{PKIDir, stateDir} {
+		if err := os.RemoveAll(h.host.Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.restartAgent(t)
+}
+
 // client is a gateway client as the agent on h has it (its client
 // certificate, dialing inside h's namespace).
 func (h *labHost) client(t *testing.T, ca *pki.CA) *Client {

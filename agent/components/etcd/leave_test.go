@@ -271,12 +271,7 @@ func TestMemberHandsOverKeepingItsIdentity(t *testing.T) {
 
 	// The new VM: what was on the OS disk is gone, the data directory is
 	// the moved disk.
-	for _, dir := range []string{PKIDir, stateDir} {
-		if err := os.RemoveAll(lead.host.Path(dir)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lead.restartAgent(t)
+	lead.newVMOnSameData(t)
 	normal := testRole(t, lead.name, masters, caPair)
 	normal.Revision = 3
 	eventually(t, 60*time.Second, "the member back and caught up", func() error {
@@ -352,12 +347,7 @@ func TestOnlyMemberHandsOver(t *testing.T) {
 		t.Errorf("hand-over actions %q", st.Actions)
 	}
 
-	for _, dir := range []string{PKIDir, stateDir} {
-		if err := os.RemoveAll(h.host.Path(dir)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.restartAgent(t)
+	h.newVMOnSameData(t)
 	normal.Revision = 3
 	eventually(t, 60*time.Second, "the member back with its data", func() error {
 		if st := h.comp.Reconcile(ctx, h.host, normal); !st.Healthy {
