@@ -62,6 +62,22 @@ func TestImageBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// As built, the kubelet on PATH is n's, through the link the agent
+	// repoints: sysprep once emptied the link's directory, so only a
+	// node given a role ever had a kubelet.
+	pins, err := components.Load("../images/components.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for link, want := range map[string]string{
+		"/usr/bin/kubelet":     components.KubeletLink,
+		components.KubeletLink: components.KubernetesBinary(pins.Kubernetes[0].Version, "kubelet"),
+	} {
+		if got, err := imageboot.ReadLink(ctx, disk, root, link); err != nil || got != want {
+			t.Errorf("in the image, %s -> %q (%v), want %s", link, got, err, want)
+		}
+	}
+
 	// A blank data disk, as the controller attaches to a master.
 	data := filepath.Join(dir, "data.raw")
 	if err := os.WriteFile(data, nil, 0o600); err != nil {
@@ -138,10 +154,6 @@ func TestImageBoot(t *testing.T) {
 	// every container image the image pins (imported at first boot), and
 	// the kubelet is Kubernetes n. Under TCG the test stops there; the lab
 	// boots the same image as VM bodies whose kubelets join (TestLab).
-	pins, err := components.Load("../images/components.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if m := imageboot.ContainerdReport.FindStringSubmatch(serial); m == nil || m[1] != "active" {
 		t.Errorf("containerd: %q", m)
 	}

@@ -16,10 +16,12 @@ const (
 // The kubelet must not be newer than the control plane, so
 // /usr/bin/kubelet, which the kubelet unit runs, links to KubeletLink,
 // which the image points at n's kubelet and the agent at the cluster's
-// version's before the kubelet's first start.
+// version's before the kubelet's first start. The link has a directory of
+// its own, not the agent's state directory: sysprep empties that one (no
+// clone may inherit an identity), and the agent's unit may write here.
 const (
 	KubernetesDir = "/opt/harmony/kubernetes"
-	KubeletLink   = "/var/lib/harmony/kubernetes/kubelet"
+	KubeletLink   = "/var/lib/harmony-kubelet/kubelet"
 )
 
 // KubernetesBinary is where an image keeps a Kubernetes binary of a

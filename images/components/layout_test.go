@@ -27,3 +27,16 @@ func TestImportUnitUsesTheLayout(t *testing.T) {
 		}
 	}
 }
+
+// The agent repoints the kubelet link under ProtectSystem=strict: its
+// unit must let it write the link's directory.
+func TestAgentUnitMayRepointTheKubelet(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "systemd", "harmony-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ReadWritePaths=-" + filepath.Dir(KubeletLink) + "\n"
+	if !strings.Contains(string(data), want) {
+		t.Errorf("harmony-agent.service lacks %q", want)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -199,6 +200,23 @@ func ReadFile(ctx context.Context, disk string, offset int64, path string) ([]by
 	}
 	return out, nil
 }
+
+// ReadLink reads a symbolic link's target out of the ext4 file system at
+// offset in disk. Targets under 60 bytes live in the inode ("fast"
+// links), as every link the images make does; longer ones are refused.
+func ReadLink(ctx context.Context, disk string, offset int64, path string) (string, error) {
+	out, err := Debugfs(ctx, disk, offset, "stat "+path+"\n")
+	if err != nil {
+		return "", err
+	}
+	m := fastLinkDest.FindStringSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("%s: not a fast symbolic link in the image:\n%s", path, out)
+	}
+	return m[1], nil
+}
+
+var fastLinkDest = regexp.MustCompile(`Fast link dest: "([^"]*)"`)
 
 // Debugfs runs debugfs commands read-only and returns the output.
 func Debugfs(ctx context.Context, disk string, offset int64, commands string) (string, error) {
