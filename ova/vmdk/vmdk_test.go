@@ -250,6 +250,41 @@ func TestWriteDeterministic(t *testing.T) {
 		t.Fatalf("same input, different output: differ at %d / %d", firstDiff(ab, bb), firstDiff(ab, cb))
 	}
 
+	// A stream gets its CID from a read pass before the grains, a file
+	// has it rewritten after them: the same bytes either way, also for a
+	// file the VMDK does not start at the beginning of.
+	in, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := Write(t.Context(), struct{ io.Writer }{&stream}, in, fi.Size(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stream.Bytes(), ab) {
+		t.Fatalf("a stream and a file differ at %d", firstDiff(stream.Bytes(), ab))
+	}
+	prefixed, err := os.Create(filepath.Join(dir, "prefixed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prefixed.Close()
+	prefix := []byte("tar header stand-in")
+	if _, err := prefixed.Write(prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(t.Context(), prefixed, in, fi.Size(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, prefixed.Name()); !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], ab) {
+		t.Fatalf("written after a prefix, the VMDK differs at %d", firstDiff(got[len(prefix):], ab))
+	}
+
 	other := t.TempDir()
 	raw2, _ := makeRawDisk(t, other, 4)
 	d := filepath.Join(other, "d.vmdk")
@@ -429,4 +464,45 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// A grain is read unless it lies wholly in a hole: touching data by one
+// byte at either end counts.
+func TestMayHoldData(t *testing.T) {
+	d := dataExtents{{100, 200}, {1000, 1001}}
+	for _, c := range []struct {
+		off, n int64
+		want   bool
+	}{
+		{0, 100, false}, {0, 101, true}, {199, 1, true}, {200, 800, false},
+		{200, 801, true}, {1000, 1, true}, {1001, 5000, false}, {150, 10, true}, {0, 5000, true},
+	} {
+		if got := d.mayHoldData(c.off, c.n); got != c.want {
+			t.Errorf("[%d, %d): %v, want %v", c.off, c.off+c.n, got, c.want)
+		}
+	}
+	if (dataExtents{}).mayHoldData(0, 1<<30) {
+		t.Error("a file with no data holds data")
+	}
+}
+
+// The file system's map of a sparse test disk: data where it was
+// written, none in the holes.
+func TestFindDataExtents(t *testing.T) {
+	raw, _ := makeRawDisk(t, t.TempDir(), 5)
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d, ok := findDataExtents(f, testDiskSize)
+	if !ok {
+		t.Skip("this file system cannot report holes")
+	}
+	if !d.mayHoldData(20<<20-10, 20) || !d.mayHoldData(10<<20+100, 1000) || d.mayHoldData(30<<20, 1<<20) {
+		t.Errorf("extents %v miss written data or claim a hole", d)
+	}
+	if _, ok := findDataExtents(bytes.NewReader(nil), 0); ok {
+		t.Error("a byte slice has extents")
+	}
 }

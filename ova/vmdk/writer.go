@@ -4,17 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
-	"compress/zlib"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"math"
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/zlib"
 )
 
 // Options shape the VMDK that Write produces. The zero value is valid.
@@ -24,8 +26,10 @@ type Options struct {
 	// VirtualHWVersion is ddb.virtualHWVersion; 4 (default) lets every ESXi
 	// release import the disk.
 	VirtualHWVersion int
-	// CID is the descriptor's content ID. 0 derives it from the disk's bytes
-	// (an extra read pass), so the same input gives the same file.
+	// CID is the descriptor's content ID. 0 derives it from the disk's
+	// bytes, so the same input gives the same file: while the grains are
+	// compressed when dst is a file (the descriptor is rewritten in place
+	// at the end), in an extra read pass before them when it is a stream.
 	CID uint32
 	// ExtentName is the file name in the extent line; "disk.vmdk" by default.
 	ExtentName string
@@ -88,8 +92,10 @@ func (o *Options) normalize() error {
 }
 
 // Write writes the size bytes of src to dst as a streamOptimized VMDK. dst is
-// written strictly in order (it can be a pipe or a tar entry). Grains that are
-// all zeros are not stored. The output depends only on src, size and opts.
+// written in order (it can be a pipe or a tar entry); a file (io.WriterAt
+// and io.Seeker) also has its descriptor rewritten at the end, to save a
+// read pass. Grains that are all zeros are not stored. The output depends
+// only on src, size and opts.
 func Write(ctx context.Context, dst io.Writer, src io.ReaderAt, size int64, opts Options) (Stats, error) {
 	if err := opts.normalize(); err != nil {
 		return Stats{}, err
@@ -97,12 +103,22 @@ func Write(ctx context.Context, dst io.Writer, src io.ReaderAt, size int64, opts
 	if size <= 0 || size%sectorSize != 0 || size > maxCapacity {
 		return Stats{}, fmt.Errorf("size: %d, want a positive multiple of %d up to %d", size, sectorSize, int64(maxCapacity))
 	}
+	var cid *contentID
+	var patch patchable
+	var base int64
 	if opts.CID == 0 {
-		cid, err := contentID(ctx, src, size)
-		if err != nil {
-			return Stats{}, err
+		cid = newContentID(size)
+		if f, ok := dst.(patchable); ok {
+			if off, err := f.Seek(0, io.SeekCurrent); err == nil {
+				patch, base = f, off
+			}
 		}
-		opts.CID = cid
+		if patch == nil {
+			if err := cid.scan(ctx, src, size); err != nil {
+				return Stats{}, err
+			}
+			opts.CID = cid.sum()
+		}
 	}
 	w := &streamWriter{w: bufio.NewWriterSize(dst, 1<<20)}
 	capacity := uint64(size / sectorSize)
@@ -130,7 +146,10 @@ func Write(ctx context.Context, dst io.Writer, src io.ReaderAt, size int64, opts
 
 	gtes := make([]uint32, numGTs*gtesPerGT)
 	var stats Stats
-	err := compressGrains(ctx, src, size, &opts, func(idx int64, data []byte) error {
+	err := compressGrains(ctx, src, size, &opts, func(idx int64, data []byte, sum uint32) error {
+		if patch != nil {
+			cid.add(idx, sum)
+		}
 		sector := w.n / sectorSize
 		if sector > math.MaxUint32 {
 			return fmt.Errorf("grain %d: at sector %d, beyond what a grain table entry can address", idx, sector)
@@ -179,6 +198,14 @@ func Write(ctx context.Context, dst io.Writer, src io.ReaderAt, size int64, opts
 	if w.err == nil {
 		w.err = w.w.Flush()
 	}
+	if w.err == nil && patch != nil {
+		opts.CID = cid.sum()
+		final := descriptor(capacity, &opts)
+		if len(final) != len(desc) {
+			return Stats{}, fmt.Errorf("descriptor: %d bytes with the CID, %d without", len(final), len(desc))
+		}
+		_, w.err = patch.WriteAt([]byte(final), base+descriptorOffset*sectorSize)
+	}
 	if w.err != nil {
 		return Stats{}, fmt.Errorf("write vmdk: %w", w.err)
 	}
@@ -218,27 +245,101 @@ func (s *streamWriter) padSector() {
 	}
 }
 
+// patchable is a destination whose descriptor can be rewritten once the
+// grains are written: a file.
+type patchable interface {
+	io.WriterAt
+	io.Seeker
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // contentID derives the CID from the disk's bytes, so it changes when the
-// content does and stays put when it does not.
-func contentID(ctx context.Context, src io.ReaderAt, size int64) (uint32, error) {
-	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < size; {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		n := int(min(int64(len(buf)), size-off))
-		if err := readFull(src, buf[:n], off); err != nil {
-			return 0, err
-		}
-		h.Write(buf[:n])
-		off += int64(n)
-	}
-	cid := h.Sum32()
+// content does and stays put when it does not: the size, then each stored
+// grain's index and CRC-32C, in grain order. It is the same whether the
+// grains come from the compressors or from scan.
+type contentID struct{ h hash.Hash32 }
+
+func newContentID(size int64) *contentID {
+	c := &contentID{h: crc32.New(castagnoli)}
+	c.h.Write(binary.LittleEndian.AppendUint64(nil, uint64(size)))
+	return c
+}
+
+func (c *contentID) add(idx int64, sum uint32) {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(idx))
+	binary.LittleEndian.PutUint32(b[8:], sum)
+	c.h.Write(b[:])
+}
+
+func (c *contentID) sum() uint32 {
+	cid := c.h.Sum32()
 	if cid == 0 || cid == 0xffffffff { // reserved values: no disk, no parent
 		cid = 1
 	}
-	return cid, nil
+	return cid
+}
+
+// scan reads every grain, for a destination that cannot be rewritten.
+func (c *contentID) scan(ctx context.Context, src io.ReaderAt, size int64) error {
+	g := newSource(src, size).reader()
+	for idx := int64(0); idx*grainBytes < size; idx++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := g.read(idx)
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			c.add(idx, crc32.Checksum(b, castagnoli))
+		}
+	}
+	return nil
+}
+
+// source is the disk being written, with where its data is if it is a
+// sparse file.
+type source struct {
+	src     io.ReaderAt
+	size    int64
+	extents dataExtents
+	sparse  bool
+}
+
+func newSource(src io.ReaderAt, size int64) *source {
+	extents, sparse := findDataExtents(src, size)
+	return &source{src: src, size: size, extents: extents, sparse: sparse}
+}
+
+// reader returns a reader with its own buffer, for one goroutine.
+func (s *source) reader() *grainReader {
+	return &grainReader{source: s, raw: make([]byte, grainBytes)}
+}
+
+// grainReader reads grains, skipping the holes of a sparse file.
+type grainReader struct {
+	*source
+	raw []byte
+}
+
+// read returns grain idx, or nil if it is all zeros. The slice is reused
+// by the next read. The last grain of a disk that is not a whole number
+// of grains is short.
+func (g *grainReader) read(idx int64) ([]byte, error) {
+	off := idx * grainBytes
+	raw := g.raw[:min(grainBytes, g.size-off)]
+	if g.sparse && !g.extents.mayHoldData(off, int64(len(raw))) {
+		return nil, nil
+	}
+	if err := readFull(g.src, raw, off); err != nil {
+		return nil, err
+	}
+	if isZero(raw) {
+		return nil, nil
+	}
+	return raw, nil
 }
 
 func readFull(src io.ReaderAt, b []byte, off int64) error {
@@ -255,13 +356,14 @@ func readFull(src io.ReaderAt, b []byte, off int64) error {
 // compressed is one grain's result; data is nil for an all-zero grain.
 type compressed struct {
 	data []byte
+	sum  uint32 // CRC-32C of the grain's raw bytes
 	err  error
 }
 
 // compressGrains reads and compresses grains on opts.Workers goroutines and
 // hands the non-zero ones to emit in grain order, so the output is the same
 // whatever the scheduling.
-func compressGrains(ctx context.Context, src io.ReaderAt, size int64, opts *Options, emit func(idx int64, data []byte) error) error {
+func compressGrains(ctx context.Context, src io.ReaderAt, size int64, opts *Options, emit func(idx int64, data []byte, sum uint32) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	numGrains := (size + grainBytes - 1) / grainBytes
 	type job struct {
@@ -273,15 +375,16 @@ func compressGrains(ctx context.Context, src io.ReaderAt, size int64, opts *Opti
 	// bounds how far the workers run ahead of the writer.
 	order := make(chan chan compressed, 4*opts.Workers)
 
+	disk := newSource(src, size)
 	var wg sync.WaitGroup
 	for range opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := newGrainCompressor(opts.Level)
+			c := newGrainCompressor(opts.Level, disk.reader())
 			for j := range jobs {
-				data, err := c.grain(src, size, j.idx)
-				j.out <- compressed{data, err}
+				data, sum, err := c.grain(j.idx)
+				j.out <- compressed{data, sum, err}
 			}
 		}()
 	}
@@ -321,7 +424,7 @@ func compressGrains(ctx context.Context, src io.ReaderAt, size int64, opts *Opti
 			return r.err
 		}
 		if r.data != nil {
-			if err := emit(idx, r.data); err != nil {
+			if err := emit(idx, r.data, r.sum); err != nil {
 				return err
 			}
 		}
@@ -337,37 +440,33 @@ func compressGrains(ctx context.Context, src io.ReaderAt, size int64, opts *Opti
 }
 
 type grainCompressor struct {
-	raw []byte
+	in  *grainReader
 	buf bytes.Buffer
 	zw  *zlib.Writer
 }
 
-func newGrainCompressor(level int) *grainCompressor {
+func newGrainCompressor(level int, in *grainReader) *grainCompressor {
 	zw, _ := zlib.NewWriterLevel(nil, level) // level was validated
-	return &grainCompressor{raw: make([]byte, grainBytes), zw: zw}
+	return &grainCompressor{in: in, zw: zw}
 }
 
-// grain reads grain idx and returns it zlib-compressed, or nil if it is all
-// zeros. The last grain of a disk that is not a whole number of grains is
+// grain reads grain idx and returns it zlib-compressed with the CRC-32C of
+// its raw bytes, or nil if it is all zeros. A short last grain is
 // compressed short; readers pad it.
-func (c *grainCompressor) grain(src io.ReaderAt, size, idx int64) ([]byte, error) {
-	off := idx * grainBytes
-	raw := c.raw[:min(grainBytes, size-off)]
-	if err := readFull(src, raw, off); err != nil {
-		return nil, err
-	}
-	if isZero(raw) {
-		return nil, nil
+func (c *grainCompressor) grain(idx int64) ([]byte, uint32, error) {
+	raw, err := c.in.read(idx)
+	if raw == nil || err != nil {
+		return nil, 0, err
 	}
 	c.buf.Reset()
 	c.zw.Reset(&c.buf)
 	if _, err := c.zw.Write(raw); err != nil {
-		return nil, fmt.Errorf("compress grain %d: %w", idx, err)
+		return nil, 0, fmt.Errorf("compress grain %d: %w", idx, err)
 	}
 	if err := c.zw.Close(); err != nil {
-		return nil, fmt.Errorf("compress grain %d: %w", idx, err)
+		return nil, 0, fmt.Errorf("compress grain %d: %w", idx, err)
 	}
-	return bytes.Clone(c.buf.Bytes()), nil
+	return bytes.Clone(c.buf.Bytes()), crc32.Checksum(raw, castagnoli), nil
 }
 
 func isZero(b []byte) bool {

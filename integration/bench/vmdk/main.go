@@ -5,15 +5,15 @@
 // The disk is sparse, like a freshly built image: -size bytes with
 // -data bytes written in 1 MiB runs spread across it, half random (does
 // not compress, like binaries in packages) and half text (compresses,
-// like config and docs), and zero runs in between. The same target as the
-// golden-images issue: our writer at half qemu-img's time or better, and
-// no larger.
+// like config and docs), and zero runs in between. The target ("Faster
+// where it shows"): our writer at a quarter of qemu-img's time or better,
+// and no larger. Our writer writes to the file as the image build does
+// (ova.Assemble), so the CID costs no extra read pass.
 //
 //	make bench
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -73,14 +73,17 @@ func run() error {
 	if out, err := exec.Command("qemu-img", "compare", "-f", "raw", "-F", "vmdk", raw, ours).CombinedOutput(); err != nil {
 		return fmt.Errorf("qemu-img compare: our VMDK differs from the raw disk: %w: %s", err, out)
 	}
+	if out, err := exec.Command("qemu-img", "check", "-f", "vmdk", ours).CombinedOutput(); err != nil {
+		return fmt.Errorf("qemu-img check: our VMDK: %w: %s", err, out)
+	}
 
 	timeRatio := oursTime.Seconds() / qemuTime.Seconds()
 	sizeRatio := float64(stats.Bytes) / float64(qemuInfo.Size())
 	fmt.Printf("  ours      %6.2f s  %7.1f MiB  (%d grains, populated %d MiB)\n", oursTime.Seconds(), mib(stats.Bytes), stats.Grains, stats.PopulatedBytes>>20)
 	fmt.Printf("  qemu-img  %6.2f s  %7.1f MiB\n", qemuTime.Seconds(), mib(qemuInfo.Size()))
-	fmt.Printf("  time ratio ours/qemu-img %.2f, target ≤ 0.5: %s\n", timeRatio, verdict(timeRatio <= 0.5))
+	fmt.Printf("  time ratio ours/qemu-img %.2f, target ≤ 0.25: %s\n", timeRatio, verdict(timeRatio <= 0.25))
 	fmt.Printf("  size ratio ours/qemu-img %.3f, target ≤ 1: %s\n", sizeRatio, verdict(sizeRatio <= 1))
-	fmt.Println("  qemu-img compare: our VMDK holds the raw disk's bytes")
+	fmt.Println("  qemu-img compare and check: our VMDK holds the raw disk's bytes and is consistent")
 	return nil
 }
 
@@ -95,14 +98,13 @@ func writeOurs(raw, out string, size int64, level int) (vmdk.Stats, error) {
 		return vmdk.Stats{}, err
 	}
 	defer dst.Close()
-	w := bufio.NewWriterSize(dst, 1<<20)
-	stats, err := vmdk.Write(context.Background(), w, src, size, vmdk.Options{Level: level})
+	stats, err := vmdk.Write(context.Background(), dst, src, size, vmdk.Options{Level: level})
 	if err != nil {
 		return stats, fmt.Errorf("our writer: %w", err)
 	}
 	// No fsync: qemu-img convert does not sync its output either, so both
 	// sides end in the page cache.
-	return stats, w.Flush()
+	return stats, dst.Close()
 }
 
 // makeDisk writes a sparse raw disk: runs of 1 MiB, alternately random
