@@ -146,6 +146,9 @@ func TestImageBoot(t *testing.T) {
 	}
 
 	serial := vm.Serial()
+	for _, u := range imageboot.UnitTimes(serial) {
+		t.Logf("unit %-38s started %6.1f s, active %6.1f s after the kernel started", u.Unit, u.Started, u.Active)
+	}
 	if state := imageboot.AgentReport.FindStringSubmatch(serial)[1]; state != "active" {
 		dump()
 		t.Fatalf("systemd says harmony-agent is %q, want active", state)

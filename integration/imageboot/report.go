@@ -4,28 +4,51 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 )
 
 // systemd prints "Started …" on the console only while the boot's own
 // jobs run; harmony-agent (Type=notify) becomes active after that, once
-// it has enrolled and made its first pass. So a tiny unit ordered after
-// it, and after the first-boot import of the container images, reports on
-// the serial console: the agent's state, containerd's, the images
+// it has enrolled and made its first pass. So two tiny units report on
+// the serial console. The first is ordered after the agent alone (the
+// boot benchmark's clock stops at its line): the agent's state, then when
+// each unit on the agent's way started and became active, in seconds
+// since the kernel started, for finding where a boot's time goes
+// (systemd-analyze critical-chain refuses to answer before the boot has
+// finished). The second is ordered after the first-boot import of the
+// container images too: the data disk, containerd's state, the images
 // containerd holds for the kubelet, the kubelet's own version, and its
 // unit: before kubeadm has run, the kubelet starts, finds no
 // /var/lib/kubelet/config.yaml and is restarted until kubeadm writes one
 // (the unit's state is activating or, between restarts, active). Tests
-// add it to their copy of the disk; images never carry it.
-const reportUnit = `[Unit]
+// add them to their copy of the disk; images never carry them.
+const agentReportUnit = `[Unit]
 Description=Report harmony-agent's state on the serial console (image boot test)
 Wants=harmony-agent.service
+After=harmony-agent.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'for u in ` + chainUnits + `; do echo "harmony-boot-report: unit $$u $(systemctl show -P InactiveExitTimestampMonotonic $$u) $(systemctl show -P ActiveEnterTimestampMonotonic $$u)"; done > /dev/ttyS0'
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// chainUnits are the units between the kernel and an active agent, and
+// the first-boot import beside them.
+const chainUnits = "systemd-journald.service local-fs.target harmony-network.service systemd-networkd.service " +
+	"systemd-networkd-wait-online.service network-online.target harmony-data-disk.service " +
+	"containerd.service harmony-images-import.service harmony-agent.service"
+
+const reportUnit = `[Unit]
+Description=Report the node's runtime on the serial console (image boot test)
 After=harmony-agent.service harmony-images-import.service containerd.service
 
 [Service]
 Type=oneshot
 TimeoutStartSec=5min
-# The agent's line first: the boot benchmark's clock stops at it.
-ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'd=$(findmnt -n -o SOURCE /var/lib/etcd); if [ -n "$$d" ]; then r="$(blkid -p -s TYPE -o value $$d) $(blkid -p -s LABEL -o value $$d)"; else r=none; fi; echo "harmony-boot-report: data disk $$r" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: containerd is $(systemctl is-active containerd.service)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: images $(ctr --namespace k8s.io images ls -q | sort | tr "\\n" " ")" > /dev/ttyS0'
@@ -57,23 +80,44 @@ var (
 	KubeletUnitReport = regexp.MustCompile(`harmony-boot-report: kubelet unit ([a-z]+), ([0-9]+) runs without its configuration`)
 )
 
-// InjectAgentReporter adds the reporting unit to the disk's root.
+// InjectAgentReporter adds the reporting units to the disk's root.
 func InjectAgentReporter(ctx context.Context, disk string, offset int64) error {
-	const unit = "/etc/systemd/system/harmony-boot-report.service"
-	if err := InjectFile(ctx, disk, offset, unit, []byte(reportUnit), 0o644); err != nil {
-		return err
-	}
-	_, err := debugfs(ctx, disk, offset, true, fmt.Sprintf(
-		"symlink /etc/systemd/system/multi-user.target.wants/harmony-boot-report.service %s\n", unit))
-	if err != nil {
-		return err
-	}
-	out, err := Debugfs(ctx, disk, offset, "stat /etc/systemd/system/multi-user.target.wants/harmony-boot-report.service\n")
-	if err != nil {
-		return err
-	}
-	if !regexp.MustCompile(`Type: symlink`).MatchString(out) {
-		return fmt.Errorf("the reporter's wants link is not a symlink:\n%s", out)
+	for name, text := range map[string]string{"harmony-boot-report-agent.service": agentReportUnit, "harmony-boot-report.service": reportUnit} {
+		unit := "/etc/systemd/system/" + name
+		wants := "/etc/systemd/system/multi-user.target.wants/" + name
+		if err := InjectFile(ctx, disk, offset, unit, []byte(text), 0o644); err != nil {
+			return err
+		}
+		if _, err := debugfs(ctx, disk, offset, true, fmt.Sprintf("symlink %s %s\n", wants, unit)); err != nil {
+			return err
+		}
+		if target, err := ReadLink(ctx, disk, offset, wants); err != nil || target != unit {
+			return fmt.Errorf("the reporter's wants link points at %q (%v), want %s", target, err, unit)
+		}
 	}
 	return nil
 }
+
+// UnitTimes reads the agent reporter's unit lines from a serial console:
+// for each unit that ran, when it started and when it became active, in
+// seconds since the kernel started, in the order the reporter printed.
+func UnitTimes(serial string) []UnitTime {
+	var out []UnitTime
+	for _, m := range unitReport.FindAllStringSubmatch(serial, -1) {
+		started, err1 := strconv.ParseInt(m[2], 10, 64)
+		active, err2 := strconv.ParseInt(m[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, UnitTime{Unit: m[1], Started: float64(started) / 1e6, Active: float64(active) / 1e6})
+	}
+	return out
+}
+
+// UnitTime is one unit's start and activation; 0 means never.
+type UnitTime struct {
+	Unit            string
+	Started, Active float64
+}
+
+var unitReport = regexp.MustCompile(`harmony-boot-report: unit (\S+) ([0-9]+) ([0-9]+)`)
