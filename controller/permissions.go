@@ -105,13 +105,23 @@ func (c *Controller) authorize(r *http.Request, perm permission) (principal, *ap
 }
 
 // caller is who the request comes from: a session's user (Authorization:
-// Bearer) or a client certificate's holder.
+// Bearer, or a browser's session cookie) or a client certificate's
+// holder. A certificate wins over a cookie: a browser may carry one.
 func (c *Controller) caller(r *http.Request) (principal, *apiError) {
+	token := ""
 	if h := r.Header.Get("Authorization"); h != "" {
-		token, ok := strings.CutPrefix(h, "Bearer ")
+		var ok bool
+		token, ok = strings.CutPrefix(h, "Bearer ")
 		if !ok || token == "" {
 			return principal{}, refuse(http.StatusUnauthorized, v1.CodeSessionInvalid, "the Authorization header must be \"Bearer\" and a session's access token")
 		}
+	} else if cookie := cookieValue(r, v1.CookieAccess); cookie != "" && (r.TLS == nil || len(r.TLS.PeerCertificates) == 0) {
+		if e := checkBrowserRequest(r); e != nil {
+			return principal{}, e
+		}
+		token = cookie
+	}
+	if token != "" {
 		u, err := c.access.Authenticate(token)
 		var se *access.SessionError
 		if errors.As(err, &se) {

@@ -68,37 +68,81 @@ func (c *Controller) handleLogin(w http.ResponseWriter, r *http.Request, _ princ
 		return badInput(err)
 	}
 	setAuditSubject(r, req.Username)
+	if req.Browser {
+		// A login form elsewhere cannot send the header: no signing a
+		// browser into someone else's account.
+		if r.Header.Get(v1.HeaderCSRF) == "" {
+			return refuse(http.StatusForbidden, v1.CodeCSRF, "a browser login needs the %s header", v1.HeaderCSRF)
+		}
+		if e := checkOrigin(r); e != nil {
+			return e
+		}
+	}
 	sess, err := c.access.Login(r.Context(), req.Username, req.Password, remoteAddr(r))
 	if err != nil {
 		return accessError(err, "user")
+	}
+	if req.Browser {
+		setBrowserSession(w, sess, newCSRFToken())
+		sess = withoutTokens(sess)
 	}
 	writeJSON(w, http.StatusOK, sess)
 	return nil
 }
 
 func (c *Controller) handleRefresh(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
-	req, err := v1.DecodeRefreshRequest(r.Body)
-	if err != nil {
-		return badInput(err)
+	req, token, e := decodeSessionRequest(r)
+	if e != nil {
+		return e
 	}
-	sess, err := c.access.Refresh(r.Context(), req.RefreshToken)
+	sess, err := c.access.Refresh(r.Context(), token)
 	if err != nil {
+		if req.Browser {
+			clearBrowserSession(w)
+		}
 		return accessError(err, "session")
+	}
+	if req.Browser {
+		setBrowserSession(w, sess, cookieValue(r, v1.CookieCSRF))
+		sess = withoutTokens(sess)
 	}
 	writeJSON(w, http.StatusOK, sess)
 	return nil
 }
 
 func (c *Controller) handleLogout(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
-	req, err := v1.DecodeRefreshRequest(r.Body)
-	if err != nil {
-		return badInput(err)
+	req, token, e := decodeSessionRequest(r)
+	if e != nil {
+		return e
 	}
-	if err := c.access.Logout(req.RefreshToken); err != nil {
+	if req.Browser {
+		clearBrowserSession(w)
+	}
+	if err := c.access.Logout(token); err != nil {
 		return accessError(err, "session")
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// decodeSessionRequest reads a refresh or logout: the refresh token from
+// the body, or from a browser's cookie under the CSRF rules.
+func decodeSessionRequest(r *http.Request) (*v1.RefreshRequest, string, *apiError) {
+	req, err := v1.DecodeRefreshRequest(r.Body)
+	if err != nil {
+		return nil, "", badInput(err)
+	}
+	if !req.Browser {
+		return req, req.RefreshToken, nil
+	}
+	if e := checkBrowserRequest(r); e != nil {
+		return nil, "", e
+	}
+	token := cookieValue(r, v1.CookieRefresh)
+	if token == "" {
+		return nil, "", refuse(http.StatusUnauthorized, v1.CodeSessionInvalid, "no browser session: log in again")
+	}
+	return req, token, nil
 }
 
 func (c *Controller) handleWhoAmI(w http.ResponseWriter, r *http.Request, who principal) *apiError {

@@ -62,6 +62,9 @@ const (
 	CodeSessionInvalid = "session_invalid"
 	// CodeSetupDone: the setup token was used, or an admin user exists.
 	CodeSetupDone = "setup_done"
+	// CodeCSRF: a browser's request without the CSRF token its session
+	// needs (HeaderCSRF), or from another site (Origin).
+	CodeCSRF = "csrf_failed"
 )
 
 // User is a user record as the API shows it. Its password hash never
@@ -103,12 +106,33 @@ type UserUpdate struct {
 type LoginRequest struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
+	// Browser puts the session into cookies (CookieAccess, CookieRefresh,
+	// CookieCSRF) instead of the answer, for the web console: the tokens
+	// never reach JavaScript. The request must carry HeaderCSRF (any
+	// value), which no other site's page can send.
+	Browser bool `json:"browser,omitempty"`
 }
 
 // RefreshRequest is the body of POST PathRefresh and PathLogout.
 type RefreshRequest struct {
-	RefreshToken string `json:"refreshToken"`
+	RefreshToken string `json:"refreshToken,omitempty"`
+	// Browser refreshes or ends the session in the console's cookies;
+	// RefreshToken is then empty and HeaderCSRF must match CookieCSRF.
+	Browser bool `json:"browser,omitempty"`
 }
+
+// A browser's session (LoginRequest.Browser): the access and refresh
+// tokens in HttpOnly cookies, and a CSRF token in a cookie the console's
+// script reads and sends back in HeaderCSRF with every change. All three
+// are Secure, SameSite=Strict and __Host- (Path=/, no Domain: no other
+// host can set them). A request that a cookie authenticates and that
+// changes something needs HeaderCSRF equal to CookieCSRF.
+const (
+	CookieAccess  = "__Host-harmony-access"
+	CookieRefresh = "__Host-harmony-refresh"
+	CookieCSRF    = "__Host-harmony-csrf"
+	HeaderCSRF    = "X-Harmony-CSRF"
+)
 
 // SetupRequest is the body of POST PathSetup: the one-time setup token a
 // new controller wrote into its data directory, and the first admin.
@@ -246,7 +270,10 @@ func DecodeRefreshRequest(r io.Reader) (*RefreshRequest, error) {
 	if err := decodeStrict(r, MaxAuthBytes, &q); err != nil {
 		return nil, err
 	}
-	if q.RefreshToken == "" {
+	switch {
+	case q.Browser && q.RefreshToken != "":
+		return nil, fieldErr("refreshToken", "must be empty with browser: the token is in the session's cookie")
+	case !q.Browser && q.RefreshToken == "":
 		return nil, fieldErr("refreshToken", "empty")
 	}
 	return &q, nil
