@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/console"
 	"github.com/harmonykaas/harmony/controller/store"
 )
 
@@ -298,6 +299,11 @@ func (c *Controller) routes() http.Handler {
 		c.metricsHandler().ServeHTTP(w, r)
 		return nil
 	}, permMetrics)
+
+	// The web console: static files, public like the login page they
+	// hold; what they show comes from the API above, under its checks.
+	mux.Handle("GET "+console.PathPrefix, console.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(console.PathPrefix, http.StatusFound))
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, refuse(http.StatusNotFound, v1.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))

@@ -18,11 +18,12 @@ export PATH="/usr/local/go/bin:$PATH"
 # systemd-container (systemd-nspawn boots the lab's VM bodies from the node
 # image). slapd: the LDAP tests run a real OpenLDAP (its package does not
 # start it here: policy-rc.d denies services on this machine kind, and the
-# tests start their own on loopback).
+# tests start their own on loopback). chromium: the web console's test
+# drives Debian's headless Chromium.
 need_apt=()
 for pkg in make git ca-certificates curl openssl iproute2 util-linux qemu-utils keepalived haproxy etcd-server etcd-client prometheus prometheus-node-exporter \
   debootstrap fdisk dosfstools mtools e2fsprogs gcc libc6-dev binutils bzip2 containerd runc qemu-system-x86 ovmf \
-  acl attr libcap2-bin systemd-container slapd; do
+  acl attr libcap2-bin systemd-container slapd chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

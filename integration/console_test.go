@@ -1,0 +1,252 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/console"
+	"github.com/harmonykaas/harmony/controller/controllertest"
+	"github.com/harmonykaas/harmony/internal/vcsim"
+)
+
+// TestConsoleInABrowser drives Debian's headless Chromium against a real
+// controller on a simulated vCenter: logins typed with the keyboard, the
+// clusters each user may see, a cluster's page, a refused login, and no
+// script error or policy violation on any page. Screenshots go to
+// out/console-screenshots for a reviewer (not committed).
+func TestConsoleInABrowser(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("no chromium on PATH: scripts/install-deps.sh installs Debian's")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sim, err := vcsim.Start(vcsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	ctl := controllertest.Start(t)
+	admin := ctl.Admin
+
+	// Two clusters; uma may view one, nia none.
+	provider := sim.Provider("lab", &v1.IPPool{Network: "198.18.21.0/24", Ranges: []string{"198.18.21.10-198.18.21.60"}, Gateway: "198.18.21.1"})
+	if _, err := admin.ApplyProvider(ctx, &provider); err != nil {
+		t.Fatal(err)
+	}
+	ova := smallNodeOVA(t, t.TempDir())
+	f, err := os.Open(ova)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	op, _, err := admin.ImportImage(ctx, "lab", f, st.Size())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op != nil {
+		if _, err := admin.WaitOperation(ctx, op.ID, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := 1
+	for i, name := range []string{"alpha", "beta"} {
+		spec := &v1.ClusterSpec{APIVersion: v1.APIVersion, Kind: "Cluster", Name: name, Provider: "lab", Image: "harmony-node-2-0-0",
+			Masters: &one, Workers: 1, VIP: "198.18.21." + []string{"50", "51"}[i],
+			WorkerSize: &v1.NodeSize{CPUs: 1, MemoryMiB: 2048}}
+		if _, err := admin.CreateCluster(ctx, spec); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	const password = "a console user's password"
+	for _, u := range []v1.UserCreate{{Name: "ada", Role: v1.UserRoleAdmin}, {Name: "uma", Role: v1.UserRoleUser}, {Name: "nia", Role: v1.UserRoleUser}} {
+		u.Password = password
+		if _, err := admin.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Grant(ctx, "alpha", v1.GrantRequest{User: "uma", Role: v1.GrantView}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Chromium trusts exactly the controller's key, nothing else.
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(ctl.URL(), "https://"), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := conn.ConnectionState().PeerCertificates[0]
+	conn.Close()
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: rootsOf(ctl.CA().Certificate())}); err != nil {
+		t.Fatalf("the controller's certificate: %v", err)
+	}
+	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("ignore-certificate-errors-spki-list", base64.StdEncoding.EncodeToString(spki[:])))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+
+	shots := filepath.Join("..", "out", "console-screenshots")
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	page := ctl.URL() + console.PathPrefix
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+	// newBrowser is a fresh browser (no cookies) that fails the test on
+	// any script exception, or any error the page logs other than a
+	// refused request (a policy violation included).
+	newBrowser := func(t *testing.T) context.Context {
+		bctx, cancel := chromedp.NewContext(alloc)
+		t.Cleanup(cancel)
+		if err := chromedp.Do(bctx); err != nil { // starts the browser
+			t.Fatal(err)
+		}
+		err := chromedp.Listen(bctx, func(ev any) {
+			switch e := ev.(type) {
+			case *runtime.EventExceptionThrown:
+				t.Errorf("script exception: %s", e.ExceptionDetails.Text)
+			case *cdplog.EventEntryAdded:
+				if e.Entry.Level == cdplog.EntryLevelError && e.Entry.Source != cdplog.EntrySourceNetwork {
+					t.Errorf("the page logged an error (%s): %s", e.Entry.Source, e.Entry.Text)
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bctx
+	}
+	shot := func(b context.Context, name string) {
+		t.Helper()
+		png, err := chromedp.Run(b, chromedp.FullScreenshot(100))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644)
+		}
+		if err != nil {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
+	// logIn types the credentials with the keyboard alone: the page puts
+	// the focus in the user name, Tab goes to the password, Enter sends.
+	logIn := func(b context.Context, user, pw string) error {
+		return chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(css(`form.login`)),
+			chromedp.KeyEvent(user), chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(pw), chromedp.KeyEvent(kb.Enter))
+	}
+	count := func(b context.Context, sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(b, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("every input of the login form has a label", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(css(`form.login`))); err != nil {
+			t.Fatal(err)
+		}
+		shot(b, "login")
+		unlabelled, err := chromedp.Run(b, chromedp.Evaluate[int](`[...document.querySelectorAll("input")].filter(i => i.labels.length === 0).length`))
+		if err != nil || unlabelled != 0 {
+			t.Errorf("%d inputs without a label (%v)", unlabelled, err)
+		}
+	})
+
+	t.Run("a wrong password is refused next to the field", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := logIn(b, "ada", "not the password"); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(b, chromedp.WaitVisible(css(`#password-error:not(:empty)`))); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := chromedp.Run(b, chromedp.Text(css(`#password-error`)))
+		if err != nil || !strings.Contains(strings.ToLower(msg), "password") {
+			t.Errorf("the refusal says %q (%v)", msg, err)
+		}
+	})
+
+	t.Run("an admin sees every cluster and a cluster's nodes, and logs out", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := logIn(b, "ada", password); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(b, chromedp.WaitVisible(css(`tr[data-cluster="beta"]`))); err != nil {
+			t.Fatal(err)
+		}
+		shot(b, "clusters")
+		who, err := chromedp.Run(b, chromedp.Text(css(`#who`)))
+		if err != nil || who != "ada (admin)" {
+			t.Errorf("signed in as %q (%v), want ada (admin)", who, err)
+		}
+		if n := count(b, "tr[data-cluster]"); n != 2 {
+			t.Errorf("%d clusters listed, want 2", n)
+		}
+		if err := chromedp.Do(b, chromedp.Click(css(`tr[data-cluster="alpha"] a`)), chromedp.WaitVisible(css(`tr[data-node]`))); err != nil {
+			t.Fatal(err)
+		}
+		shot(b, "cluster")
+		if n := count(b, "tr[data-node]"); n != 2 {
+			t.Errorf("alpha's page shows %d nodes, want 2", n)
+		}
+		if err := chromedp.Do(b, chromedp.Click(css(`#logout`)), chromedp.WaitVisible(css(`form.login`))); err != nil {
+			t.Fatal(err)
+		}
+		// The session ended: the page, loaded again, asks for a login.
+		if err := chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(css(`form.login`))); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a user granted one cluster sees only it", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := logIn(b, "uma", password); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(b, chromedp.WaitVisible(css(`tr[data-cluster]`))); err != nil {
+			t.Fatal(err)
+		}
+		names, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr[data-cluster]")].map(r => r.dataset.cluster)`))
+		if err != nil || strings.Join(names, ",") != "alpha" {
+			t.Errorf("uma sees %v (%v), want [alpha]", names, err)
+		}
+	})
+
+	t.Run("a user granted nothing sees an empty list", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := logIn(b, "nia", password); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(b, chromedp.WaitVisible(css(`p.empty`))); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(b, "tr[data-cluster]"); n != 0 {
+			t.Errorf("nia sees %d clusters", n)
+		}
+	})
+}
+
+func rootsOf(ca *x509.Certificate) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca)
+	return p
+}
