@@ -339,3 +339,37 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
 }
+
+// Each cluster in an answer says what the caller may do there, for the
+// console to offer only those actions.
+func TestClusterAnswersSayTheCallersAccess(t *testing.T) {
+	tc := startController(t, t.TempDir())
+	tc.putClusterRecord("a")
+	tc.putClusterRecord("b")
+	viewer := tc.userClient("vera", v1.UserRoleUser)
+	for cluster, role := range map[string]v1.GrantRole{"a": v1.GrantView, "b": v1.GrantAdmin} {
+		if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathClusters+"/"+cluster+"/grants", v1.GrantRequest{User: "vera", Role: role}); r.status != http.StatusCreated {
+			t.Fatalf("grant %s: %d %s", cluster, r.status, r.body)
+		}
+	}
+	access := func(client *http.Client) map[string]v1.GrantRole {
+		var list v1.ClusterList
+		doJSON(t, client, "GET", tc.url+v1.PathClusters, nil).decode(t, &list)
+		got := map[string]v1.GrantRole{}
+		for _, c := range list.Items {
+			got[c.Spec.Name] = c.Access
+			var one v1.Cluster
+			doJSON(t, client, "GET", tc.url+v1.PathClusters+"/"+c.Spec.Name, nil).decode(t, &one)
+			if one.Access != c.Access {
+				t.Errorf("%s: the list says %q, the cluster %q", c.Spec.Name, c.Access, one.Access)
+			}
+		}
+		return got
+	}
+	if got := access(tc.admin); got["a"] != v1.GrantAdmin || got["b"] != v1.GrantAdmin {
+		t.Errorf("the admin's access: %v", got)
+	}
+	if got := access(viewer); len(got) != 2 || got["a"] != v1.GrantView || got["b"] != v1.GrantAdmin {
+		t.Errorf("vera's access: %v, want a: view, b: admin", got)
+	}
+}

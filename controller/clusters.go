@@ -79,11 +79,12 @@ func (c *Controller) handleListClusters(w http.ResponseWriter, r *http.Request, 
 	return nil
 }
 
-func (c *Controller) handleGetCluster(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+func (c *Controller) handleGetCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	view, err := c.clusters.Get(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return clusterError(err)
 	}
+	view.Access = who.grant
 	writeJSON(w, http.StatusOK, view)
 	return nil
 }

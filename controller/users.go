@@ -274,6 +274,9 @@ func (c *Controller) handleRevokeSessions(w http.ResponseWriter, r *http.Request
 // visibleClusters filters a cluster list to what who may see.
 func (c *Controller) visibleClusters(who principal, items []v1.Cluster) ([]v1.Cluster, error) {
 	if isAdmin(who) {
+		for i := range items {
+			items[i].Access = v1.GrantAdmin
+		}
 		return items, nil
 	}
 	roles, err := c.access.Roles(who.name, who.groups)
@@ -282,7 +285,8 @@ func (c *Controller) visibleClusters(who principal, items []v1.Cluster) ([]v1.Cl
 	}
 	out := []v1.Cluster{}
 	for _, cl := range items {
-		if roles[cl.Spec.Name] != "" {
+		if role := roles[cl.Spec.Name]; role != "" {
+			cl.Access = role
 			out = append(out, cl)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -144,6 +145,19 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
 	}
+	// step runs actions with a time limit, and on a failure leaves a
+	// screenshot and the page's text in the log.
+	step := func(t *testing.T, b context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(b, 90*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, actions...); err != nil {
+			shot(b, "failed-"+strings.ReplaceAll(what, " ", "-"))
+			text, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("%s: %v\npage:\n%s", what, err, text)
+		}
+	}
+	erase := strings.Repeat(kb.Backspace, 20)
 	// logIn types the credentials with the keyboard alone: the page puts
 	// the focus in the user name, Tab goes to the password, Enter sends.
 	logIn := func(b context.Context, user, pw string) error {
@@ -217,7 +231,90 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	})
 
-	t.Run("a user granted one cluster sees only it", func(t *testing.T) {
+	// waitRows waits until n rows match sel, the page following the
+	// cluster as it changes.
+	waitRows := func(t *testing.T, b context.Context, sel string, n int) {
+		t.Helper()
+		expr := `document.querySelectorAll(` + strconv.Quote(sel) + `).length === ` + strconv.Itoa(n)
+		if _, err := chromedp.Run(b, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
+			t.Fatalf("waiting for %d of %s: %v (now %d)", n, sel, err, count(b, sel))
+		}
+	}
+
+	t.Run("an admin creates a 3+2 cluster with the form, scales it, removes a worker, takes a kubeconfig and deletes it", func(t *testing.T) {
+		b := newBrowser(t)
+		downloads := t.TempDir()
+		if _, err := chromedp.CallBrowser(b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+			t.Fatal(err)
+		}
+		if err := logIn(b, "ada", password); err != nil {
+			t.Fatal(err)
+		}
+		// The form with the keyboard alone: the focus starts in the name;
+		// provider, image, version, masters (3) and workers (2) keep their
+		// defaults; the VIP is one the API refuses.
+		step(t, b, "create refused", chromedp.WaitVisible(css(`#create`)), chromedp.Click(css(`#create`)), chromedp.WaitVisible(css(`form.create`)),
+			chromedp.KeyEvent("gamma"), chromedp.KeyEvent(strings.Repeat(kb.Tab, 6)), chromedp.KeyEvent("198.18.21.300"), chromedp.KeyEvent(kb.Enter),
+			chromedp.WaitVisible(css(`#vip-error:not(:empty)`)))
+		shot(b, "create-refused")
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`#vip-error`))); err != nil || !strings.Contains(msg, "198.18.21.300") {
+			t.Errorf("the VIP's error says %q (%v), want the API's refusal of 198.18.21.300", msg, err)
+		}
+		// The focus went back to the refused field.
+		step(t, b, "create", chromedp.KeyEvent(kb.End+erase+"198.18.21.52"+kb.Enter),
+			chromedp.WaitVisible(css(`tr[data-node="gamma-w2"]`)))
+		waitRows(t, b, `tr[data-node]`, 5)
+		// Every VM provisioned, as the page shows it live.
+		waitRows(t, b, `tr[data-node] td:nth-child(5)`, 5)
+		if _, err := chromedp.Run(b, chromedp.Poll[bool](`[...document.querySelectorAll("tr[data-node] td:nth-child(5)")].every(td => td.textContent === "PoweredOn")`,
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
+			t.Fatalf("the page never showed every VM powered on: %v", err)
+		}
+		shot(b, "created")
+
+		step(t, b, "scale", chromedp.Click(css(`#scale`)), chromedp.WaitVisible(css(`dialog #f-workers`)),
+			chromedp.SendKeys(css(`#f-workers`), kb.End+erase+"3"), chromedp.Click(css(`dialog #confirm`)))
+		waitRows(t, b, `tr[data-node]`, 6)
+
+		step(t, b, "remove worker", chromedp.WaitVisible(css(`button[data-remove="gamma-w1"]`)), chromedp.Click(css(`button[data-remove="gamma-w1"]`)),
+			chromedp.WaitVisible(css(`dialog #confirm`)), chromedp.Click(css(`dialog #confirm`)))
+		waitRows(t, b, `tr[data-node="gamma-w1"]`, 0)
+
+		step(t, b, "kubeconfig", chromedp.Click(css(`#kubeconfig`)))
+		kubeconfig := filepath.Join(downloads, "gamma-admin.kubeconfig")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			data, err := os.ReadFile(kubeconfig)
+			if err == nil && strings.Contains(string(data), "kind: Config") && strings.Contains(string(data), "198.18.21.52") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no kubeconfig for gamma downloaded: %v %q", err, data)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+
+		// Delete asks for the name first.
+		step(t, b, "delete mistyped", chromedp.Click(css(`#delete`)), chromedp.WaitVisible(css(`dialog #f-confirmName`)),
+			chromedp.SendKeys(css(`#f-confirmName`), "gama"), chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`#confirmName-error:not(:empty)`)))
+		if _, err := admin.Cluster(ctx, "gamma"); err != nil {
+			t.Fatalf("a mistyped confirmation deleted the cluster: %v", err)
+		}
+		step(t, b, "delete", chromedp.SendKeys(css(`#f-confirmName`), kb.End+erase+"gamma"), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`tr[data-cluster="alpha"]`)))
+		deadline = time.Now().Add(3 * time.Minute)
+		for {
+			if _, err := admin.Cluster(ctx, "gamma"); err != nil && strings.Contains(err.Error(), "not found") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("gamma was not deleted")
+			}
+			time.Sleep(time.Second)
+		}
+	})
+
+	t.Run("a user granted one cluster sees only it, and no create, scale or delete", func(t *testing.T) {
 		b := newBrowser(t)
 		if err := logIn(b, "uma", password); err != nil {
 			t.Fatal(err)
@@ -228,6 +325,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		names, err := chromedp.Run(b, chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr[data-cluster]")].map(r => r.dataset.cluster)`))
 		if err != nil || strings.Join(names, ",") != "alpha" {
 			t.Errorf("uma sees %v (%v), want [alpha]", names, err)
+		}
+		if n := count(b, "#create"); n != 0 {
+			t.Error("uma is offered to create a cluster")
+		}
+		if err := chromedp.Do(b, chromedp.Click(css(`tr[data-cluster="alpha"] a`)), chromedp.WaitVisible(css(`tr[data-node]`))); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove]"); n != 0 {
+			t.Errorf("uma, who may only view alpha, is offered %d changes", n)
 		}
 	})
 

@@ -356,6 +356,10 @@ func DecodeScaleRequest(r io.Reader) (*ScaleRequest, error) {
 type Cluster struct {
 	Spec   ClusterSpec   `json:"spec"`
 	Status ClusterStatus `json:"status"`
+	// Access is the caller's role on the cluster (admin for the
+	// controller's admins), which decides what it may do there: the
+	// console shows only the actions it allows.
+	Access GrantRole `json:"access,omitempty"`
 }
 
 // ClusterList answers GET PathClusters.

@@ -17,7 +17,8 @@ func TestScriptUsesTheAPIsNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{v1.CookieCSRF, v1.HeaderCSRF, v1.PathLogin, v1.PathRefresh, v1.PathLogout, v1.PathWhoAmI, v1.PathClusters} {
+	for _, want := range []string{v1.CookieCSRF, v1.HeaderCSRF, v1.PathLogin, v1.PathRefresh, v1.PathLogout, v1.PathWhoAmI,
+		v1.PathClusters, v1.PathProviders, v1.PathImages, v1.APIVersion, v1.ImageReady, string(v1.GrantAdmin), string(v1.UserRoleAdmin)} {
 		if !strings.Contains(string(data), `"`+want+`"`) {
 			t.Errorf("app.js lacks %q", want)
 		}

@@ -11,7 +11,12 @@ const api = {
   logout: "/api/v1/logout",
   whoami: "/api/v1/whoami",
   clusters: "/api/v1/clusters",
+  providers: "/api/v1/providers",
+  images: "/api/v1/images",
 };
+
+const isAdmin = () => state.who && state.who.role === "admin";
+const clusterPath = (name, rest = "") => `${api.clusters}/${encodeURIComponent(name)}${rest}`;
 
 class APIError extends Error {
   constructor(status, body) {
@@ -157,7 +162,8 @@ async function showClusters() {
         el("td", {}, readyCount(c.status.nodes || [])),
         el("td", {}, c.spec.vip),
         el("td", {}, lastEvent(c.status.events))))));
-  show(el("h1", {}, "Clusters"), body);
+  const create = isAdmin() ? el("p", {}, el("a", { href: "#/create", class: "button", id: "create" }, "Create a cluster")) : null;
+  show(el("h1", {}, "Clusters"), create, body);
   state.timer = setTimeout(() => route(), 5000);
 }
 
@@ -165,12 +171,15 @@ async function showCluster(name) {
   const c = await call("GET", `${api.clusters}/${encodeURIComponent(name)}`);
   const s = c.status;
   const nodes = el("table", { "aria-label": "Nodes" },
-    el("thead", {}, el("tr", {}, ["Name", "Role", "Address", "Phase", "Agent", "Kubernetes", "Kubelet", "Image", "Upgrade"].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["Name", "Role", "Address", "Phase", "Step", "Agent", "Kubernetes", "Kubelet", "Image", "Upgrade", ""].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, (s.nodes || []).map((n) => el("tr", { "data-node": n.name },
       el("td", {}, n.name), el("td", {}, n.role), el("td", {}, n.ip || n.guestIP || ""),
       el("td", { class: `phase-${n.phase}` }, n.phase, n.lastError ? el("div", { class: "muted" }, n.lastError) : null),
-      el("td", {}, n.agentPhase || ""), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
-      el("td", {}, n.image || ""), el("td", {}, n.upgrade || "")))));
+      el("td", {}, n.step || ""), el("td", {}, n.agentPhase || ""), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
+      el("td", {}, n.image || ""), el("td", {}, n.upgrade || ""),
+      el("td", {}, c.access === "admin" && n.role === "worker"
+        ? el("button", { type: "button", class: "secondary", "data-remove": n.name, onclick: () => removeNode(c.spec.name, n.name) }, "Remove…")
+        : null)))));
   const conditions = el("table", { "aria-label": "Conditions" },
     el("thead", {}, el("tr", {}, ["Type", "Status", "Reason", "Message"].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, (s.conditions || []).map((k) => el("tr", {}, el("td", {}, k.type), el("td", {}, k.status), el("td", {}, k.reason || ""), el("td", {}, k.message || "")))));
@@ -179,6 +188,7 @@ async function showCluster(name) {
       `${new Date(e.time).toLocaleTimeString()} ${e.node ? e.node + ": " : ""}${e.reason}: ${e.message}`)));
   show(
     el("h1", {}, `Cluster ${c.spec.name}`),
+    clusterActions(c),
     el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`),
     el("h2", {}, "Nodes"), nodes,
     el("h2", {}, "Conditions"), conditions,
@@ -187,11 +197,202 @@ async function showCluster(name) {
   state.timer = setTimeout(() => route(), 2000);
 }
 
+// clusterActions offers what the caller's access allows: a cluster admin
+// scales, retries, upgrades, removes workers and takes the admin
+// kubeconfig; only the controller's admins delete.
+function clusterActions(c) {
+  const name = c.spec.name;
+  const buttons = [];
+  if (c.access === "admin") {
+    buttons.push(
+      el("button", { type: "button", id: "scale", onclick: () => scaleCluster(c) }, "Scale…"),
+      el("button", { type: "button", id: "upgrade", onclick: () => upgradeCluster(c) }, "Upgrade…"),
+      el("button", { type: "button", id: "retry", onclick: () => act(() => call("POST", clusterPath(name, "/retry"))) }, "Retry failed nodes"),
+      el("button", { type: "button", id: "kubeconfig", onclick: () => downloadKubeconfig(name) }, "Download admin kubeconfig"));
+  }
+  if (isAdmin()) buttons.push(el("button", { type: "button", id: "delete", class: "danger", onclick: () => deleteCluster(name) }, "Delete…"));
+  return buttons.length ? el("div", { class: "actions" }, buttons) : null;
+}
+
+// act runs a change and shows the page again; the page follows the
+// operation it started.
+async function act(change) {
+  showMessage("");
+  try {
+    await change();
+  } catch (e) {
+    failed(e);
+  }
+  await route();
+}
+
+// dialog shows a modal form; fields are [label, input attributes]. It
+// resolves with the form's values, or null when cancelled. A refusal from
+// the API that names one of its fields is shown next to it and the
+// dialog stays open.
+function dialog(title, fields, submit, confirmText) {
+  return new Promise((resolve) => {
+    clearTimeout(state.timer);
+    const errors = {};
+    const form = el("form", { method: "dialog", novalidate: true },
+      el("h2", {}, title),
+      fields.map(([label, attrs]) => {
+        errors[attrs.name] = el("span", { class: "field-error", id: `${attrs.name}-error` });
+        const input = attrs.options
+          ? el("select", { name: attrs.name, id: `f-${attrs.name}` }, attrs.options.map((o) => el("option", { value: o }, o)))
+          : el("input", { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error`, ...attrs });
+        return attrs.type === "checkbox"
+          ? el("label", { class: "check" }, input, label, errors[attrs.name])
+          : el("label", {}, label, input, errors[attrs.name]);
+      }),
+      el("p", { class: "form-error field-error", id: "form-error" }),
+      el("div", { class: "actions" },
+        el("button", { type: "submit", id: "confirm" }, confirmText || "OK"),
+        el("button", { type: "button", class: "secondary", id: "cancel", onclick: () => { d.close(); } }, "Cancel")));
+    const d = el("dialog", { "aria-label": title }, form);
+    let result = null;
+    // Closed either way (done, Cancel, Escape), the page carries on.
+    d.addEventListener("close", () => { d.remove(); resolve(result); route(); });
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      for (const e of Object.values(errors)) e.textContent = "";
+      form.querySelector("#form-error").textContent = "";
+      const values = {};
+      for (const [, attrs] of fields) {
+        const input = form.elements[attrs.name];
+        values[attrs.name] = attrs.type === "checkbox" ? input.checked : input.value.trim();
+      }
+      try {
+        result = await submit(values);
+        d.close();
+      } catch (e) {
+        const at = e instanceof APIError && (errors[e.field] || errors[e.field.split(".")[0]]);
+        if (at) at.textContent = e.message;
+        else form.querySelector("#form-error").textContent = e.message;
+      }
+    });
+    document.body.append(d);
+    d.showModal();
+  });
+}
+
+// fieldError is a refusal the page makes itself, before the API.
+function fieldError(field, message) {
+  return new APIError(400, { error: { code: "bad_request", field, message } });
+}
+
+function count(value, field) {
+  if (!/^[0-9]+$/.test(value)) throw fieldError(field, "Enter a whole number.");
+  return Number(value);
+}
+
+async function scaleCluster(c) {
+  const s = c.status.nodes || [];
+  await dialog(`Scale ${c.spec.name}`, [
+    ["Masters", { name: "masters", type: "number", min: 1, step: 2, value: s.filter((n) => n.role === "master").length }],
+    ["Workers", { name: "workers", type: "number", min: 0, value: s.filter((n) => n.role === "worker").length }],
+  ], (v) => call("POST", clusterPath(c.spec.name, "/scale"), { masters: count(v.masters, "masters"), workers: count(v.workers, "workers") }), "Scale");
+}
+
+async function upgradeCluster(c) {
+  let images = [];
+  try { images = (await call("GET", `${api.images}?provider=${encodeURIComponent(c.spec.provider)}`)).items || []; } catch { /* typed by hand then */ }
+  const names = images.filter((i) => i.state === "Ready" && i.role === "node").map((i) => i.name);
+  await dialog(`Upgrade ${c.spec.name}`, [
+    ["Image", names.length ? { name: "image", options: names } : { name: "image", required: true }],
+    ["Kubernetes version (empty: the cluster's)", { name: "kubernetesVersion", placeholder: c.spec.kubernetesVersion || "" }],
+  ], (v) => call("POST", clusterPath(c.spec.name, "/upgrade"), { image: v.image, kubernetesVersion: v.kubernetesVersion || undefined }), "Upgrade");
+}
+
+async function removeNode(cluster, node) {
+  await dialog(`Remove ${node} from ${cluster}?`, [
+    ["Keep the VM, powered off, for troubleshooting", { name: "keepVM", type: "checkbox" }],
+  ], (v) => call("DELETE", clusterPath(cluster, `/nodes/${encodeURIComponent(node)}${v.keepVM ? "?keepVM=true" : ""}`)), "Remove");
+}
+
+async function deleteCluster(name) {
+  const done = await dialog(`Delete cluster ${name}?`, [
+    ["Type the cluster's name to confirm", { name: "confirmName", autocomplete: "off" }],
+    ["Also delete the masters' data disks (purge): etcd's data is lost", { name: "purge", type: "checkbox" }],
+  ], async (v) => {
+    if (v.confirmName !== name) throw fieldError("confirmName", `Type ${name} to delete it.`);
+    return call("DELETE", clusterPath(name, v.purge ? "?purge=true" : ""));
+  }, "Delete");
+  if (done) location.hash = "#/clusters";
+}
+
+async function downloadKubeconfig(name) {
+  try {
+    const kc = await call("POST", clusterPath(name, "/kubeconfig"), {});
+    const a = el("a", { href: URL.createObjectURL(new Blob([kc.kubeconfig], { type: "application/yaml" })), download: `${name}-admin.kubeconfig` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    showMessage("");
+  } catch (e) {
+    failed(e);
+  }
+}
+
+async function showCreate() {
+  const providers = (await call("GET", api.providers)).items || [];
+  const provider = providers.length ? providers[0].name : "";
+  const images = provider ? ((await call("GET", `${api.images}?provider=${encodeURIComponent(provider)}`)).items || []).filter((i) => i.state === "Ready" && i.role === "node") : [];
+  const errors = {};
+  const field = (label, attrs) => {
+    errors[attrs.name] = el("span", { class: "field-error", id: `${attrs.name}-error` });
+    const input = attrs.options
+      ? el("select", { name: attrs.name, id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error` }, attrs.options.map((o) => el("option", { value: o }, o)))
+      : el("input", { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error`, ...attrs });
+    return el("label", {}, label, input, errors[attrs.name]);
+  };
+  const form = el("form", { class: "create", novalidate: true, "aria-labelledby": "create-title" },
+    el("h1", { id: "create-title" }, "Create a cluster"),
+    field("Name", { name: "name", required: true, autocomplete: "off" }),
+    field("Provider", { name: "provider", options: providers.map((p) => p.name) }),
+    field("Node image", images.length ? { name: "image", options: images.map((i) => i.name) } : { name: "image", required: true }),
+    field("Kubernetes version (empty: the image's)", { name: "kubernetesVersion", placeholder: "v1.34.2" }),
+    field("Masters", { name: "masters", type: "number", min: 1, step: 2, value: 3 }),
+    field("Workers", { name: "workers", type: "number", min: 0, value: 2 }),
+    field("API VIP (an address of the provider's pool)", { name: "vip", required: true, inputmode: "decimal" }),
+    el("p", { class: "field-error", id: "form-error" }),
+    el("div", { class: "actions" }, el("button", { type: "submit", id: "create-submit" }, "Create"), el("a", { href: "#/clusters" }, "Cancel")));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    for (const e of Object.values(errors)) e.textContent = "";
+    form.querySelector("#form-error").textContent = "";
+    const v = (k) => form.elements[k].value.trim();
+    try {
+      if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(v("name"))) throw fieldError("name", "Use lowercase letters, digits and dashes.");
+      if (!/^[0-9]{1,3}(\.[0-9]{1,3}){3}$/.test(v("vip"))) throw fieldError("vip", "Enter an IPv4 address, such as 198.18.0.10.");
+      const spec = {
+        apiVersion: "harmony.dev/v1", kind: "Cluster", name: v("name"), provider: v("provider"), image: v("image"),
+        kubernetesVersion: v("kubernetesVersion") || undefined,
+        masters: count(v("masters"), "masters"), workers: count(v("workers"), "workers"), vip: v("vip"),
+      };
+      await call("POST", api.clusters, spec);
+      location.hash = `#/clusters/${encodeURIComponent(spec.name)}`;
+    } catch (e) {
+      if (e instanceof APIError && errors[e.field]) {
+        errors[e.field].textContent = e.message;
+        form.elements[e.field].focus();
+      } else if (e instanceof APIError && e.status < 500) {
+        form.querySelector("#form-error").textContent = e.message;
+      } else {
+        failed(e);
+      }
+    }
+  });
+  show(form);
+  form.elements.name.focus();
+}
+
 async function route() {
   const hash = location.hash || "#/clusters";
   try {
     const m = hash.match(/^#\/clusters\/([^/]+)$/);
     if (m) await showCluster(decodeURIComponent(m[1]));
+    else if (hash === "#/create" && isAdmin()) await showCreate();
     else await showClusters();
   } catch (e) {
     if (e instanceof APIError && e.status === 404) show(el("h1", {}, "Not found"), el("p", {}, e.message));
