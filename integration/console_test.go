@@ -144,6 +144,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err != nil {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
+		// A value the script failed to render shows as such words.
+		text, err := chromedp.Run(b, chromedp.Evaluate[string](`document.body.innerText`))
+		for _, bad := range []string{"[object ", "undefined", "null", "NaN"} {
+			if err == nil && strings.Contains(text, bad) {
+				t.Errorf("page %s shows %q:\n%s", name, bad, text)
+			}
+		}
 	}
 	// step runs actions with a time limit, and on a failure leaves a
 	// screenshot and the page's text in the log.
@@ -314,6 +321,47 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("an admin's pages: providers without the password, images, users, grants and the audit log", func(t *testing.T) {
+		b := newBrowser(t)
+		if err := logIn(b, "ada", password); err != nil {
+			t.Fatal(err)
+		}
+		step(t, b, "providers", chromedp.WaitVisible(css(`#admin-links a[href="#/providers"]`)), chromedp.Click(css(`#admin-links a[href="#/providers"]`)),
+			chromedp.WaitVisible(css(`tr[data-provider="lab"]`)))
+		shot(b, "providers")
+		if html, err := chromedp.Run(b, chromedp.Evaluate[string](`document.documentElement.outerHTML`)); err != nil || strings.Contains(html, sim.Password) {
+			t.Errorf("the providers page holds the vCenter password (%v)", err)
+		}
+		step(t, b, "images", chromedp.Click(css(`#admin-links a[href="#/images"]`)), chromedp.WaitVisible(css(`tr[data-image="harmony-node-2-0-0"]`)))
+		shot(b, "images")
+		if text, err := chromedp.Run(b, chromedp.Text(css(`tr[data-image="harmony-node-2-0-0"]`))); err != nil || !strings.Contains(text, "Ready") || !strings.Contains(text, "v1.34") {
+			t.Errorf("the image's row says %q (%v), want Ready and its Kubernetes versions", text, err)
+		}
+		step(t, b, "add a user", chromedp.Click(css(`#admin-links a[href="#/users"]`)), chromedp.WaitVisible(css(`#add-user`)), chromedp.Click(css(`#add-user`)),
+			chromedp.WaitVisible(css(`dialog #f-name`)), chromedp.SendKeys(css(`#f-name`), "gus"), chromedp.SendKeys(css(`#f-password`), password),
+			chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`tr[data-user="gus"]`)))
+		shot(b, "users")
+		step(t, b, "grant", chromedp.Navigate(page+"#/clusters/beta"), chromedp.WaitVisible(css(`#grant`)), chromedp.Click(css(`#grant`)),
+			chromedp.WaitVisible(css(`dialog #f-subject`)), chromedp.SendKeys(css(`#f-subject`), "gus"), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`tr[data-grant="user/gus"]`)))
+		gus := newBrowser(t)
+		if err := logIn(gus, "gus", password); err != nil {
+			t.Fatal(err)
+		}
+		step(t, gus, "gus sees beta", chromedp.WaitVisible(css(`tr[data-cluster="beta"]`)))
+		if n := count(gus, "tr[data-cluster]"); n != 1 {
+			t.Errorf("gus, granted beta, sees %d clusters", n)
+		}
+		step(t, b, "revoke", chromedp.Click(css(`button[data-revoke="user/gus"]`)), chromedp.WaitVisible(css(`dialog #confirm`)), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitNotPresent(css(`tr[data-grant="user/gus"]`)))
+		step(t, gus, "gus sees nothing", chromedp.Navigate(page), chromedp.WaitVisible(css(`p.empty`)))
+		step(t, b, "audit", chromedp.Click(css(`#admin-links a[href="#/audit"]`)), chromedp.WaitVisible(css(`table[aria-label="Audit log"]`)))
+		shot(b, "audit")
+		if text, err := chromedp.Run(b, chromedp.Text(css(`main`))); err != nil || !strings.Contains(text, "/grants/user/gus") {
+			t.Errorf("the audit log lacks the revocation (%v)", err)
+		}
+	})
+
 	t.Run("a user granted one cluster sees only it, and no create, scale or delete", func(t *testing.T) {
 		b := newBrowser(t)
 		if err := logIn(b, "uma", password); err != nil {
@@ -332,6 +380,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		if err := chromedp.Do(b, chromedp.Click(css(`tr[data-cluster="alpha"] a`)), chromedp.WaitVisible(css(`tr[data-node]`))); err != nil {
 			t.Fatal(err)
 		}
+		shot(b, "cluster-viewer")
 		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove]"); n != 0 {
 			t.Errorf("uma, who may only view alpha, is offered %d changes", n)
 		}

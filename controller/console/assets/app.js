@@ -13,6 +13,8 @@ const api = {
   clusters: "/api/v1/clusters",
   providers: "/api/v1/providers",
   images: "/api/v1/images",
+  users: "/api/v1/users",
+  audit: "/api/v1/audit",
 };
 
 const isAdmin = () => state.who && state.who.role === "admin";
@@ -86,7 +88,7 @@ const main = () => document.getElementById("main");
 
 function show(...nodes) {
   clearTimeout(state.timer);
-  main().replaceChildren(...nodes);
+  main().replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined));
 }
 
 function showMessage(text) {
@@ -137,6 +139,15 @@ function showLogin() {
   form.elements.username.focus();
 }
 
+// table renders rows of objects; columns are [heading, value of a row].
+function table(label, columns, rows, rowAttrs = () => ({})) {
+  return el("table", { "aria-label": label },
+    el("thead", {}, el("tr", {}, columns.map(([h]) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows.map((r) => el("tr", rowAttrs(r), columns.map(([, v]) => el("td", {}, v(r)))))));
+}
+
+const when = (t) => (t ? new Date(t).toLocaleString() : "");
+
 function readyCount(nodes) {
   const ready = nodes.filter((n) => n.phase === "Ready").length;
   return `${ready}/${nodes.length}`;
@@ -186,13 +197,24 @@ async function showCluster(name) {
   const events = el("ol", { class: "events", "aria-label": "Events", reversed: true },
     (s.events || []).slice(-30).reverse().map((e) => el("li", { class: e.type },
       `${new Date(e.time).toLocaleTimeString()} ${e.node ? e.node + ": " : ""}${e.reason}: ${e.message}`)));
+  let grants = [];
+  try { grants = (await call("GET", clusterPath(c.spec.name, "/grants"))).items || []; } catch (e) { if (!(e instanceof APIError) || e.status !== 403) throw e; }
+  const grantRows = table("Grants", [
+    ["Kind", (g) => g.kind], ["Subject", (g) => g.subject], ["Role", (g) => g.role], ["By", (g) => g.by], ["Since", (g) => when(g.createdAt)],
+    ["", (g) => (c.access === "admin"
+      ? el("button", { type: "button", class: "secondary", "data-revoke": `${g.kind}/${g.subject}`, onclick: () => revoke(c.spec.name, g) }, "Revoke")
+      : "")],
+  ], grants, (g) => ({ "data-grant": `${g.kind}/${g.subject}` }));
   show(
     el("h1", {}, `Cluster ${c.spec.name}`),
     clusterActions(c),
     el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`),
     el("h2", {}, "Nodes"), nodes,
     el("h2", {}, "Conditions"), conditions,
-    el("h2", {}, "Events"), events);
+    el("h2", {}, "Events"), events,
+    el("h2", {}, "Access"),
+    c.access === "admin" ? el("div", { class: "actions" }, el("button", { type: "button", id: "grant", onclick: () => grant(c.spec.name) }, "Grant access…")) : null,
+    grants.length ? grantRows : el("p", { class: "empty" }, "No grants: only the controller's admins have access."));
   // The page follows the cluster while it is shown.
   state.timer = setTimeout(() => route(), 2000);
 }
@@ -334,6 +356,70 @@ async function downloadKubeconfig(name) {
   }
 }
 
+async function grant(cluster) {
+  await dialog(`Grant access to ${cluster}`, [
+    ["User or group", { name: "kind", options: ["user", "group"] }],
+    ["Name", { name: "subject", required: true, autocomplete: "off" }],
+    ["Role", { name: "role", options: ["view", "edit", "admin"] }],
+  ], (v) => {
+    if (!v.subject) throw fieldError("subject", "Enter a user or group name.");
+    return call("POST", clusterPath(cluster, "/grants"), { [v.kind]: v.subject, role: v.role });
+  }, "Grant");
+}
+
+async function revoke(cluster, g) {
+  await dialog(`Revoke ${g.kind} ${g.subject}'s ${g.role} access to ${cluster}?`, [],
+    () => call("DELETE", clusterPath(cluster, `/grants/${encodeURIComponent(g.kind)}/${encodeURIComponent(g.subject)}`)), "Revoke");
+}
+
+// The admins' pages.
+
+async function showProviders() {
+  const items = (await call("GET", api.providers)).items || [];
+  // The vCenter password never comes back from the API, and has no column.
+  show(el("h1", {}, "Providers"), items.length === 0 ? el("p", { class: "empty" }, "No providers: add one with harmonyctl provider apply.")
+    : table("Providers", [["Name", (p) => p.name], ["vCenter", (p) => p.vcenter.url], ["User", (p) => p.vcenter.username],
+      ["Datacenter", (p) => p.datacenter], ["Folder", (p) => p.folder]], items, (p) => ({ "data-provider": p.name })));
+}
+
+async function showImages() {
+  const providers = (await call("GET", api.providers)).items || [];
+  const sections = [];
+  for (const p of providers) {
+    const images = (await call("GET", `${api.images}?provider=${encodeURIComponent(p.name)}`)).items || [];
+    sections.push(el("h2", {}, `On ${p.name}`), images.length === 0 ? el("p", { class: "empty" }, "No images.")
+      : table(`Images on ${p.name}`, [["Name", (i) => i.name], ["Role", (i) => i.role], ["Version", (i) => i.version], ["State", (i) => i.state],
+        ["Kubernetes", (i) => (i.kubernetesVersions || []).join(", ")],
+        ["Components", (i) => Object.entries(i.versions || {}).sort().map(([k, v]) => `${k} ${v}`).join(", ")],
+        ["Imported", (i) => when(i.importedAt)]], images, (i) => ({ "data-image": i.name })));
+  }
+  show(el("h1", {}, "Images"), sections.length ? sections : el("p", { class: "empty" }, "No providers."));
+}
+
+async function showUsers() {
+  const users = (await call("GET", api.users)).users || [];
+  show(el("h1", {}, "Users"),
+    el("div", { class: "actions" }, el("button", { type: "button", id: "add-user", onclick: addUser }, "Add a local user…")),
+    table("Users", [["Name", (u) => u.name], ["Role", (u) => u.role], ["Source", (u) => u.source], ["Groups", (u) => (u.groups || []).join(", ")],
+      ["Disabled", (u) => (u.disabled ? "yes" : "")], ["Created", (u) => when(u.createdAt)]], users, (u) => ({ "data-user": u.name })));
+}
+
+async function addUser() {
+  await dialog("Add a local user", [
+    ["Name", { name: "name", required: true, autocomplete: "off" }],
+    ["Role", { name: "role", options: ["user", "admin"] }],
+    ["Password", { name: "password", type: "password", autocomplete: "new-password", required: true }],
+  ], (v) => call("POST", api.users, { name: v.name, role: v.role, password: v.password }), "Add");
+}
+
+async function showAudit() {
+  const items = ((await call("GET", `${api.audit}?since=24h`)).items || []).slice(-200).reverse();
+  show(el("h1", {}, "Audit log (the last 24 hours, newest first)"),
+    items.length === 0 ? el("p", { class: "empty" }, "Nothing recorded.")
+      : table("Audit log", [["Time", (a) => when(a.time)], ["Who", (a) => a.user || a.actor], ["Request", (a) => `${a.method} ${a.path}`],
+        ["Status", (a) => `${a.status}${a.code ? " " + a.code : ""}`], ["From", (a) => a.remote]], items));
+}
+
 async function showCreate() {
   const providers = (await call("GET", api.providers)).items || [];
   const provider = providers.length ? providers[0].name : "";
@@ -393,6 +479,10 @@ async function route() {
     const m = hash.match(/^#\/clusters\/([^/]+)$/);
     if (m) await showCluster(decodeURIComponent(m[1]));
     else if (hash === "#/create" && isAdmin()) await showCreate();
+    else if (hash === "#/providers" && isAdmin()) await showProviders();
+    else if (hash === "#/images" && isAdmin()) await showImages();
+    else if (hash === "#/users" && isAdmin()) await showUsers();
+    else if (hash === "#/audit" && isAdmin()) await showAudit();
     else await showClusters();
   } catch (e) {
     if (e instanceof APIError && e.status === 404) show(el("h1", {}, "Not found"), el("p", {}, e.message));
@@ -408,6 +498,7 @@ async function start() {
     return;
   }
   document.getElementById("who").textContent = `${state.who.name} (${state.who.role || state.who.kind})`;
+  document.getElementById("admin-links").hidden = !isAdmin();
   document.getElementById("nav").hidden = false;
   await route();
 }
