@@ -103,6 +103,9 @@ function failed(e) {
     showMessage(`The controller could not do this (HTTP ${e.status}${e.code ? ", " + e.code : ""}): ${e.message}`);
   } else if (e instanceof APIError && e.status === 401) {
     showMessage("");
+  } else if (e instanceof TypeError) {
+    // fetch's own failure: no answer at all.
+    showMessage(`The controller does not answer (${e.message}); the page tries again on its next refresh.`);
   } else {
     showMessage(e.message || String(e));
   }
