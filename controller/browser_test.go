@@ -54,17 +54,7 @@ func (b *browser) do(method, path string, body any, headers ...string) (response
 	if err != nil {
 		b.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	r := response{status: resp.StatusCode, body: data}
-	if resp.StatusCode >= 400 {
-		var eb v1.ErrorBody
-		if err := json.Unmarshal(data, &eb); err != nil {
-			b.t.Fatalf("%s %s: error body is not JSON: %q", method, path, data)
-		}
-		r.err = eb.Error
-	}
-	return r, resp
+	return readResponse(b.t, req, resp), resp
 }
 
 func (b *browser) cookie(name string) string {

@@ -121,13 +121,19 @@ func doJSON(t *testing.T, client *http.Client, method, url string, body any) res
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
+	return readResponse(t, req, resp)
+}
+
+// readResponse reads and closes an answer, decoding a refusal's body.
+func readResponse(t *testing.T, req *http.Request, resp *http.Response) response {
+	t.Helper()
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	r := response{status: resp.StatusCode, body: data}
 	if resp.StatusCode >= 400 {
 		var eb v1.ErrorBody
 		if err := json.Unmarshal(data, &eb); err != nil {
-			t.Fatalf("%s %s: error body is not JSON: %q", method, url, data)
+			t.Fatalf("%s %s: error body is not JSON: %q", req.Method, req.URL, data)
 		}
 		r.err = eb.Error
 	}
