@@ -277,6 +277,8 @@ func TestConsoleInABrowser(t *testing.T) {
 			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
 			t.Fatalf("the page never showed every VM powered on: %v", err)
 		}
+		// The create operation, followed through the API's watch to its end.
+		step(t, b, "the operation ends", chromedp.WaitVisible(css(`section.operation[data-state="Succeeded"]`)))
 		shot(b, "created")
 
 		step(t, b, "scale", chromedp.Click(css(`#scale`)), chromedp.WaitVisible(css(`dialog #f-workers`)),
@@ -296,7 +298,8 @@ func TestConsoleInABrowser(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no kubeconfig for gamma downloaded: %v %q", err, data)
+				text, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.body.innerText`))
+				t.Fatalf("no kubeconfig for gamma downloaded: %v %q\npage:\n%s", err, data, text)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

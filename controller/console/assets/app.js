@@ -15,6 +15,7 @@ const api = {
   images: "/api/v1/images",
   users: "/api/v1/users",
   audit: "/api/v1/audit",
+  operations: "/api/v1/operations",
 };
 
 const isAdmin = () => state.who && state.who.role === "admin";
@@ -88,7 +89,18 @@ const main = () => document.getElementById("main");
 
 function show(...nodes) {
   clearTimeout(state.timer);
+  state.shown = null;
   main().replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined));
+}
+
+// refresh shows a page that follows changing data, but only when what it
+// shows has changed: a page redrawn under the user would lose their
+// focus and their click.
+function refresh(key, build) {
+  clearTimeout(state.timer);
+  if (state.shown === key) return;
+  show(...build());
+  state.shown = key;
 }
 
 function showMessage(text) {
@@ -111,7 +123,37 @@ function failed(e) {
   }
 }
 
-const state = { who: null, timer: 0 };
+// op is the operation this page started and follows (the API's watch:
+// each answer comes as soon as the operation has a new event).
+const state = { who: null, timer: 0, op: null, shown: null };
+
+async function follow(op) {
+  if (!op || !op.id) return;
+  state.op = op;
+  route();
+  while (state.op && state.op.id === op.id && state.op.state === "Running") {
+    try {
+      state.op = await call("GET", `${api.operations}/${encodeURIComponent(op.id)}?watch=true&revision=${state.op.revision}&timeout=25s`);
+    } catch (e) {
+      if (e instanceof APIError && e.status < 500) { state.op = null; break; } // gone, or not ours to see
+      failed(e);
+      await new Promise((r) => setTimeout(r, 2000));
+      continue;
+    }
+    route();
+  }
+}
+
+// operationPanel shows the followed operation of cluster name, step by
+// step: its state and its events.
+function operationPanel(name) {
+  const op = state.op;
+  if (!op || op.cluster !== name) return null;
+  return el("section", { class: "operation", "aria-label": "Operation", "data-state": op.state },
+    el("h2", {}, `${op.kind}: ${op.state}`, op.message ? ` · ${op.message}` : ""),
+    el("ol", { class: "events", reversed: true }, (op.events || []).slice(-10).reverse().map((e) => el("li", { class: e.type },
+      `${when(e.time)} ${e.node ? e.node + ": " : ""}${e.reason}: ${e.message}`))));
+}
 
 function showLogin() {
   state.who = null;
@@ -177,7 +219,7 @@ async function showClusters() {
         el("td", {}, c.spec.vip),
         el("td", {}, lastEvent(c.status.events))))));
   const create = isAdmin() ? el("p", {}, el("a", { href: "#/create", class: "button", id: "create" }, "Create a cluster")) : null;
-  show(el("h1", {}, "Clusters"), create, body);
+  refresh(JSON.stringify(["clusters", items]), () => [el("h1", {}, "Clusters"), create, body]);
   state.timer = setTimeout(() => route(), 5000);
 }
 
@@ -208,16 +250,17 @@ async function showCluster(name) {
       ? el("button", { type: "button", class: "secondary", "data-revoke": `${g.kind}/${g.subject}`, onclick: () => revoke(c.spec.name, g) }, "Revoke")
       : "")],
   ], grants, (g) => ({ "data-grant": `${g.kind}/${g.subject}` }));
-  show(
+  refresh(JSON.stringify(["cluster", c, grants, state.op]), () => [
     el("h1", {}, `Cluster ${c.spec.name}`),
     clusterActions(c),
+    operationPanel(c.spec.name),
     el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`),
     el("h2", {}, "Nodes"), nodes,
     el("h2", {}, "Conditions"), conditions,
     el("h2", {}, "Events"), events,
     el("h2", {}, "Access"),
     c.access === "admin" ? el("div", { class: "actions" }, el("button", { type: "button", id: "grant", onclick: () => grant(c.spec.name) }, "Grant access…")) : null,
-    grants.length ? grantRows : el("p", { class: "empty" }, "No grants: only the controller's admins have access."));
+    grants.length ? grantRows : el("p", { class: "empty" }, "No grants: only the controller's admins have access.")]);
   // The page follows the cluster while it is shown.
   state.timer = setTimeout(() => route(), 2000);
 }
@@ -232,7 +275,7 @@ function clusterActions(c) {
     buttons.push(
       el("button", { type: "button", id: "scale", onclick: () => scaleCluster(c) }, "Scale…"),
       el("button", { type: "button", id: "upgrade", onclick: () => upgradeCluster(c) }, "Upgrade…"),
-      el("button", { type: "button", id: "retry", onclick: () => act(() => call("POST", clusterPath(name, "/retry"))) }, "Retry failed nodes"),
+      el("button", { type: "button", id: "retry", onclick: () => act(async () => follow(await call("POST", clusterPath(name, "/retry")))) }, "Retry failed nodes"),
       el("button", { type: "button", id: "kubeconfig", onclick: () => downloadKubeconfig(name) }, "Download admin kubeconfig"));
   }
   if (isAdmin()) buttons.push(el("button", { type: "button", id: "delete", class: "danger", onclick: () => deleteCluster(name) }, "Delete…"));
@@ -313,26 +356,26 @@ function count(value, field) {
 
 async function scaleCluster(c) {
   const s = c.status.nodes || [];
-  await dialog(`Scale ${c.spec.name}`, [
+  follow(await dialog(`Scale ${c.spec.name}`, [
     ["Masters", { name: "masters", type: "number", min: 1, step: 2, value: s.filter((n) => n.role === "master").length }],
     ["Workers", { name: "workers", type: "number", min: 0, value: s.filter((n) => n.role === "worker").length }],
-  ], (v) => call("POST", clusterPath(c.spec.name, "/scale"), { masters: count(v.masters, "masters"), workers: count(v.workers, "workers") }), "Scale");
+  ], (v) => call("POST", clusterPath(c.spec.name, "/scale"), { masters: count(v.masters, "masters"), workers: count(v.workers, "workers") }), "Scale"));
 }
 
 async function upgradeCluster(c) {
   let images = [];
   try { images = (await call("GET", `${api.images}?provider=${encodeURIComponent(c.spec.provider)}`)).items || []; } catch { /* typed by hand then */ }
   const names = images.filter((i) => i.state === "Ready" && i.role === "node").map((i) => i.name);
-  await dialog(`Upgrade ${c.spec.name}`, [
+  follow(await dialog(`Upgrade ${c.spec.name}`, [
     ["Image", names.length ? { name: "image", options: names } : { name: "image", required: true }],
     ["Kubernetes version (empty: the cluster's)", { name: "kubernetesVersion", placeholder: c.spec.kubernetesVersion || "" }],
-  ], (v) => call("POST", clusterPath(c.spec.name, "/upgrade"), { image: v.image, kubernetesVersion: v.kubernetesVersion || undefined }), "Upgrade");
+  ], (v) => call("POST", clusterPath(c.spec.name, "/upgrade"), { image: v.image, kubernetesVersion: v.kubernetesVersion || undefined }), "Upgrade"));
 }
 
 async function removeNode(cluster, node) {
-  await dialog(`Remove ${node} from ${cluster}?`, [
+  follow(await dialog(`Remove ${node} from ${cluster}?`, [
     ["Keep the VM, powered off, for troubleshooting", { name: "keepVM", type: "checkbox" }],
-  ], (v) => call("DELETE", clusterPath(cluster, `/nodes/${encodeURIComponent(node)}${v.keepVM ? "?keepVM=true" : ""}`)), "Remove");
+  ], (v) => call("DELETE", clusterPath(cluster, `/nodes/${encodeURIComponent(node)}${v.keepVM ? "?keepVM=true" : ""}`)), "Remove"));
 }
 
 async function deleteCluster(name) {
@@ -459,8 +502,9 @@ async function showCreate() {
         kubernetesVersion: v("kubernetesVersion") || undefined,
         masters: count(v("masters"), "masters"), workers: count(v("workers"), "workers"), vip: v("vip"),
       };
-      await call("POST", api.clusters, spec);
+      const op = await call("POST", api.clusters, spec);
       location.hash = `#/clusters/${encodeURIComponent(spec.name)}`;
+      follow(op);
     } catch (e) {
       if (e instanceof APIError && errors[e.field]) {
         errors[e.field].textContent = e.message;
