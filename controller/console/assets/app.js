@@ -294,6 +294,20 @@ async function act(change) {
   await route();
 }
 
+// formField is one labelled input (a select when attrs has options), with
+// the span its error goes into, which it records in errors by name.
+function formField(errors, label, attrs) {
+  const error = el("span", { class: "field-error", id: `${attrs.name}-error` });
+  errors[attrs.name] = error;
+  const described = { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error` };
+  const input = attrs.options
+    ? el("select", { name: attrs.name, ...described }, attrs.options.map((o) => el("option", { value: o }, o)))
+    : el("input", { ...described, ...attrs });
+  return attrs.type === "checkbox"
+    ? el("label", { class: "check" }, input, label, error)
+    : el("label", {}, label, input, error);
+}
+
 // dialog shows a modal form; fields are [label, input attributes]. It
 // resolves with the form's values, or null when cancelled. A refusal from
 // the API that names one of its fields is shown next to it and the
@@ -304,15 +318,7 @@ function dialog(title, fields, submit, confirmText) {
     const errors = {};
     const form = el("form", { method: "dialog", novalidate: true },
       el("h2", {}, title),
-      fields.map(([label, attrs]) => {
-        errors[attrs.name] = el("span", { class: "field-error", id: `${attrs.name}-error` });
-        const input = attrs.options
-          ? el("select", { name: attrs.name, id: `f-${attrs.name}` }, attrs.options.map((o) => el("option", { value: o }, o)))
-          : el("input", { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error`, ...attrs });
-        return attrs.type === "checkbox"
-          ? el("label", { class: "check" }, input, label, errors[attrs.name])
-          : el("label", {}, label, input, errors[attrs.name]);
-      }),
+      fields.map(([label, attrs]) => formField(errors, label, attrs)),
       el("p", { class: "form-error field-error", id: "form-error" }),
       el("div", { class: "actions" },
         el("button", { type: "submit", id: "confirm" }, confirmText || "OK"),
@@ -471,13 +477,7 @@ async function showCreate() {
   const provider = providers.length ? providers[0].name : "";
   const images = provider ? ((await call("GET", `${api.images}?provider=${encodeURIComponent(provider)}`)).items || []).filter((i) => i.state === "Ready" && i.role === "node") : [];
   const errors = {};
-  const field = (label, attrs) => {
-    errors[attrs.name] = el("span", { class: "field-error", id: `${attrs.name}-error` });
-    const input = attrs.options
-      ? el("select", { name: attrs.name, id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error` }, attrs.options.map((o) => el("option", { value: o }, o)))
-      : el("input", { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error`, ...attrs });
-    return el("label", {}, label, input, errors[attrs.name]);
-  };
+  const field = (label, attrs) => formField(errors, label, attrs);
   const form = el("form", { class: "create", novalidate: true, "aria-labelledby": "create-title" },
     el("h1", { id: "create-title" }, "Create a cluster"),
     field("Name", { name: "name", required: true, autocomplete: "off" }),
