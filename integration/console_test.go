@@ -284,10 +284,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		step(t, b, "scale", chromedp.Click(css(`#scale`)), chromedp.WaitVisible(css(`dialog #f-workers`)),
 			chromedp.SendKeys(css(`#f-workers`), kb.End+erase+"3"), chromedp.Click(css(`dialog #confirm`)))
 		waitRows(t, b, `tr[data-node]`, 6)
+		// The page redraws while the operation it follows has news; a
+		// click lands once it is over.
+		step(t, b, "the scale ends", chromedp.WaitVisible(css(`section.operation[data-state="Succeeded"]`)))
 
 		step(t, b, "remove worker", chromedp.WaitVisible(css(`button[data-remove="gamma-w1"]`)), chromedp.Click(css(`button[data-remove="gamma-w1"]`)),
 			chromedp.WaitVisible(css(`dialog #confirm`)), chromedp.Click(css(`dialog #confirm`)))
 		waitRows(t, b, `tr[data-node="gamma-w1"]`, 0)
+		step(t, b, "the removal ends", chromedp.WaitVisible(css(`section.operation[data-state="Succeeded"]`)))
 
 		step(t, b, "kubeconfig", chromedp.Click(css(`#kubeconfig`)))
 		kubeconfig := filepath.Join(downloads, "gamma-admin.kubeconfig")
