@@ -35,11 +35,13 @@ all: build
 
 # bin/vmware-rpctool is the lab's stand-in for open-vm-tools' tool: VM
 # bodies read their guestinfo through it (integration/lab/body). Static,
-# because it runs inside the node image.
+# because it runs inside the node image. bin/vcsim is the simulator as a
+# process, for make vcsim and the tests that keep it out of theirs.
 build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/vmware-rpctool ./integration/lab/cmd/vmware-rpctool
+	$(GO) build -trimpath -o bin/vcsim ./integration/cmd/vcsim
 
 vet:
 	$(GO) vet ./...
@@ -51,8 +53,14 @@ test: build vet unit fuzz reproducible
 
 # The image boot test runs alone, after the rest: QEMU under TCG takes
 # both cores, which would starve the timing-sensitive tests beside it.
+# The race detector's reports go to files, printed again at the end when
+# a test fails: in the interleaved output of parallel packages a report
+# is easily cut off.
+RACE_LOGS := $(CURDIR)/out/race
 unit: kubernetes images next-image test-images
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_NEXT_IMAGES=$(NEXT_IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) $(GO) test -race -count=1 -timeout 70m -skip '^TestImageBoot$$' ./...
+	rm -rf $(RACE_LOGS) && mkdir -p $(RACE_LOGS)
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_NEXT_IMAGES=$(NEXT_IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) GORACE=log_path=$(RACE_LOGS)/report \
+		$(GO) test -race -count=1 -timeout 70m -skip '^TestImageBoot$$' ./... || { cat $(RACE_LOGS)/report.* 2>/dev/null; exit 1; }
 	cd packer && $(GO) test -count=1 -timeout 20m ./...
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -count=1 -timeout 20m -run '^TestImageBoot$$' -v ./integration/
 
@@ -180,7 +188,6 @@ lab-down: build
 # into $(VCSIM_DIR). See "Clusters on a simulated vCenter" in the README.
 VCSIM_DIR ?= $(CURDIR)/.cache/vcsim
 vcsim: build
-	$(GO) build -o bin/vcsim ./integration/cmd/vcsim
 	bin/vcsim -l 127.0.0.1:8989 -dir $(VCSIM_DIR)
 
 clean:

@@ -69,7 +69,7 @@ func Serve(ctx context.Context, stateDir string, log *slog.Logger) error {
 		rpcTool: filepath.Join(r.BinDir, "vmware-rpctool"), running: map[string]*machine{}}
 	// The endpoint comes last: Up waits for it as the sign that vCenter
 	// answers and the machines follow it.
-	if err := writeJSON(r.vcenterFile(), sim.Endpoint, 0o600); err != nil {
+	if err := sim.Endpoint.WriteFile(r.vcenterFile()); err != nil {
 		return err
 	}
 	log.Info("lab serve: vCenter simulator", "url", sim.URL)
@@ -77,20 +77,7 @@ func Serve(ctx context.Context, stateDir string, log *slog.Logger) error {
 }
 
 // readEndpoint reads how to reach the lab's vCenter.
-func readEndpoint(r *record) (vcsim.Endpoint, error) {
-	var ep vcsim.Endpoint
-	data, err := os.ReadFile(r.vcenterFile())
-	if err != nil {
-		return ep, err
-	}
-	if err := json.Unmarshal(data, &ep); err != nil {
-		return ep, fmt.Errorf("%s: %w", r.vcenterFile(), err)
-	}
-	if ep.URL == "" || ep.Username == "" || ep.Password == "" {
-		return ep, fmt.Errorf("%s: url, username and password are required", r.vcenterFile())
-	}
-	return ep, nil
-}
+func readEndpoint(r *record) (vcsim.Endpoint, error) { return vcsim.ReadEndpoint(r.vcenterFile()) }
 
 // imageIndex is images.json: which OVA each image the controller imported
 // came from, so that the machines boot a VM from its own image.

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/ova"
 	"github.com/harmonykaas/harmony/ova/ovf"
 )
@@ -53,6 +55,33 @@ type Endpoint struct {
 	Username   string `json:"username"`
 	Password   string `json:"password"`
 	Thumbprint string `json:"thumbprint"`
+}
+
+// WriteFile writes the endpoint (its password included: 0600) for a
+// process that did not start the simulator; it appears whole or not at
+// all, so its presence says the simulator answers.
+func (e Endpoint) WriteFile(path string) error {
+	data, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, 0o600)
+}
+
+// ReadEndpoint reads an endpoint that WriteFile wrote.
+func ReadEndpoint(path string) (Endpoint, error) {
+	var ep Endpoint
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ep, err
+	}
+	if err := json.Unmarshal(data, &ep); err != nil {
+		return ep, fmt.Errorf("%s: %w", path, err)
+	}
+	if ep.URL == "" || ep.Username == "" || ep.Password == "" {
+		return ep, fmt.Errorf("%s: url, username and password are required", path)
+	}
+	return ep, nil
 }
 
 // Sim is a running simulator.

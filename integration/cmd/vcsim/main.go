@@ -2,7 +2,9 @@
 // process for trying Harmony without a vCenter: one datacenter DC0, the
 // cluster DC0_C0 with three large hosts, datastore LocalDS_0 and port group
 // "VM Network". It writes, into --dir, a provider document for it, the
-// password as an environment file, and a small node OVA to import.
+// password as an environment file, a small node OVA to import, and last
+// endpoint.json, how a program reaches it (the tests that must not share
+// a process with it: vcsim has data races of its own).
 //
 // It is a stand-in: vcsim keeps no disk contents and runs no guests.
 package main
@@ -63,15 +65,21 @@ func run(listen, dir string, hosts int, log *slog.Logger) error {
 	if err := vcsim.NodeOVA(context.Background(), ovaFile, "demo"); err != nil {
 		return err
 	}
+	// Last, as the sign that it serves: how a program reaches it.
+	endpointFile := filepath.Join(dir, "endpoint.json")
+	if err := sim.Endpoint.WriteFile(endpointFile); err != nil {
+		return err
+	}
 	log.Info("vcsim serving", "url", sim.URL, "username", sim.Username, "thumbprint", sim.Thumbprint)
 	fmt.Printf(`vcsim is serving %s
 
   provider document:  %s
   password:           %s (export it: set -a; . %s; set +a)
   a small node OVA:   %s (image name harmony-node-demo)
+  endpoint (JSON):    %s
 
 Stop with Ctrl-C.
-`, sim.URL, providerFile, envFile, envFile, ovaFile)
+`, sim.URL, providerFile, envFile, envFile, ovaFile, endpointFile)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
