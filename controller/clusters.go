@@ -102,6 +102,15 @@ func (c *Controller) handleClusterKubeconfig(w http.ResponseWriter, r *http.Requ
 	return nil
 }
 
+func (c *Controller) handleUserKubeconfig(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	kc, err := c.clusters.UserKubeconfig(r.PathValue("name"), who.name)
+	if err != nil {
+		return clusterError(err)
+	}
+	writeJSON(w, http.StatusOK, kc)
+	return nil
+}
+
 // answerOperation answers a started operation with 202, or its refusal.
 func answerOperation(w http.ResponseWriter, op v1.Operation, err error) *apiError {
 	if err != nil {

@@ -88,3 +88,50 @@ func TestClusterKubeconfig(t *testing.T) {
 		t.Errorf("missing cluster: %d %s", r.status, r.body)
 	}
 }
+
+// A user's own kubeconfig names the cluster's server and CA and takes
+// its credential from harmonyctl under the user's grant: it carries no
+// certificate or key, and only a user with a grant gets one.
+func TestUserKubeconfig(t *testing.T) {
+	e := newClusterEnv(t)
+	e.do("POST", v1.PathClusters, e.spec("ukc", 1, 0))
+	path := e.tc.url + v1.PathClusters + "/ukc/kubeconfig"
+	viewer := e.tc.userClient("viewer", v1.UserRoleUser)
+	stranger := e.tc.userClient("stranger", v1.UserRoleUser)
+	if r := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ukc/grants", v1.GrantRequest{User: "viewer", Role: v1.GrantView}); r.status != http.StatusCreated {
+		t.Fatalf("grant: %d %s", r.status, r.body)
+	}
+	role := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/ukc-m1/role", nil)
+	var master v1.Role
+	role.decode(t, &master)
+
+	r := doJSON(t, viewer, "GET", path, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("viewer: %d %s", r.status, r.body)
+	}
+	var kc v1.Kubeconfig
+	r.decode(t, &kc)
+	if kc.Server != "https://198.18.10.79:8443" || kc.User != "harmony:viewer" || !kc.ExpiresAt.IsZero() {
+		t.Errorf("answer: server %q, user %q, expires %s", kc.Server, kc.User, kc.ExpiresAt)
+	}
+	doc, err := kubeconfig.Parse([]byte(kc.Kubeconfig))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, kc.Kubeconfig)
+	}
+	if doc.CurrentContext != "ukc" || doc.Clusters[0].Cluster.Server != kc.Server || string(doc.Clusters[0].Cluster.CAData) != master.PKI.ClusterCA.Certificate {
+		t.Errorf("cluster in the kubeconfig: %+v", doc.Clusters[0])
+	}
+	u := doc.Users[0].User
+	if len(u.CertData) != 0 || len(u.KeyData) != 0 || u.Exec == nil {
+		t.Fatalf("the user's credential: %+v, want only an exec plugin", u)
+	}
+	if u.Exec.Command != "harmonyctl" || !slices.Equal(u.Exec.Args, []string{"credential", "ukc"}) || u.Exec.APIVersion != kubeconfig.ExecAPIVersion || u.Exec.InstallHint == "" {
+		t.Errorf("exec plugin %+v", u.Exec)
+	}
+	if r := doJSON(t, stranger, "GET", path, nil); r.status != http.StatusNotFound {
+		t.Errorf("a user without a grant: %d %s", r.status, r.body)
+	}
+	if r := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathClusters+"/nope/kubeconfig", nil); r.status != http.StatusNotFound {
+		t.Errorf("missing cluster: %d %s", r.status, r.body)
+	}
+}

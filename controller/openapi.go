@@ -139,6 +139,8 @@ var adminAPIDocs = []apiDoc{
 		answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/kubeconfig", summary: "Issue a cluster-admin kubeconfig (system:masters, through the VIP) with a new key; an empty body takes the default lifetime",
 		body: v1.KubeconfigRequest{}, optional: true, answers: []answer{{200, v1.Kubeconfig{}, "the kubeconfig and when its certificate expires"}}},
+	{pattern: "GET " + v1.PathClusters + "/{name}/kubeconfig", summary: "The caller's own kubeconfig: the server and CA, and harmonyctl credential as its exec plugin (no certificate in it)",
+		answers: []answer{{200, v1.Kubeconfig{}, "the kubeconfig"}}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/credential", summary: "A short-lived client certificate (5 minutes) for the cluster's apiserver, for a CSR of a key made on the caller's machine: the user's name and their grant's group, which the cluster's RBAC binds to view, edit or cluster-admin; harmonyctl credential asks for it as kubectl's exec plugin",
 		body: v1.CredentialRequest{}, answers: []answer{{200, v1.Credential{}, "the certificate, the cluster CA and the server"}}},
 	{pattern: "GET " + v1.PathClusters + "/{name}/grants", summary: "The users' and groups' grants on a cluster",

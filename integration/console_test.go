@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,6 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/console"
 	"github.com/harmonykaas/harmony/controller/controllertest"
-	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
 // TestConsoleInABrowser drives Debian's headless Chromium against a real
@@ -38,11 +38,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	sim, err := vcsim.Start(vcsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
+	sim := vcsimProcess(t)
 	ctl := controllertest.Start(t)
 	admin := ctl.Admin
 
@@ -293,20 +289,38 @@ func TestConsoleInABrowser(t *testing.T) {
 		waitRows(t, b, `tr[data-node="gamma-w1"]`, 0)
 		step(t, b, "the removal ends", chromedp.WaitVisible(css(`section.operation[data-state="Succeeded"]`)))
 
-		step(t, b, "kubeconfig", chromedp.Click(css(`#kubeconfig`)))
-		kubeconfig := filepath.Join(downloads, "gamma-admin.kubeconfig")
-		deadline := time.Now().Add(time.Minute)
-		for {
-			data, err := os.ReadFile(kubeconfig)
-			if err == nil && strings.Contains(string(data), "kind: Config") && strings.Contains(string(data), "198.18.21.52") {
-				break
+		// An upgrade is checked first: these VMs run no agent, so their
+		// nodes are not Ready, and the dialog says the API's refusal.
+		step(t, b, "upgrade refused", chromedp.Click(css(`#upgrade`)), chromedp.WaitVisible(css(`dialog #f-image`)), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`dialog .field-error:not(:empty)`)))
+		shot(b, "upgrade-refused")
+		step(t, b, "upgrade cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
+
+		// Both kubeconfigs: the admin one with a certificate of its own,
+		// the user's one with harmonyctl as its credential plugin.
+		downloaded := func(file string, want ...string) {
+			t.Helper()
+			deadline := time.Now().Add(time.Minute)
+			for {
+				data, err := os.ReadFile(filepath.Join(downloads, file))
+				missing := err != nil
+				for _, w := range want {
+					missing = missing || !strings.Contains(string(data), w)
+				}
+				if !missing {
+					return
+				}
+				if time.Now().After(deadline) {
+					text, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.body.innerText`))
+					t.Fatalf("no %s with %q downloaded: %v %q\npage:\n%s", file, want, err, data, text)
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				text, _ := chromedp.Run(b, chromedp.Evaluate[string](`document.body.innerText`))
-				t.Fatalf("no kubeconfig for gamma downloaded: %v %q\npage:\n%s", err, data, text)
-			}
-			time.Sleep(200 * time.Millisecond)
 		}
+		step(t, b, "admin kubeconfig", chromedp.Click(css(`#admin-kubeconfig`)))
+		downloaded("gamma-admin.kubeconfig", "kind: Config", "198.18.21.52", "client-certificate-data")
+		step(t, b, "kubeconfig", chromedp.Click(css(`#kubeconfig`)))
+		downloaded("gamma.kubeconfig", "kind: Config", "198.18.21.52", "command: harmonyctl", "- credential")
 
 		// Delete asks for the name first.
 		step(t, b, "delete mistyped", chromedp.Click(css(`#delete`)), chromedp.WaitVisible(css(`dialog #f-confirmName`)),
@@ -316,7 +330,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 		step(t, b, "delete", chromedp.SendKeys(css(`#f-confirmName`), kb.End+erase+"gamma"), chromedp.Click(css(`dialog #confirm`)),
 			chromedp.WaitVisible(css(`tr[data-cluster="alpha"]`)))
-		deadline = time.Now().Add(3 * time.Minute)
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
 			if _, err := admin.Cluster(ctx, "gamma"); err != nil && strings.Contains(err.Error(), "not found") {
 				break
@@ -362,6 +376,40 @@ func TestConsoleInABrowser(t *testing.T) {
 		step(t, b, "revoke", chromedp.Click(css(`button[data-revoke="user/gus"]`)), chromedp.WaitVisible(css(`dialog #confirm`)), chromedp.Click(css(`dialog #confirm`)),
 			chromedp.WaitNotPresent(css(`tr[data-grant="user/gus"]`)))
 		step(t, gus, "gus sees nothing", chromedp.Navigate(page), chromedp.WaitVisible(css(`p.empty`)))
+		// Disabled, gus is signed out: his next page asks for a login.
+		step(t, b, "disable gus", chromedp.Click(css(`#admin-links a[href="#/users"]`)), chromedp.WaitVisible(css(`button[data-edit-user="gus"]`)),
+			chromedp.Click(css(`button[data-edit-user="gus"]`)), chromedp.WaitVisible(css(`dialog #f-disabled`)), chromedp.Click(css(`dialog #f-disabled`)),
+			chromedp.Click(css(`dialog #confirm`)), chromedp.WaitNotPresent(css(`dialog`)))
+		if _, err := chromedp.Run(b, chromedp.Poll[bool](`document.querySelector('tr[data-user="gus"]')?.textContent.includes("yes")`,
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Errorf("the users page never showed gus disabled: %v", err)
+		}
+		step(t, gus, "gus signed out", chromedp.Navigate(page), chromedp.WaitVisible(css(`form.login`)))
+
+		// The directory settings: a malformed URL is refused next to its
+		// field; a directory that does not answer is the controller's
+		// failure (503), said as such, and the form keeps what was typed.
+		step(t, b, "ldap page", chromedp.Click(css(`#admin-links a[href="#/ldap"]`)), chromedp.WaitVisible(css(`form.ldap`)),
+			chromedp.SendKeys(css(`#f-url`), "http://directory.example"), chromedp.SendKeys(css(`#f-bindDN`), "cn=harmony,dc=example"),
+			chromedp.SendKeys(css(`#f-bindPassword`), "a directory password"), chromedp.SendKeys(css(`#f-userSearch-baseDN`), "ou=people,dc=example"),
+			chromedp.SendKeys(css(`#f-userSearch-filter`), "(uid={username})"), chromedp.SendKeys(css(`#f-groupSearch-baseDN`), "ou=groups,dc=example"),
+			chromedp.Click(css(`#ldap-apply`)), chromedp.WaitVisible(css(`#url-error:not(:empty)`)))
+		// A port nothing listens on: the listener is closed before use.
+		closed, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadURL := "ldaps://" + closed.Addr().String()
+		closed.Close()
+		step(t, b, "ldap unreachable", chromedp.SendKeys(css(`#f-url`), kb.End+strings.Repeat(kb.Backspace, 30)+deadURL), chromedp.Click(css(`#ldap-apply`)),
+			chromedp.WaitVisible(css(`#message:not([hidden])`)))
+		shot(b, "ldap-unreachable")
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`#message`))); err != nil || !strings.Contains(msg, "HTTP 503") || !strings.Contains(msg, v1.CodeLDAPUnreachable) {
+			t.Errorf("the message for an unreachable directory is %q (%v), want the controller's 503 and its code", msg, err)
+		}
+		if url, err := chromedp.Run(b, chromedp.Value(css(`#f-url`))); err != nil || url != deadURL {
+			t.Errorf("after the failure the URL field holds %q (%v), want what was typed", url, err)
+		}
 		step(t, b, "audit", chromedp.Click(css(`#admin-links a[href="#/audit"]`)), chromedp.WaitVisible(css(`table[aria-label="Audit log"]`)))
 		shot(b, "audit")
 		if text, err := chromedp.Run(b, chromedp.Text(css(`main`))); err != nil || !strings.Contains(text, "/grants/user/gus") {
@@ -388,8 +436,11 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		shot(b, "cluster-viewer")
-		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove]"); n != 0 {
+		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove], #admin-kubeconfig, #grant"); n != 0 {
 			t.Errorf("uma, who may only view alpha, is offered %d changes", n)
+		}
+		if n := count(b, "#kubeconfig"); n != 1 {
+			t.Error("uma is not offered her own kubeconfig")
 		}
 	})
 

@@ -23,16 +23,31 @@ type KubeconfigRequest struct {
 	Lifetime string `json:"lifetime,omitempty"`
 }
 
-// Kubeconfig is an issued kubeconfig: cluster-admin (system:masters)
-// through the cluster's VIP, with a client certificate from the cluster
-// CA that expires at ExpiresAt.
+// Kubeconfig is a kubeconfig for a cluster's API through its VIP. The
+// admin one (POST PathClusters/{name}/kubeconfig) is cluster-admin
+// (system:masters), with a client certificate from the cluster CA that
+// expires at ExpiresAt. The user's one (GET PathClusters/{name}/kubeconfig)
+// holds no credential: kubectl runs CredentialCommand, which asks the
+// controller for a short-lived one each time, so a revoked grant ends
+// access within minutes; it has no ExpiresAt.
 type Kubeconfig struct {
 	Cluster    string    `json:"cluster"`
 	Server     string    `json:"server"`
 	User       string    `json:"user"`
-	ExpiresAt  time.Time `json:"expiresAt"`
+	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
 	Kubeconfig string    `json:"kubeconfig"`
 }
+
+// CredentialCommand is the exec credential plugin of a user's kubeconfig:
+// harmonyctl, found on kubectl's PATH and signed in to the controller
+// (harmonyctl login), with CredentialArgs.
+const CredentialCommand = "harmonyctl"
+
+// CredentialArgs are the plugin's arguments for a cluster.
+func CredentialArgs(cluster string) []string { return []string{"credential", cluster} }
+
+// CredentialInstallHint is what kubectl prints when the plugin is missing.
+const CredentialInstallHint = "This kubeconfig takes its credential from harmonyctl: install it on your PATH and sign in with harmonyctl login."
 
 // DecodeKubeconfigRequest reads a kubeconfig request (empty: defaults)
 // and returns the lifetime it asks for.

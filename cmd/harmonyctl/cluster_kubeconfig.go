@@ -82,7 +82,7 @@ func execKubeconfig(cmd *cobra.Command, conn *connection, serverFlag, cluster st
 	if err != nil {
 		return nil, "", fmt.Errorf("find harmonyctl's own path for the kubeconfig: %w", err)
 	}
-	pluginArgs := []string{"credential", cluster, "--config", path}
+	pluginArgs := append(v1.CredentialArgs(cluster), "--config", path)
 	if serverFlag != "" {
 		pluginArgs = append(pluginArgs, "--server", serverFlag)
 	}

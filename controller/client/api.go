@@ -238,6 +238,16 @@ func (c *Client) Kubeconfig(ctx context.Context, cluster string, lifetime time.D
 	return &kc, nil
 }
 
+// UserKubeconfig is the caller's own kubeconfig for a cluster: its
+// credential comes from harmonyctl's exec plugin, under the caller's grant.
+func (c *Client) UserKubeconfig(ctx context.Context, cluster string) (*v1.Kubeconfig, error) {
+	var kc v1.Kubeconfig
+	if err := c.Do(ctx, "GET", clusterPath(cluster, "/kubeconfig"), nil, &kc); err != nil {
+		return nil, err
+	}
+	return &kc, nil
+}
+
 // doOperation sends a request that answers with an operation.
 func (c *Client) doOperation(ctx context.Context, method, path string, body any) (*v1.Operation, error) {
 	var op v1.Operation

@@ -29,7 +29,7 @@ func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubec
 	if err != nil {
 		return nil, err
 	}
-	user := "harmony:" + by
+	user := v1.KubernetesUser(by)
 	cert, err := clusterCA.Issue(ca.Leaf{CommonName: user, Organization: "system:masters", PublicKey: &key.PublicKey, Lifetime: lifetime}, now)
 	if err != nil {
 		return nil, err
@@ -55,6 +55,26 @@ func (s *Service) Kubeconfig(name, by string, lifetime time.Duration) (*v1.Kubec
 		return nil, err
 	}
 	s.log.Info("kubeconfig issued", "cluster", name, "user", user, "expires", cert.NotAfter)
+	return out, nil
+}
+
+// UserKubeconfig is a kubeconfig for user's own access to the cluster:
+// the server and the CA, and a credential from the exec plugin
+// (v1.CredentialCommand), which asks for one under the user's grant each
+// time. Nothing is signed here, so nothing is recorded.
+func (s *Service) UserKubeconfig(name, user string) (*v1.Kubeconfig, error) {
+	rec, sec, _, _, err := s.clusterCA(name)
+	if err != nil {
+		return nil, err
+	}
+	out := &v1.Kubeconfig{Cluster: name, Server: v1.APIServerURL(rec.Spec.VIP), User: v1.KubernetesUser(user)}
+	kc := kubeconfig.NewExec(name, out.Server, []byte(sec.PKI.ClusterCA.Certificate), out.User, v1.CredentialCommand, v1.CredentialArgs(name))
+	kc.Users[0].User.Exec.InstallHint = v1.CredentialInstallHint
+	data, err := kc.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	out.Kubeconfig = string(data)
 	return out, nil
 }
 

@@ -62,6 +62,8 @@ type Exec struct {
 	Command         string   `json:"command"`
 	Args            []string `json:"args,omitempty"`
 	InteractiveMode string   `json:"interactiveMode"`
+	// InstallHint is what kubectl says when Command is not found.
+	InstallHint string `json:"installHint,omitempty"`
 }
 
 // ExecCredential is what the plugin prints: a client certificate and key

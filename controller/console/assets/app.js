@@ -15,6 +15,7 @@ const api = {
   images: "/api/v1/images",
   users: "/api/v1/users",
   audit: "/api/v1/audit",
+  ldap: "/api/v1/ldap",
   operations: "/api/v1/operations",
 };
 
@@ -109,10 +110,14 @@ function showMessage(text) {
   m.hidden = !text;
 }
 
+// serverMessage says what a failure of the controller (5xx) was, with its
+// status and code, so that it reads as the controller's, not the user's.
+const serverMessage = (e) => `The controller could not do this (HTTP ${e.status}${e.code ? ", " + e.code : ""}): ${e.message}`;
+
 // failed reports an error the page cannot place next to a field.
 function failed(e) {
   if (e instanceof APIError && e.status >= 500) {
-    showMessage(`The controller could not do this (HTTP ${e.status}${e.code ? ", " + e.code : ""}): ${e.message}`);
+    showMessage(serverMessage(e));
   } else if (e instanceof APIError && e.status === 401) {
     showMessage("");
   } else if (e instanceof TypeError) {
@@ -146,6 +151,25 @@ async function follow(op) {
 
 // operationPanel shows the followed operation of cluster name, step by
 // step: its state and its events.
+// upgradePanel shows the cluster's newest upgrade while it runs or when
+// it stopped short, with the abort a cluster admin may ask for.
+function upgradePanel(c) {
+  const u = c.status.upgrade;
+  if (!u || u.state === "Succeeded") return null;
+  const abort = u.state === "Running" && c.access === "admin"
+    ? el("button", { type: "button", id: "abort-upgrade", class: "danger", onclick: () => abortUpgrade(c.spec.name) }, "Abort upgrade…") : null;
+  return el("section", { class: "upgrade", "aria-label": "Upgrade", "data-state": u.state },
+    el("h2", {}, `Upgrade: ${u.state}`),
+    el("p", {}, `${u.fromImage} → ${u.image} · Kubernetes ${u.fromKubernetesVersion} → ${u.kubernetesVersion} · ${u.upgraded} of ${u.nodes} nodes upgraded`),
+    u.message ? el("p", { class: "muted" }, u.message) : null,
+    abort);
+}
+
+async function abortUpgrade(name) {
+  follow(await dialog(`Abort the upgrade of ${name}?`, [],
+    () => call("POST", clusterPath(name, "/upgrade"), { abort: true }), "Abort"));
+}
+
 function operationPanel(name) {
   const op = state.op;
   if (!op || op.cluster !== name) return null;
@@ -254,6 +278,7 @@ async function showCluster(name) {
     el("h1", {}, `Cluster ${c.spec.name}`),
     clusterActions(c),
     operationPanel(c.spec.name),
+    upgradePanel(c),
     el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`),
     el("h2", {}, "Nodes"), nodes,
     el("h2", {}, "Conditions"), conditions,
@@ -265,9 +290,10 @@ async function showCluster(name) {
   state.timer = setTimeout(() => route(), 2000);
 }
 
-// clusterActions offers what the caller's access allows: a cluster admin
-// scales, retries, upgrades, removes workers and takes the admin
-// kubeconfig; only the controller's admins delete.
+// clusterActions offers what the caller's access allows: everyone with
+// access takes their own kubeconfig (harmonyctl makes its credential); a
+// cluster admin scales, retries, upgrades, removes workers and takes the
+// admin kubeconfig; only the controller's admins delete.
 function clusterActions(c) {
   const name = c.spec.name;
   const buttons = [];
@@ -276,8 +302,9 @@ function clusterActions(c) {
       el("button", { type: "button", id: "scale", onclick: () => scaleCluster(c) }, "Scale…"),
       el("button", { type: "button", id: "upgrade", onclick: () => upgradeCluster(c) }, "Upgrade…"),
       el("button", { type: "button", id: "retry", onclick: () => act(async () => follow(await call("POST", clusterPath(name, "/retry")))) }, "Retry failed nodes"),
-      el("button", { type: "button", id: "kubeconfig", onclick: () => downloadKubeconfig(name) }, "Download admin kubeconfig"));
+      el("button", { type: "button", id: "admin-kubeconfig", class: "secondary", onclick: () => downloadKubeconfig(name, true) }, "Download admin kubeconfig"));
   }
+  buttons.push(el("button", { type: "button", id: "kubeconfig", class: "secondary", onclick: () => downloadKubeconfig(name, false) }, "Download kubeconfig"));
   if (isAdmin()) buttons.push(el("button", { type: "button", id: "delete", class: "danger", onclick: () => deleteCluster(name) }, "Delete…"));
   return buttons.length ? el("div", { class: "actions" }, buttons) : null;
 }
@@ -296,13 +323,23 @@ async function act(change) {
 
 // formField is one labelled input (a select when attrs has options), with
 // the span its error goes into, which it records in errors by name.
+// A name may be an API field's path (userSearch.baseDN); its ids use
+// dashes. attrs.rows makes a textarea.
 function formField(errors, label, attrs) {
-  const error = el("span", { class: "field-error", id: `${attrs.name}-error` });
+  const id = attrs.name.replace(/[^A-Za-z0-9]/g, "-");
+  const error = el("span", { class: "field-error", id: `${id}-error` });
   errors[attrs.name] = error;
-  const described = { id: `f-${attrs.name}`, "aria-describedby": `${attrs.name}-error` };
-  const input = attrs.options
-    ? el("select", { name: attrs.name, ...described }, attrs.options.map((o) => el("option", { value: o }, o)))
-    : el("input", { ...described, ...attrs });
+  const described = { id: `f-${id}`, "aria-describedby": `${id}-error` };
+  const { options, value, ...rest } = attrs;
+  let input;
+  if (options) {
+    input = el("select", { name: attrs.name, ...described }, options.map((o) => el("option", { value: o, selected: o === value }, o)));
+  } else if (attrs.rows) {
+    input = el("textarea", { ...described, ...rest });
+    input.value = value || "";
+  } else {
+    input = el("input", { ...described, ...attrs });
+  }
   return attrs.type === "checkbox"
     ? el("label", { class: "check" }, input, label, error)
     : el("label", {}, label, input, error);
@@ -340,14 +377,21 @@ function dialog(title, fields, submit, confirmText) {
         result = await submit(values);
         d.close();
       } catch (e) {
-        const at = e instanceof APIError && (errors[e.field] || errors[e.field.split(".")[0]]);
+        const at = e instanceof APIError && errorFor(errors, e.field);
         if (at) at.textContent = e.message;
-        else form.querySelector("#form-error").textContent = e.message;
+        else form.querySelector("#form-error").textContent = e instanceof APIError && e.status >= 500 ? serverMessage(e) : e.message;
       }
     });
     document.body.append(d);
     d.showModal();
   });
+}
+
+// errorFor is the error span for an API field: its own, or the one of the
+// field it is part of (groupRoles[1].role goes to groupRoles).
+function errorFor(errors, field) {
+  if (!field) return null;
+  return errors[field] || errors[field.split(/[.[]/)[0]] || null;
 }
 
 // fieldError is a refusal the page makes itself, before the API.
@@ -395,10 +439,13 @@ async function deleteCluster(name) {
   if (done) location.hash = "#/clusters";
 }
 
-async function downloadKubeconfig(name) {
+// downloadKubeconfig saves the user's own kubeconfig (its credential
+// from harmonyctl, under their grant) or, for a cluster admin, an admin
+// one with a certificate of its own.
+async function downloadKubeconfig(name, admin) {
   try {
-    const kc = await call("POST", clusterPath(name, "/kubeconfig"), {});
-    const a = el("a", { href: URL.createObjectURL(new Blob([kc.kubeconfig], { type: "application/yaml" })), download: `${name}-admin.kubeconfig` });
+    const kc = admin ? await call("POST", clusterPath(name, "/kubeconfig"), {}) : await call("GET", clusterPath(name, "/kubeconfig"));
+    const a = el("a", { href: URL.createObjectURL(new Blob([kc.kubeconfig], { type: "application/yaml" })), download: `${name}${admin ? "-admin" : ""}.kubeconfig` });
     document.body.append(a);
     a.click();
     a.remove();
@@ -453,7 +500,39 @@ async function showUsers() {
   show(el("h1", {}, "Users"),
     el("div", { class: "actions" }, el("button", { type: "button", id: "add-user", onclick: addUser }, "Add a local user…")),
     table("Users", [["Name", (u) => u.name], ["Role", (u) => u.role], ["Source", (u) => u.source], ["Groups", (u) => (u.groups || []).join(", ")],
-      ["Disabled", (u) => (u.disabled ? "yes" : "")], ["Created", (u) => when(u.createdAt)]], users, (u) => ({ "data-user": u.name })));
+      ["Disabled", (u) => (u.disabled ? "yes" : "")], ["Created", (u) => when(u.createdAt)],
+      ["", (u) => el("span", { class: "actions" },
+        el("button", { type: "button", class: "secondary", "data-edit-user": u.name, onclick: () => editUser(u) }, "Edit…"),
+        el("button", { type: "button", class: "secondary", "data-end-sessions": u.name, onclick: () => endSessions(u.name) }, "End sessions…"),
+        el("button", { type: "button", class: "danger", "data-delete-user": u.name, onclick: () => deleteUser(u.name) }, "Delete…"))]],
+    users, (u) => ({ "data-user": u.name })));
+}
+
+const userPath = (name) => `${api.users}/${encodeURIComponent(name)}`;
+
+// editUser changes a user's role, disables or enables them, and for a
+// local user sets a new password; each change ends their sessions.
+async function editUser(u) {
+  const fields = [
+    ["Role", { name: "role", options: ["user", "admin"], value: u.role }],
+    ["Disabled: no sign-in, sessions ended", { name: "disabled", type: "checkbox", checked: u.disabled }],
+  ];
+  if (u.source === "local") fields.push(["New password (empty: unchanged)", { name: "password", type: "password", autocomplete: "new-password" }]);
+  await dialog(`Change ${u.name}`, fields, (v) => {
+    const change = {};
+    if (v.role !== u.role) change.role = v.role;
+    if (v.disabled !== Boolean(u.disabled)) change.disabled = v.disabled;
+    if (v.password) change.password = v.password;
+    return call("PATCH", userPath(u.name), change);
+  }, "Save");
+}
+
+async function endSessions(name) {
+  await dialog(`End every session of ${name}? They sign in again.`, [], () => call("POST", `${userPath(name)}/end-sessions`), "End sessions");
+}
+
+async function deleteUser(name) {
+  await dialog(`Delete the user ${name}? Their grants and sessions go with them.`, [], () => call("DELETE", userPath(name)), "Delete");
 }
 
 async function addUser() {
@@ -462,6 +541,92 @@ async function addUser() {
     ["Role", { name: "role", options: ["user", "admin"] }],
     ["Password", { name: "password", type: "password", autocomplete: "new-password", required: true }],
   ], (v) => call("POST", api.users, { name: v.name, role: v.role, password: v.password }), "Add");
+}
+
+// showLDAP is the directory users sign in with: the settings (the bind
+// password never shown; empty keeps the stored one), applied only once
+// the controller reached the directory with them, and a lookup that says
+// what a user would sign in as.
+async function showLDAP() {
+  let l = null;
+  try { l = await call("GET", api.ldap); } catch (e) { if (!(e instanceof APIError) || e.status !== 404) throw e; }
+  const cur = l || { userSearch: {}, groupSearch: {} };
+  const errors = {};
+  const field = (label, attrs) => formField(errors, label, attrs);
+  const form = el("form", { class: "create ldap", novalidate: true, "aria-labelledby": "ldap-title" },
+    el("h1", { id: "ldap-title" }, "LDAP directory"),
+    el("p", { class: "muted" }, l ? `Applied ${when(l.updatedAt)}.` : "None: only local users sign in."),
+    field("URL (ldaps://, or ldap:// with StartTLS)", { name: "url", required: true, value: cur.url || "", placeholder: "ldaps://ad.example.com:636", autocomplete: "off" }),
+    field("StartTLS", { name: "startTLS", type: "checkbox", checked: cur.startTLS }),
+    field("CA certificates, PEM (empty: the system's)", { name: "ca", rows: 4, value: cur.ca || "" }),
+    field("Bind DN", { name: "bindDN", value: cur.bindDN || "", autocomplete: "off" }),
+    field(l ? "Bind password (empty: keep the stored one)" : "Bind password", { name: "bindPassword", type: "password", autocomplete: "new-password" }),
+    field("User search base DN", { name: "userSearch.baseDN", value: cur.userSearch.baseDN || "" }),
+    field("User filter, with {username}", { name: "userSearch.filter", value: cur.userSearch.filter || "", placeholder: "(uid={username})" }),
+    field("Group search base DN", { name: "groupSearch.baseDN", value: cur.groupSearch.baseDN || "" }),
+    field("Group filter, with {dn}", { name: "groupSearch.filter", value: cur.groupSearch.filter || "", placeholder: "(member={dn})" }),
+    field("Group name attribute", { name: "groupSearch.nameAttribute", value: cur.groupSearch.nameAttribute || "", placeholder: "cn" }),
+    field("Group roles, one group=role a line (admin or user)", { name: "groupRoles", rows: 3, value: (cur.groupRoles || []).map((g) => `${g.group}=${g.role}`).join("\n") }),
+    field("Timeout of each directory operation, seconds", { name: "timeoutSeconds", type: "number", min: 1, value: cur.timeoutSeconds || "" }),
+    el("p", { class: "field-error", id: "form-error" }),
+    el("div", { class: "actions" }, el("button", { type: "submit", id: "ldap-apply" }, "Apply"),
+      l ? el("button", { type: "button", id: "ldap-remove", class: "danger", onclick: removeLDAP }, "Remove…") : null));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    for (const e of Object.values(errors)) e.textContent = "";
+    form.querySelector("#form-error").textContent = "";
+    showMessage("");
+    const v = (k) => form.elements[k].value.trim();
+    try {
+      const roles = v("groupRoles").split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
+        const at = line.lastIndexOf("=");
+        if (at <= 0) throw fieldError("groupRoles", `"${line}" is not group=role.`);
+        return { group: line.slice(0, at).trim(), role: line.slice(at + 1).trim() };
+      });
+      const settings = {
+        apiVersion: "harmony.dev/v1", kind: "LDAP", url: v("url"), startTLS: form.elements.startTLS.checked || undefined,
+        ca: v("ca") || undefined, bindDN: v("bindDN"), bindPassword: form.elements.bindPassword.value || undefined,
+        userSearch: { baseDN: v("userSearch.baseDN"), filter: v("userSearch.filter") },
+        groupSearch: { baseDN: v("groupSearch.baseDN"), filter: v("groupSearch.filter") || undefined, nameAttribute: v("groupSearch.nameAttribute") || undefined },
+        groupRoles: roles.length ? roles : undefined,
+        timeoutSeconds: v("timeoutSeconds") ? count(v("timeoutSeconds"), "timeoutSeconds") : undefined,
+      };
+      await call("PUT", api.ldap, settings);
+      showMessage("");
+      await showLDAP();
+    } catch (e) {
+      const at = e instanceof APIError && errorFor(errors, e.field);
+      if (at) {
+        at.textContent = e.message;
+        (form.elements[e.field] || form.elements[e.field.split(/[.[]/)[0]]).focus();
+      } else if (e instanceof APIError && e.status < 500) {
+        form.querySelector("#form-error").textContent = e.message;
+      } else {
+        failed(e);
+      }
+    }
+  });
+  const lookupForm = el("form", { class: "create lookup", novalidate: true, "aria-labelledby": "lookup-title" },
+    el("h2", { id: "lookup-title" }, "Look a user up"),
+    el("label", {}, "User name", el("input", { name: "username", id: "f-lookup", autocomplete: "off" })),
+    el("div", { class: "actions" }, el("button", { type: "submit", id: "lookup" }, "Look up")),
+    el("p", { id: "lookup-result", role: "status" }));
+  lookupForm.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const out = lookupForm.querySelector("#lookup-result");
+    out.textContent = "";
+    try {
+      const u = await call("POST", `${api.ldap}/lookup`, { username: lookupForm.elements.username.value.trim() });
+      out.textContent = `${u.dn} · groups: ${(u.groups || []).join(", ") || "none"} · ${u.role ? "signs in as " + u.role : "may not sign in"}`;
+    } catch (e) {
+      out.textContent = e instanceof APIError && e.status >= 500 ? serverMessage(e) : e.message;
+    }
+  });
+  show(form, l ? lookupForm : null);
+}
+
+async function removeLDAP() {
+  await dialog("Remove the LDAP directory? Its users' sessions end and they can no longer sign in.", [], () => call("DELETE", api.ldap), "Remove");
 }
 
 async function showAudit() {
@@ -506,9 +671,10 @@ async function showCreate() {
       location.hash = `#/clusters/${encodeURIComponent(spec.name)}`;
       follow(op);
     } catch (e) {
-      if (e instanceof APIError && errors[e.field]) {
-        errors[e.field].textContent = e.message;
-        form.elements[e.field].focus();
+      const at = e instanceof APIError && errorFor(errors, e.field);
+      if (at) {
+        at.textContent = e.message;
+        (form.elements[e.field] || form.elements[e.field.split(/[.[]/)[0]]).focus();
       } else if (e instanceof APIError && e.status < 500) {
         form.querySelector("#form-error").textContent = e.message;
       } else {
@@ -529,6 +695,7 @@ async function route() {
     else if (hash === "#/providers" && isAdmin()) await showProviders();
     else if (hash === "#/images" && isAdmin()) await showImages();
     else if (hash === "#/users" && isAdmin()) await showUsers();
+    else if (hash === "#/ldap" && isAdmin()) await showLDAP();
     else if (hash === "#/audit" && isAdmin()) await showAudit();
     else await showClusters();
   } catch (e) {
