@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -312,6 +313,13 @@ func TestUpgradeReplacesEveryVMKeepingMastersDisks(t *testing.T) {
 
 	fl := e.startFleet("up", "")
 	e.waitAllReady("up")
+	// The cluster's view carries what each agent said of its components.
+	for _, n := range e.cluster("up").Status.Nodes {
+		etcd := slices.ContainsFunc(n.Components, func(c v1.ComponentStatus) bool { return c.Name == "etcd" && c.Healthy })
+		if etcd != (n.Role == v1.RoleMaster) {
+			t.Errorf("%s (%s) shows components %+v", n.Name, n.Role, n.Components)
+		}
+	}
 	for _, c := range []struct {
 		req   v1.UpgradeRequest
 		code  string

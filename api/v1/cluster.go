@@ -450,6 +450,9 @@ type ClusterNode struct {
 	// Ready, NotReady or Unknown; empty before the node has joined.
 	Kubernetes     string `json:"kubernetes,omitempty"`
 	KubeletVersion string `json:"kubeletVersion,omitempty"`
+	// Components is the health of each part the agent configures
+	// (keepalived, haproxy, etcd, kubeadm, cni, …), as it last reported.
+	Components []ComponentStatus `json:"components,omitempty"`
 	// Image is the node image its VM was cloned from.
 	Image string `json:"image,omitempty"`
 	// Upgrade is how far the node's replacement got, while an upgrade

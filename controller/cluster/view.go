@@ -252,7 +252,7 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		}
 		st, reported := tx.Status(m.Name)
 		if reported {
-			n.AgentPhase = st.Phase
+			n.AgentPhase, n.Components = st.Phase, st.Components
 			if k := st.KubernetesNode; k != nil {
 				n.Kubernetes, n.KubeletVersion = kubernetesReady(k.Ready), k.KubeletVersion
 			}

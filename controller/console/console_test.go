@@ -18,7 +18,8 @@ func TestScriptUsesTheAPIsNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{v1.CookieCSRF, v1.HeaderCSRF, v1.PathLogin, v1.PathRefresh, v1.PathLogout, v1.PathWhoAmI,
-		v1.PathClusters, v1.PathProviders, v1.PathImages, v1.APIVersion, v1.ImageReady, string(v1.GrantAdmin), string(v1.UserRoleAdmin)} {
+		v1.PathClusters, v1.PathProviders, v1.PathImages, v1.APIVersion, v1.ImageReady, string(v1.GrantAdmin), string(v1.UserRoleAdmin),
+		v1.PathLDAP, v1.PathUsers, v1.PathAudit, v1.PathOperations, v1.UpgradeRunning, v1.UpgradeSucceeded} {
 		if !strings.Contains(string(data), `"`+want+`"`) {
 			t.Errorf("app.js lacks %q", want)
 		}

@@ -247,6 +247,14 @@ async function showClusters() {
   state.timer = setTimeout(() => route(), 5000);
 }
 
+// components lists what a node's agent said of each part it configures:
+// healthy or not, its phase, and why.
+function components(list) {
+  if (!list || list.length === 0) return null;
+  return el("ul", { class: "components" }, list.map((c) => el("li", { class: c.healthy ? "ok" : "bad", "data-component": c.name },
+    `${c.name}${c.phase ? " " + c.phase : ""}${c.healthy ? "" : " (unhealthy)"}`, c.message ? el("div", { class: "muted" }, c.message) : null)));
+}
+
 async function showCluster(name) {
   const c = await call("GET", `${api.clusters}/${encodeURIComponent(name)}`);
   const s = c.status;
@@ -255,7 +263,7 @@ async function showCluster(name) {
     el("tbody", {}, (s.nodes || []).map((n) => el("tr", { "data-node": n.name },
       el("td", {}, n.name), el("td", {}, n.role), el("td", {}, n.ip || n.guestIP || ""),
       el("td", { class: `phase-${n.phase}` }, n.phase, n.lastError ? el("div", { class: "muted" }, n.lastError) : null),
-      el("td", {}, n.step || ""), el("td", {}, n.agentPhase || ""), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
+      el("td", {}, n.step || ""), el("td", {}, n.agentPhase || "", components(n.components)), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
       el("td", {}, n.image || ""), el("td", {}, n.upgrade || ""),
       el("td", {}, c.access === "admin" && n.role === "worker"
         ? el("button", { type: "button", class: "secondary", "data-remove": n.name, onclick: () => removeNode(c.spec.name, n.name) }, "Remove…")
