@@ -34,7 +34,7 @@ func routeAccess(pattern string) string {
 	case "GET " + v1.PathClusters, "GET " + v1.PathOpenAPI, "GET " + v1.PathWhoAmI:
 		return "signed-in"
 	case "GET " + v1.PathClusters + "/{name}", "GET " + v1.PathClusters + "/{name}/grants", "GET " + v1.PathOperations + "/{id}",
-		"POST " + v1.PathClusters + "/{name}/credential":
+		"POST " + v1.PathClusters + "/{name}/credential", "GET " + v1.PathClusters + "/{name}/kubeconfig":
 		return "cluster:view"
 	case "POST " + v1.PathClusters + "/{name}/scale", "POST " + v1.PathClusters + "/{name}/retry", "POST " + v1.PathClusters + "/{name}/upgrade",
 		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/kubeconfig",

@@ -85,10 +85,13 @@ func (s *Session) Clone(ctx context.Context, c CloneSpec) (types.ManagedObjectRe
 			return vm.Reference(), nil
 		}
 	}
-	if err != nil {
-		return types.ManagedObjectReference{}, fmt.Errorf("clone %s: %w", c.Name, err)
+	if err == nil {
+		var ref types.ManagedObjectReference
+		if ref, err = taskResult[types.ManagedObjectReference](info); err == nil {
+			return ref, nil
+		}
 	}
-	return info.Result.(types.ManagedObjectReference), nil
+	return types.ManagedObjectReference{}, fmt.Errorf("clone %s: %w", c.Name, err)
 }
 
 // FindVM returns the VM of that name in the folder, or nil.
@@ -225,16 +228,42 @@ func (s *Session) diskExists(ctx context.Context, d DataDisk) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("datastore %s: %w", d.Datastore, err)
 	}
-	_, err = ds.Stat(ctx, d.Dir+"/"+d.Name+".vmdk")
-	if err == nil {
-		return true, nil
+	// A search of the folder rather than ds.Stat, which takes a task
+	// without a result for one with an empty result, and panics.
+	browser, err := ds.Browser(ctx)
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", d.Path(), err)
 	}
-	var nf object.DatastoreNoSuchFileError
-	var nd object.DatastoreNoSuchDirectoryError
-	if errors.As(err, &nf) || errors.As(err, &nd) {
-		return false, nil
+	task, err := browser.SearchDatastore(ctx, ds.Path(d.Dir), &types.HostDatastoreBrowserSearchSpec{MatchPattern: []string{d.Name + ".vmdk"}})
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", d.Path(), err)
 	}
-	return false, fmt.Errorf("stat %s: %w", d.Path(), err)
+	info, err := task.WaitForResult(ctx)
+	switch {
+	case types.IsFileNotFound(err):
+		return false, nil // no folder
+	case err != nil:
+		return false, fmt.Errorf("stat %s: %w", d.Path(), err)
+	}
+	res, err := taskResult[types.HostDatastoreBrowserSearchResults](info)
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", d.Path(), err)
+	}
+	return len(res.File) > 0, nil
+}
+
+// taskResult is a finished task's result. govmomi's wait answers no
+// info and no error when the task vanished before it was seen to end.
+func taskResult[T any](info *types.TaskInfo) (T, error) {
+	var zero T
+	if info == nil {
+		return zero, errors.New("the task ended without an answer")
+	}
+	res, ok := info.Result.(T)
+	if !ok {
+		return zero, fmt.Errorf("the task answered %T, want %T", info.Result, zero)
+	}
+	return res, nil
 }
 
 // DeleteDataDisk removes a data disk's file (cluster delete --purge).
@@ -359,12 +388,14 @@ func (s *Session) Destroy(ctx context.Context, ref types.ManagedObjectReference)
 	if _, err := s.DetachPersistentDisks(ctx, ref); err != nil {
 		return err
 	}
-	s.files.RLock()
+	// Exclusive: the simulator's destroy writes the datastore's list of
+	// VMs, which its reconfigure reads unlocked.
+	s.files.Lock()
 	task, err := s.VM(ref).Destroy(ctx)
 	if err == nil {
 		err = task.Wait(ctx)
 	}
-	s.files.RUnlock()
+	s.files.Unlock()
 	if err != nil && !isFault[*types.ManagedObjectNotFound](err) {
 		return fmt.Errorf("destroy %s: %w", ref.Value, err)
 	}
