@@ -111,12 +111,21 @@ func Start(t Target) *Watch {
 	return w
 }
 
-// Stop ends the clients and returns what they saw.
+// Stop ends the clients and returns what they saw. It is called once the
+// upgrade has ended, so a replacement still showing ends now: the last
+// one ends with the operation, mostly before a next read of the nodes
+// could see it gone.
 func (w *Watch) Stop() *Result {
 	w.cancel()
 	w.wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := time.Now()
+	for name, start := range w.swapStart {
+		if _, done := w.res.Replaced[name]; !done {
+			w.res.Replaced[name] = now.Sub(start)
+		}
+	}
 	res := w.res
 	if res.MinReady == 1<<30 {
 		res.MinReady = 0

@@ -1,0 +1,31 @@
+package upgradewatch
+
+import (
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// A replacement is timed from the first read that shows it to the first
+// that does not; one still showing when the watch stops (the last worker,
+// whose removal ends the operation) ends at the stop.
+func TestReplacementsAreTimedUntilGoneOrStopped(t *testing.T) {
+	w := &Watch{cancel: func() {}, res: Result{Replaced: map[string]time.Duration{}}, swapStart: map[string]time.Time{}}
+	t0 := time.Now().Add(-time.Minute)
+	w.nodes([]v1.ClusterNode{{Name: "w1", Upgrade: "ReplacedBy w3"}, {Name: "w2"}}, t0)
+	w.nodes([]v1.ClusterNode{{Name: "w2", Upgrade: "ReplacedBy w4"}, {Name: "w3"}}, t0.Add(20*time.Second))
+	if got := w.res.Replaced["w1"]; got != 20*time.Second {
+		t.Errorf("w1 replaced in %s, want 20s: from when it showed until it was gone", got)
+	}
+	if _, done := w.res.Replaced["w2"]; done {
+		t.Error("w2 timed while its replacement still shows")
+	}
+	res := w.Stop()
+	if got := res.Replaced["w2"]; got < 40*time.Second || got > 41*time.Second {
+		t.Errorf("w2 replaced in %s, want about 40s: from when it showed until the stop", got)
+	}
+	if got := res.Replaced["w1"]; got != 20*time.Second {
+		t.Errorf("the stop changed w1's time to %s", got)
+	}
+}
