@@ -775,7 +775,9 @@ func (a *Agent) cachedRevision() int64 {
 
 // capabilities are the role fields this agent acts on beyond the first
 // v1 ones; the controller sends no agent a field it does not list.
-func capabilities() []string { return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods} }
+func capabilities() []string {
+	return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3}
+}
 
 func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) string {
 	ticker := time.NewTicker(a.cfg.StatusInterval)

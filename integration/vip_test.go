@@ -135,6 +135,110 @@ func waitHolder(t *testing.T, hosts []*nsHost, want string) time.Time {
 	}
 }
 
+// vipCluster is three masters (m1, m2, m3 by rank) on a namespace switch,
+// each running the agent's HAProxy and keepalived components.
+type vipCluster struct {
+	id, sw, agentBin string
+	hosts            []*nsHost
+	role             v1.Role
+}
+
+// startVIPCluster converges the masters with role (changed by mutate
+// first, when given).
+func startVIPCluster(t *testing.T, mutate func(*v1.Role)) *vipCluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root, as make test has")
+	}
+	c := &vipCluster{agentBin: filepath.Join(binaries(t), "harmony-agent")}
+	b := make([]byte, 4)
+	rand.Read(b)
+	c.id = hex.EncodeToString(b)
+	c.sw = nsSwitch(t, c.id)
+	c.role = v1.Role{
+		APIVersion: v1.APIVersion, Kind: "Role", Role: v1.RoleMaster, Revision: 1,
+		Cluster: v1.ClusterSettings{Name: "lab", VIP: vip, VRID: 61,
+			LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: "l4b-vrrp", CheckInterval: "1s"}},
+	}
+	if mutate != nil {
+		mutate(&c.role)
+	}
+	for i, name := range []string{"m1", "m2", "m3"} {
+		addr := "198.18.10." + string(rune('1'+i)) + "1"
+		c.hosts = append(c.hosts, newNSHost(t, c.id, c.sw, name, addr, c.agentBin))
+		c.role.Peers = append(c.role.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr, Rank: i})
+	}
+	for _, h := range c.hosts {
+		c.converge(t, h, c.role)
+	}
+	return c
+}
+
+// converge runs h's components with role as h's own.
+func (c *vipCluster) converge(t *testing.T, h *nsHost, role v1.Role) {
+	t.Helper()
+	role.NodeName = h.name
+	if err := role.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, comp := range h.components {
+		if st := comp.Reconcile(context.Background(), h.host, &role); st.Phase != reconcile.PhaseConverged {
+			t.Fatalf("%s %s: %+v", h.name, comp.Name(), st)
+		}
+	}
+}
+
+// TestVIPv3FailsOverInAboutASecondAndIgnoresStrangers runs the masters on
+// VRRPv3 with adverts every 300 ms. The holder's link goes, as when its VM
+// is powered off (no last advert says it leaves): the next takes the VIP
+// after about three adverts, where VRRPv2 takes over three seconds. A
+// fourth host on the segment that advertises a higher priority for the
+// same router (VRRPv3 has no password) is not one of the masters'
+// peers, so they ignore it and the VIP stays.
+func TestVIPv3FailsOverInAboutASecondAndIgnoresStrangers(t *testing.T) {
+	c := startVIPCluster(t, func(r *v1.Role) {
+		r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "300ms"
+	})
+	waitHolder(t, c.hosts, "m1")
+
+	lost := time.Now()
+	testutil.IP(t, "-n", c.sw, "link", "del", "hkvm1"+c.id[:4])
+	moved := waitHolder(t, c.hosts[1:], "m2")
+	gap := moved.Sub(lost)
+	t.Logf("VRRPv3 failover after the holder's link went: %s", gap.Round(time.Millisecond))
+	// VRRPv2's takeover alone is 3 adverts of 1 s and a skew; the real
+	// target (under 2 s to /readyz) is make bench's.
+	if gap > 3*time.Second {
+		t.Errorf("the VIP moved %s after the holder was lost; VRRPv3 every 300ms takes about 1.1s", gap.Round(time.Millisecond))
+	}
+
+	// A stranger: a keepalived configured by the same component, as the
+	// top-ranked peer (priority 200, above m2's 190) of m2 and m3.
+	x := newNSHost(t, c.id, c.sw, "x9", "198.18.10.99", c.agentBin)
+	rogue := c.role
+	rogue.Peers = []v1.Peer{{Name: "x9", Role: v1.RoleMaster, Address: "198.18.10.99", Rank: 0},
+		{Name: "m2", Role: v1.RoleMaster, Address: "198.18.10.21", Rank: 1}, {Name: "m3", Role: v1.RoleMaster, Address: "198.18.10.31", Rank: 2}}
+	c.converge(t, x, rogue)
+	// Once its track script passes it takes the VIP itself (it accepts no
+	// one's adverts either) and advertises to m2 and m3; for ten adverts
+	// after that, m2 still holds the VIP.
+	claimed := time.Time{}
+	deadline := time.Now().Add(30 * time.Second)
+	for claimed.IsZero() || time.Since(claimed) < 10*300*time.Millisecond {
+		if got := holders(t, c.hosts[1:]); len(got) != 1 || got[0] != "m2" {
+			t.Fatalf("VIP holders among the masters %v after a stranger advertised: it took the VIP from m2", got)
+		}
+		if claimed.IsZero() && x.holdsVIP(t) {
+			claimed = time.Now()
+		}
+		if claimed.IsZero() && time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(x.host.Root, "var", "log", "harmony", "keepalived.log"))
+			t.Fatalf("the stranger never advertised (it never took the VIP); its keepalived log (tail):\n%s", tail(string(log), 15))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
@@ -149,39 +253,8 @@ func tail(s string, n int) string {
 // when the holder's keepalived stops, and when the holder's HAProxy stops
 // (the L7 track script).
 func TestVIPFailsOverBetweenNamespaceHosts(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root, as make test has")
-	}
-	agentBin := filepath.Join(binaries(t), "harmony-agent")
-	b := make([]byte, 4)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	sw := nsSwitch(t, id)
-	role := v1.Role{
-		APIVersion: v1.APIVersion, Kind: "Role", Role: v1.RoleMaster, Revision: 1,
-		Cluster: v1.ClusterSettings{Name: "lab", VIP: vip, VRID: 61,
-			LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: "l4b-vrrp", CheckInterval: "1s"}},
-	}
-	var hosts []*nsHost
-	for i, name := range []string{"m1", "m2", "m3"} {
-		addr := "198.18.10." + string(rune('1'+i)) + "1"
-		hosts = append(hosts, newNSHost(t, id, sw, name, addr, agentBin))
-		role.Peers = append(role.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr, Rank: i})
-	}
-	ctx := context.Background()
-	for _, h := range hosts {
-		r := role
-		r.NodeName = h.name
-		if err := r.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range h.components {
-			if st := c.Reconcile(ctx, h.host, &r); st.Phase != reconcile.PhaseConverged {
-				t.Fatalf("%s %s: %+v", h.name, c.Name(), st)
-			}
-		}
-	}
-
+	c := startVIPCluster(t, nil)
+	hosts, role, ctx := c.hosts, c.role, context.Background()
 	waitHolder(t, hosts, "m1")
 
 	// The holder's keepalived stops: the next by rank takes the VIP.

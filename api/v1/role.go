@@ -114,6 +114,29 @@ type LoadBalancerSettings struct {
 	TunnelTimeout string `json:"tunnelTimeout,omitempty"`
 	// CheckInterval between L7 health checks; default 2s.
 	CheckInterval string `json:"checkInterval,omitempty"`
+	// VRRPVersion is 2 (empty: adverts every second, PASS authentication)
+	// or 3 (adverts every AdvertInterval, so a lost holder is noticed in
+	// about three of them; no authentication, so the masters take VRRP
+	// from each other's addresses only). A v2 and a v3 instance do not
+	// hear each other: a controller sets 3 only for masters whose agents
+	// all report CapabilityVRRPv3.
+	VRRPVersion int `json:"vrrpVersion,omitempty"`
+	// AdvertInterval between VRRPv3 adverts, a Go duration that is a
+	// whole number of centiseconds from 10ms to 40s; default 1s. Only
+	// with VRRPVersion 3: VRRPv2 adverts every whole second.
+	AdvertInterval string `json:"advertInterval,omitempty"`
+}
+
+// DefaultVRRPv3AdvertInterval is what a controller sets with VRRPv3: a
+// lost holder is noticed after about a second.
+const DefaultVRRPv3AdvertInterval = 300 * time.Millisecond
+
+// Advert is the interval between VRRP adverts the settings ask for.
+func (lb *LoadBalancerSettings) Advert() time.Duration {
+	if d, err := time.ParseDuration(lb.AdvertInterval); err == nil && lb.VRRPVersion == 3 {
+		return d
+	}
+	return time.Second
 }
 
 // CNISettings selects the pod network and configures it. The type is a
@@ -445,6 +468,20 @@ var vrrpPasswordPattern = regexp.MustCompile(`^[!-~]{1,8}$`)
 func (lb *LoadBalancerSettings) validate(f string) error {
 	if lb.VRRPPassword != "" && !vrrpPasswordPattern.MatchString(lb.VRRPPassword) {
 		return fieldErr(f+".vrrpPassword", "must be 1 to 8 printable ASCII characters without spaces")
+	}
+	switch lb.VRRPVersion {
+	case 0, 2, 3:
+	default:
+		return fieldErr(f+".vrrpVersion", "must be 2 or 3, got %d", lb.VRRPVersion)
+	}
+	if lb.AdvertInterval != "" {
+		d, err := time.ParseDuration(lb.AdvertInterval)
+		switch {
+		case lb.VRRPVersion != 3:
+			return fieldErr(f+".advertInterval", "is for VRRPv3 (vrrpVersion 3); VRRPv2 adverts every second")
+		case err != nil || d < 10*time.Millisecond || d > 40*time.Second || d%(10*time.Millisecond) != 0:
+			return fieldErr(f+".advertInterval", "%q is not a whole number of centiseconds from 10ms to 40s", lb.AdvertInterval)
+		}
 	}
 	for _, d := range []struct{ name, value string }{
 		{"clientTimeout", lb.ClientTimeout}, {"serverTimeout", lb.ServerTimeout},

@@ -79,8 +79,19 @@ func TestDecodeRole(t *testing.T) {
 		{name: "client timeout not a duration", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.ClientTimeout = "4 hours" }, field: "cluster.loadBalancer.clientTimeout"},
 		{name: "tunnel timeout too long", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.TunnelTimeout = "200h" }, field: "cluster.loadBalancer.tunnelTimeout"},
 		{name: "check interval too short", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.CheckInterval = "1ms" }, field: "cluster.loadBalancer.checkInterval"},
+		{name: "VRRP version 4", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.VRRPVersion = 4 }, field: "cluster.loadBalancer.vrrpVersion"},
+		{name: "advert interval with VRRPv2", mut: func(r *v1.Role) { r.Cluster.LoadBalancer.AdvertInterval = "300ms" }, field: "cluster.loadBalancer.advertInterval"},
+		{name: "advert interval not in centiseconds", mut: func(r *v1.Role) {
+			r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "305ms"
+		}, field: "cluster.loadBalancer.advertInterval"},
+		{name: "advert interval too long", mut: func(r *v1.Role) {
+			r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "41s"
+		}, field: "cluster.loadBalancer.advertInterval"},
 		{name: "load balancer settings", mut: func(r *v1.Role) {
 			r.Cluster.LoadBalancer = v1.LoadBalancerSettings{VRRPPassword: "s3cr3t!", ClientTimeout: "4h", ServerTimeout: "4h", TunnelTimeout: "8h", CheckInterval: "2s"}
+		}, field: okField},
+		{name: "VRRPv3 every 300ms", mut: func(r *v1.Role) {
+			r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "300ms"
 		}, field: okField},
 		{name: "pod CIDR not a network", mut: func(r *v1.Role) { r.Cluster.PodCIDR = "10.244.0.1/16" }, field: "cluster.podCIDR"},
 		{name: "pod CIDR without prefix", mut: func(r *v1.Role) { r.Cluster.PodCIDR = "10.244.0.0" }, field: "cluster.podCIDR"},

@@ -39,6 +39,9 @@ const (
 	// CapabilityKeepPods: the agent acts on leave.keepPods (its drain
 	// never gives up).
 	CapabilityKeepPods = "leave.keepPods"
+	// CapabilityVRRPv3: the agent runs keepalived with
+	// cluster.loadBalancer.vrrpVersion 3 and its advertInterval.
+	CapabilityVRRPv3 = "loadBalancer.vrrpVersion3"
 
 	maxCapabilities = 32
 )

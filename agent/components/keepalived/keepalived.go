@@ -1,7 +1,10 @@
 // Package keepalived holds the API VIP on the masters: unicast VRRP between
-// the masters (vSphere networks often drop multicast), priorities by rank,
-// PASS authentication, and a track script that gives the VIP up when the
-// local HAProxy or apiserver stops answering at L7.
+// the masters (vSphere networks often drop multicast), adverts taken from
+// the other masters' addresses only, priorities by rank, and a track
+// script that gives the VIP up when the local HAProxy or apiserver stops
+// answering at L7. VRRPv2 adverts every second with PASS authentication;
+// VRRPv3 (when the role says so) as often as the role asks, without
+// authentication, which it does not have.
 package keepalived
 
 import (
@@ -13,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -212,12 +216,21 @@ type Params struct {
 	VIP         string
 	VIPPrefix   int
 	TrackScript string
+	// Version is VRRP's, 2 or 3; Advert the interval between adverts in
+	// seconds, as keepalived reads it ("1", "0.3").
+	Version int
+	Advert  string
 }
 
 // params derives the configuration from the role and the host's facts.
 func (c *Component) params(host *reconcile.Host, role *v1.Role) (Params, error) {
+	lb := role.Cluster.LoadBalancer
 	p := Params{RouterID: role.NodeName, Instance: "harmony_" + role.Cluster.Name, Interface: host.Facts.Interface,
-		VRID: role.Cluster.VRID, Password: role.Cluster.LoadBalancer.VRRPPassword}
+		VRID: role.Cluster.VRID, Password: lb.VRRPPassword, Version: 2,
+		Advert: strconv.FormatFloat(lb.Advert().Seconds(), 'f', -1, 64)}
+	if lb.VRRPVersion == 3 {
+		p.Version = 3
+	}
 	vip, err := netip.ParseAddr(role.Cluster.VIP)
 	if err != nil {
 		return p, fmt.Errorf("the role has no valid cluster.vip (%q)", role.Cluster.VIP)
@@ -226,7 +239,7 @@ func (c *Component) params(host *reconcile.Host, role *v1.Role) (Params, error) 
 	switch {
 	case p.VRID < 1 || p.VRID > 255:
 		return p, fmt.Errorf("the role has no cluster.vrid (1 to 255)")
-	case p.Password == "":
+	case p.Password == "" && p.Version == 2:
 		return p, fmt.Errorf("the role has no cluster.loadBalancer.vrrpPassword")
 	case p.Interface == "":
 		return p, fmt.Errorf("no primary interface found for VRRP")
@@ -275,6 +288,7 @@ func joinArgv(argv []string) (string, error) {
 var confTemplate = template.Must(template.New("keepalived.conf").Parse(`# Written by harmony-agent from the node's role. Local edits are replaced.
 global_defs {
     router_id {{.RouterID}}
+    vrrp_version {{.Version}}
     enable_script_security
     script_user root
     vrrp_garp_master_refresh 60
@@ -293,7 +307,7 @@ vrrp_instance {{.Instance}} {
     interface {{.Interface}}
     virtual_router_id {{.VRID}}
     priority {{.Priority}}
-    advert_int 1
+    advert_int {{.Advert}}
 {{- if .Peers}}
     unicast_src_ip {{.SourceIP}}
     unicast_peer {
@@ -301,14 +315,19 @@ vrrp_instance {{.Instance}} {
         {{.}}
 {{- end}}
     }
+    # Adverts from any other address are dropped: with VRRPv3 there is no
+    # password, and anyone on the segment could claim the VIP.
+    check_unicast_src
 {{- else}}
     # A single master has no peer to advertise to; keepalived refuses an
     # empty unicast_peer list, so it runs alone on plain VRRP.
 {{- end}}
+{{- if eq .Version 2}}
     authentication {
         auth_type PASS
         auth_pass {{.Password}}
     }
+{{- end}}
     virtual_ipaddress {
         {{.VIP}}/{{.VIPPrefix}} dev {{.Interface}}
     }

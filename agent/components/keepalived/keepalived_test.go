@@ -90,6 +90,9 @@ func TestRendersUnicastVRRPByRankAndPassesKeepalivedCheck(t *testing.T) {
 		"198.18.0.10/32 dev eth0",
 		`script "/bin/true"`,
 		"interface eth0",
+		"vrrp_version 2",
+		"advert_int 1\n",
+		"check_unicast_src",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("config lacks %q:\n%s", want, text)
@@ -104,6 +107,33 @@ func TestRendersUnicastVRRPByRankAndPassesKeepalivedCheck(t *testing.T) {
 	u, ok := f.rec.Unit("keepalived")
 	if !ok || !slices.Contains(u.Command, path) || !slices.Contains(u.Command, "--dont-fork") {
 		t.Fatalf("unit %+v", u)
+	}
+}
+
+// VRRPv3, when the role asks for it: adverts as often as it says, no
+// authentication (keepalived refuses a v3 instance with one), adverts
+// from the other masters only; keepalived's own check passes.
+func TestRendersVRRPv3WithItsAdvertIntervalAndNoPassword(t *testing.T) {
+	ns := netnsWithInterface(t, "198.18.0.12")
+	f := newFixture(t, ns)
+	role := masterRole("m2")
+	role.Cluster.LoadBalancer.VRRPVersion, role.Cluster.LoadBalancer.AdvertInterval = 3, "300ms"
+	st := f.comp.Reconcile(context.Background(), f.host, role)
+	if st.Phase != reconcile.PhaseConverged || !st.Healthy {
+		t.Fatalf("status %+v", st)
+	}
+	conf, err := os.ReadFile(f.host.Path(ConfigPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(conf)
+	for _, want := range []string{"vrrp_version 3", "advert_int 0.3\n", "check_unicast_src", "unicast_peer {\n        198.18.0.11\n        198.18.0.13\n    }"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("config lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "auth_pass") || strings.Contains(text, "authentication") {
+		t.Errorf("a VRRPv3 config with authentication:\n%s", text)
 	}
 }
 
