@@ -84,6 +84,10 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request, who pr
 	if err := c.store.SetStatus(*st); err != nil {
 		return storeError(err, "node")
 	}
+	// The report is stored either way; roles that depend on it follow.
+	if err := c.clusters.StatusReported(who.name); err != nil {
+		c.log.Error("roles after a status report", "node", who.name, "err", err)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

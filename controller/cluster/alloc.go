@@ -54,7 +54,7 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	if err != nil {
 		return err
 	}
-	rs, err := roles(rec, sec, machines)
+	rs, err := roles(rec, sec, machines, mastersRunVRRPv3(tx, machines))
 	if err != nil {
 		return err
 	}
@@ -64,6 +64,25 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	// The store wakes the nodes' watches once this transaction commits.
 	_, err = tx.PutRoles(rs)
 	return err
+}
+
+// mastersRunVRRPv3 reports whether every master's agent has said it runs
+// VRRPv3. A v2 and a v3 keepalived do not hear each other and would both
+// hold the VIP, so one master without it (an older image, or a new VM
+// that has not reported yet) keeps them all on v2.
+func mastersRunVRRPv3(tx *store.Tx, machines []machine) bool {
+	n := 0
+	for _, m := range machines {
+		if m.Role != v1.RoleMaster {
+			continue
+		}
+		st, ok := tx.Status(m.Name)
+		if !ok || !slices.Contains(st.Capabilities, v1.CapabilityVRRPv3) {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // markRemoved starts a machine's removal from a clean slate. leaveBy is

@@ -41,7 +41,7 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 		ms = append(ms, m)
 	}
 	ms[4].Remove = true // a worker on its way out has no role
-	rs, err := roles(rec, sec, ms)
+	rs, err := roles(rec, sec, ms, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/randstr"
 )
 
@@ -54,7 +55,9 @@ func newSecrets(now time.Time) (*secrets, error) {
 // role once more with Leave set: the same settings, and as peers the
 // remaining nodes plus itself, so that it reaches the members it leaves
 // while the others no longer count it.
-func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
+//
+// vrrp3 puts the masters on VRRPv3 (every master's agent runs it).
+func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, error) {
 	var live, leavers []machine
 	for _, m := range machines {
 		switch {
@@ -115,6 +118,10 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 			pki := sec.PKI
 			r.PKI = &pki
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
+			if vrrp3 {
+				r.Cluster.LoadBalancer.VRRPVersion = 3
+				r.Cluster.LoadBalancer.AdvertInterval = v1.DefaultVRRPv3AdvertInterval.String()
+			}
 		}
 		if m.Remove {
 			// Ranked after the remaining masters: it holds no rank they
@@ -134,4 +141,55 @@ func roles(c *record, sec *secrets, machines []machine) ([]v1.Role, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// StatusReported gives a cluster's nodes their roles again when a
+// master's report changes what the roles say: the masters move to VRRPv3
+// once the last of them reports it runs it, and back to v2 should one
+// that does not join (a new VM of an older image). Any other report
+// changes nothing here, and costs a read.
+func (s *Service) StatusReported(node string) error {
+	stale := func(tx *store.Tx) (*record, []machine, bool, error) {
+		n, err := tx.Node(node)
+		if err != nil || n.Cluster == "" || n.Role != v1.RoleMaster {
+			return nil, nil, false, nil
+		}
+		role, ok := tx.Role(node)
+		if !ok {
+			return nil, nil, false, nil
+		}
+		rec, err := loadCluster(tx, n.Cluster)
+		if err != nil || rec.Deleting {
+			return nil, nil, false, nil
+		}
+		machines, err := loadMachines(tx, n.Cluster)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return rec, machines, (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines), nil
+	}
+	var change bool
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		_, _, change, err = stale(tx)
+		return err
+	})
+	if err != nil || !change {
+		return err
+	}
+	return s.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, _, change, err := stale(tx)
+		if err != nil || !change {
+			return err
+		}
+		sec, err := loadSecrets(tx, rec.Spec.Name)
+		if err != nil {
+			return err
+		}
+		if err := putRoles(tx, rec, sec); err != nil {
+			return err
+		}
+		s.log.Info("roles given again: the masters' VRRP version changed", "cluster", rec.Spec.Name, "after", node)
+		return nil
+	})
 }

@@ -181,6 +181,13 @@ func (t *Tx) Status(name string) (v1.Status, bool) {
 	return st, err == nil
 }
 
+// Role reads a node's stored role.
+func (t *Tx) Role(name string) (v1.Role, bool) {
+	var r v1.Role
+	err := getJSON(t.tx.Bucket(bucketRoles), name, &r)
+	return r, err == nil
+}
+
 // AddOperation gives op a new ID, marks it running and stores it.
 func (t *Tx) AddOperation(op *v1.Operation) error {
 	id, err := randstr.Hex(8)
