@@ -402,6 +402,21 @@ function errorFor(errors, field) {
   return errors[field] || errors[field.split(/[.[]/)[0]] || null;
 }
 
+// formFailed shows why a page's form was refused: next to the field the
+// refusal names (and the focus there), under the form, or, for the
+// controller's own failure, in the page's message.
+function formFailed(form, errors, e) {
+  const at = e instanceof APIError && errorFor(errors, e.field);
+  if (at) {
+    at.textContent = e.message;
+    (form.elements[e.field] || form.elements[e.field.split(/[.[]/)[0]]).focus();
+  } else if (e instanceof APIError && e.status < 500) {
+    form.querySelector("#form-error").textContent = e.message;
+  } else {
+    failed(e);
+  }
+}
+
 // fieldError is a refusal the page makes itself, before the API.
 function fieldError(field, message) {
   return new APIError(400, { error: { code: "bad_request", field, message } });
@@ -603,15 +618,7 @@ async function showLDAP() {
       showMessage("");
       await showLDAP();
     } catch (e) {
-      const at = e instanceof APIError && errorFor(errors, e.field);
-      if (at) {
-        at.textContent = e.message;
-        (form.elements[e.field] || form.elements[e.field.split(/[.[]/)[0]]).focus();
-      } else if (e instanceof APIError && e.status < 500) {
-        form.querySelector("#form-error").textContent = e.message;
-      } else {
-        failed(e);
-      }
+      formFailed(form, errors, e);
     }
   });
   const lookupForm = el("form", { class: "create lookup", novalidate: true, "aria-labelledby": "lookup-title" },
@@ -679,15 +686,7 @@ async function showCreate() {
       location.hash = `#/clusters/${encodeURIComponent(spec.name)}`;
       follow(op);
     } catch (e) {
-      const at = e instanceof APIError && errorFor(errors, e.field);
-      if (at) {
-        at.textContent = e.message;
-        (form.elements[e.field] || form.elements[e.field.split(/[.[]/)[0]]).focus();
-      } else if (e instanceof APIError && e.status < 500) {
-        form.querySelector("#form-error").textContent = e.message;
-      } else {
-        failed(e);
-      }
+      formFailed(form, errors, e);
     }
   });
   show(form);
