@@ -66,14 +66,15 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	return err
 }
 
-// mastersRunVRRPv3 reports whether every master's agent has said it runs
-// VRRPv3. A v2 and a v3 keepalived do not hear each other and would both
-// hold the VIP, so one master without it (an older image, or a new VM
-// that has not reported yet) keeps them all on v2.
+// mastersRunVRRPv3 reports whether every master that runs keepalived
+// (one that stays, or one still leaving) has said through its agent that
+// it runs VRRPv3. A v2 and a v3 keepalived do not hear each other and
+// would both hold the VIP, so one master without it (an older image, or
+// a new VM that has not reported yet) keeps them all on v2.
 func mastersRunVRRPv3(tx *store.Tx, machines []machine) bool {
 	n := 0
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster {
+		if m.Role != v1.RoleMaster || m.Remove && !m.leaving() {
 			continue
 		}
 		st, ok := tx.Status(m.Name)

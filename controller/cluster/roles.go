@@ -149,36 +149,36 @@ func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, 
 // that does not join (a new VM of an older image). Any other report
 // changes nothing here, and costs a read.
 func (s *Service) StatusReported(node string) error {
-	stale := func(tx *store.Tx) (*record, []machine, bool, error) {
+	stale := func(tx *store.Tx) (*record, bool, error) {
 		n, err := tx.Node(node)
 		if err != nil || n.Cluster == "" || n.Role != v1.RoleMaster {
-			return nil, nil, false, nil
+			return nil, false, nil
 		}
 		role, ok := tx.Role(node)
 		if !ok {
-			return nil, nil, false, nil
+			return nil, false, nil
 		}
 		rec, err := loadCluster(tx, n.Cluster)
 		if err != nil || rec.Deleting {
-			return nil, nil, false, nil
+			return nil, false, nil
 		}
 		machines, err := loadMachines(tx, n.Cluster)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, false, err
 		}
-		return rec, machines, (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines), nil
+		return rec, (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines), nil
 	}
 	var change bool
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
-		_, _, change, err = stale(tx)
+		_, change, err = stale(tx)
 		return err
 	})
 	if err != nil || !change {
 		return err
 	}
 	return s.cfg.Store.Update(func(tx *store.Tx) error {
-		rec, _, change, err := stale(tx)
+		rec, change, err := stale(tx)
 		if err != nil || !change {
 			return err
 		}
