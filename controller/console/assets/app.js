@@ -104,6 +104,25 @@ function refresh(key, build) {
   state.shown = key;
 }
 
+// refreshParts is refresh for a page of parts: [name, data, build]. The
+// page is laid out once; after that a part is rebuilt only when its data
+// changed, and the others keep their elements (and the user's focus and
+// click).
+function refreshParts(page, header, parts) {
+  clearTimeout(state.timer);
+  if (state.shown !== page) {
+    show(header, parts.map(([name]) => el("div", { class: "part", "data-part": name })));
+    state.shown = page;
+    state.parts = {};
+  }
+  for (const [name, data, build] of parts) {
+    const key = JSON.stringify(data);
+    if (state.parts[name] === key) continue;
+    main().querySelector(`div[data-part="${name}"]`).replaceChildren(...[build()].flat().filter((n) => n !== null && n !== undefined));
+    state.parts[name] = key;
+  }
+}
+
 function showMessage(text) {
   const m = document.getElementById("message");
   m.textContent = text;
@@ -130,7 +149,7 @@ function failed(e) {
 
 // op is the operation this page started and follows (the API's watch:
 // each answer comes as soon as the operation has a new event).
-const state = { who: null, timer: 0, op: null, shown: null };
+const state = { who: null, timer: 0, op: null, shown: null, parts: {} };
 
 async function follow(op) {
   if (!op || !op.id) return;
@@ -282,18 +301,21 @@ async function showCluster(name) {
       ? el("button", { type: "button", class: "secondary", "data-revoke": `${g.kind}/${g.subject}`, onclick: () => revoke(c.spec.name, g) }, "Revoke")
       : "")],
   ], grants, (g) => ({ "data-grant": `${g.kind}/${g.subject}` }));
-  refresh(JSON.stringify(["cluster", c, grants, state.op]), () => [
-    el("h1", {}, `Cluster ${c.spec.name}`),
-    clusterActions(c),
-    operationPanel(c.spec.name),
-    upgradePanel(c),
-    el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`),
-    el("h2", {}, "Nodes"), nodes,
-    el("h2", {}, "Conditions"), conditions,
-    el("h2", {}, "Events"), events,
-    el("h2", {}, "Access"),
-    c.access === "admin" ? el("div", { class: "actions" }, el("button", { type: "button", id: "grant", onclick: () => grant(c.spec.name) }, "Grant access…")) : null,
-    grants.length ? grantRows : el("p", { class: "empty" }, "No grants: only the controller's admins have access.")]);
+  // Each part is redrawn only when its own data changed: the actions stay
+  // the same elements while events come in, so a click is not lost to a
+  // redraw.
+  refreshParts(JSON.stringify(["cluster", c.spec.name]), el("h1", {}, `Cluster ${c.spec.name}`), [
+    ["actions", [c.access, isAdmin()], () => clusterActions(c)],
+    ["operation", [state.op], () => operationPanel(c.spec.name)],
+    ["upgrade", [s.upgrade, c.access], () => upgradePanel(c)],
+    ["summary", [s.phase, c.spec], () => el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`)],
+    ["nodes", [s.nodes, c.access], () => [el("h2", {}, "Nodes"), nodes]],
+    ["conditions", [s.conditions], () => [el("h2", {}, "Conditions"), conditions]],
+    ["events", [s.events], () => [el("h2", {}, "Events"), events]],
+    ["access", [grants, c.access], () => [el("h2", {}, "Access"),
+      c.access === "admin" ? el("div", { class: "actions" }, el("button", { type: "button", id: "grant", onclick: () => grant(c.spec.name) }, "Grant access…")) : null,
+      grants.length ? grantRows : el("p", { class: "empty" }, "No grants: only the controller's admins have access.")]],
+  ]);
   // The page follows the cluster while it is shown.
   state.timer = setTimeout(() => route(), 2000);
 }
