@@ -43,7 +43,9 @@ func TestDecodeStatus(t *testing.T) {
 		{name: "32 components", mut: func(s *v1.Status) { s.Components = manyComponents(32) }, field: okField},
 		{name: "message of 1024 bytes", mut: func(s *v1.Status) { s.Components[0].Message = strings.Repeat("x", 1024) }, field: okField},
 		{name: "agent version of 64 characters", mut: func(s *v1.Status) { s.AgentVersion = strings.Repeat("v", 64) }, field: okField},
-		{name: "capabilities", mut: func(s *v1.Status) { s.Capabilities = []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3} }, field: okField},
+		{name: "capabilities", mut: func(s *v1.Status) {
+			s.Capabilities = []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3}
+		}, field: okField},
 		{name: "exactly the size limit", raw: padTo(t, valid, v1.MaxStatusBytes), field: okField},
 
 		{name: "wrong apiVersion", mut: func(s *v1.Status) { s.APIVersion = "" }, field: "apiVersion"},
