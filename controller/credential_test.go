@@ -17,16 +17,8 @@ import (
 // none without a grant, none once the grant is revoked.
 func TestUserCredential(t *testing.T) {
 	e := newClusterEnv(t)
-	e.do("POST", v1.PathClusters, e.spec("cred", 1, 0))
+	viewer, stranger, master := e.viewedCluster("cred")
 	path := e.tc.url + v1.PathClusters + "/cred/credential"
-	viewer := e.tc.userClient("viewer", v1.UserRoleUser)
-	stranger := e.tc.userClient("stranger", v1.UserRoleUser)
-	if r := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/cred/grants", v1.GrantRequest{User: "viewer", Role: v1.GrantView}); r.status != http.StatusCreated {
-		t.Fatalf("grant: %d %s", r.status, r.body)
-	}
-	role := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/cred-m1/role", nil)
-	var master v1.Role
-	role.decode(t, &master)
 
 	credential := func(client *http.Client, body any) (response, *x509.Certificate) {
 		t.Helper()
@@ -88,4 +80,19 @@ func TestUserCredential(t *testing.T) {
 	if r, _ := credential(viewer, v1.CredentialRequest{CSR: csr}); r.status != http.StatusNotFound {
 		t.Errorf("after the grant was revoked: %d %s", r.status, r.body)
 	}
+}
+
+// viewedCluster creates a 1+0 cluster with a user "viewer" granted view
+// on it and a user "stranger" granted nothing; it returns their clients
+// and the master's role (which holds the cluster CA).
+func (e *clusterEnv) viewedCluster(name string) (viewer, stranger *http.Client, master v1.Role) {
+	e.t.Helper()
+	e.do("POST", v1.PathClusters, e.spec(name, 1, 0))
+	viewer = e.tc.userClient("viewer", v1.UserRoleUser)
+	stranger = e.tc.userClient("stranger", v1.UserRoleUser)
+	if r := doJSON(e.t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/"+name+"/grants", v1.GrantRequest{User: "viewer", Role: v1.GrantView}); r.status != http.StatusCreated {
+		e.t.Fatalf("grant: %d %s", r.status, r.body)
+	}
+	doJSON(e.t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+name+"-m1/role", nil).decode(e.t, &master)
+	return viewer, stranger, master
 }

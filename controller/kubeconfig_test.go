@@ -94,16 +94,8 @@ func TestClusterKubeconfig(t *testing.T) {
 // certificate or key, and only a user with a grant gets one.
 func TestUserKubeconfig(t *testing.T) {
 	e := newClusterEnv(t)
-	e.do("POST", v1.PathClusters, e.spec("ukc", 1, 0))
+	viewer, stranger, master := e.viewedCluster("ukc")
 	path := e.tc.url + v1.PathClusters + "/ukc/kubeconfig"
-	viewer := e.tc.userClient("viewer", v1.UserRoleUser)
-	stranger := e.tc.userClient("stranger", v1.UserRoleUser)
-	if r := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ukc/grants", v1.GrantRequest{User: "viewer", Role: v1.GrantView}); r.status != http.StatusCreated {
-		t.Fatalf("grant: %d %s", r.status, r.body)
-	}
-	role := doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/ukc-m1/role", nil)
-	var master v1.Role
-	role.decode(t, &master)
 
 	r := doJSON(t, viewer, "GET", path, nil)
 	if r.status != http.StatusOK {
