@@ -133,6 +133,10 @@ function showMessage(text) {
 // status and code, so that it reads as the controller's, not the user's.
 const serverMessage = (e) => `The controller could not do this (HTTP ${e.status}${e.code ? ", " + e.code : ""}): ${e.message}`;
 
+// reason is what a failure says where it is shown in place: the
+// controller's own failures with their status and code.
+const reason = (e) => (e instanceof APIError && e.status >= 500 ? serverMessage(e) : e.message);
+
 // failed reports an error the page cannot place next to a field.
 function failed(e) {
   if (e instanceof APIError && e.status >= 500) {
@@ -409,7 +413,7 @@ function dialog(title, fields, submit, confirmText) {
       } catch (e) {
         const at = e instanceof APIError && errorFor(errors, e.field);
         if (at) at.textContent = e.message;
-        else form.querySelector("#form-error").textContent = e instanceof APIError && e.status >= 500 ? serverMessage(e) : e.message;
+        else form.querySelector("#form-error").textContent = reason(e);
       }
     });
     document.body.append(d);
@@ -656,7 +660,7 @@ async function showLDAP() {
       const u = await call("POST", `${api.ldap}/lookup`, { username: lookupForm.elements.username.value.trim() });
       out.textContent = `${u.dn} · groups: ${(u.groups || []).join(", ") || "none"} · ${u.role ? "signs in as " + u.role : "may not sign in"}`;
     } catch (e) {
-      out.textContent = e instanceof APIError && e.status >= 500 ? serverMessage(e) : e.message;
+      out.textContent = reason(e);
     }
   });
   show(form, l ? lookupForm : null);
