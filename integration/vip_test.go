@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -168,8 +169,16 @@ func startVIPCluster(t *testing.T, mutate func(*v1.Role)) *vipCluster {
 		c.hosts = append(c.hosts, newNSHost(t, c.id, c.sw, name, addr, c.agentBin))
 		c.role.Peers = append(c.role.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr, Rank: i})
 	}
-	for _, h := range c.hosts {
+	// m1 first, as the lab's first master: with no preemption, whichever
+	// master is ready first holds the VIP. The others then wait until
+	// their track scripts pass, so that a failover test finds them ready.
+	for i, h := range c.hosts {
 		c.converge(t, h, c.role)
+		if i == 0 {
+			waitHolder(t, c.hosts[:1], "m1")
+		} else {
+			h.waitKeepalivedLog(t, "", "Entering BACKUP STATE", time.Minute)
+		}
 	}
 	return c
 }
@@ -294,4 +303,117 @@ func TestVIPFailsOverBetweenNamespaceHosts(t *testing.T) {
 	if before.PID != after.PID || after.Restarts != before.Restarts {
 		t.Fatalf("keepalived restarted: %+v -> %+v", before, after)
 	}
+}
+
+// TestVIPStaysPutWhileAnApiserverFlaps: the holder's HAProxy stops and the
+// VIP moves to the next master by rank. The first one recovers and stays
+// a backup: it does not take the VIP back, which would drop every
+// connection through it a second time. Then it flaps, up for less than
+// the track script's rise, and the new holder's HAProxy stops: the VIP
+// goes to the stable third master, never to the flapping first.
+func TestVIPStaysPutWhileAnApiserverFlaps(t *testing.T) {
+	c := startVIPCluster(t, func(r *v1.Role) {
+		r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "300ms"
+	})
+	ctx := context.Background()
+	m1, m2 := c.hosts[0], c.hosts[1]
+	waitHolder(t, c.hosts, "m1")
+
+	before := m1.keepalivedLog(t)
+	if err := m1.sup.Stop(ctx, "haproxy"); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder(t, c.hosts, "m2")
+	c.startHAProxy(t, m1)
+	m1.waitKeepalivedLog(t, before, "Entering BACKUP STATE", time.Minute)
+	// Preempting, m1 (priority 200 against m2's 190) would take the VIP
+	// back within an advert interval of entering BACKUP.
+	c.expectHolder(t, "m2", 5*time.Second)
+
+	// Flapping: up 5 s (two or three passing checks, rise is five), down
+	// until the track script has failed again.
+	flapped := m1.keepalivedLog(t)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			for {
+				if err := m1.sup.Stop(ctx, "haproxy"); err != nil {
+					return err
+				}
+				select {
+				case <-stop:
+					return nil
+				case <-time.After(5 * time.Second):
+				}
+				if err := c.startHAProxyErr(m1); err != nil {
+					return err
+				}
+				select {
+				case <-stop:
+					return nil
+				case <-time.After(5 * time.Second):
+				}
+			}
+		}()
+	}()
+	m1.waitKeepalivedLog(t, flapped, "Entering FAULT STATE", time.Minute)
+	if err := m2.sup.Stop(ctx, "haproxy"); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder(t, c.hosts, "m3")
+	c.expectHolder(t, "m3", 12*time.Second)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("flapping m1's HAProxy: %v", err)
+	}
+	if log := strings.TrimPrefix(m1.keepalivedLog(t), flapped); strings.Contains(log, "Entering BACKUP STATE") {
+		t.Errorf("m1 left FAULT while its HAProxy was up for less than the rise:\n%s", tail(log, 20))
+	}
+}
+
+// startHAProxy runs h's HAProxy component again, after a test stopped it.
+func (c *vipCluster) startHAProxy(t *testing.T, h *nsHost) {
+	t.Helper()
+	if err := c.startHAProxyErr(h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *vipCluster) startHAProxyErr(h *nsHost) error {
+	role := c.role
+	role.NodeName = h.name
+	comp := h.components[0]
+	if st := comp.Reconcile(context.Background(), h.host, &role); st.Phase != reconcile.PhaseConverged {
+		return fmt.Errorf("%s %s: %+v", h.name, comp.Name(), st)
+	}
+	return nil
+}
+
+// expectHolder fails the test if want stops being the only holder within d.
+func (c *vipCluster) expectHolder(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := holders(t, c.hosts); len(got) != 1 || got[0] != want {
+			t.Fatalf("VIP holders %v, want only %s", got, want)
+		}
+	}
+}
+
+func (h *nsHost) keepalivedLog(t *testing.T) string {
+	t.Helper()
+	log, err := os.ReadFile(filepath.Join(h.host.Root, "var", "log", "harmony", "keepalived.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(log)
+}
+
+// waitKeepalivedLog waits until h's keepalived logs line after the log
+// that was since.
+func (h *nsHost) waitKeepalivedLog(t *testing.T, since, line string, d time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, d, h.name+" keepalived logs "+line, func() bool {
+		return strings.Contains(strings.TrimPrefix(h.keepalivedLog(t), since), line)
+	}, func() { t.Logf("%s keepalived log (tail):\n%s", h.name, tail(h.keepalivedLog(t), 15)) })
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"golang.org/x/sys/unix"
 )
 
 // The real HAProxy, run by the real process supervisor, in front of a TLS
@@ -32,51 +33,10 @@ import (
 // /readyz against the cluster CA, exports metrics, reloads on a new CA
 // without dropping an established connection, and stops for a worker.
 func TestEndToEndWithSupervisor(t *testing.T) {
-	needHAProxy(t)
-	if testing.Short() {
-		t.Skip("runs HAProxy")
-	}
 	ctx := context.Background()
-
 	ca := newCA(t, "cluster-ca")
-	der, key := ca.servingCert(t, net.IPv4(127, 0, 0, 1))
-	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/readyz" {
-			io.WriteString(w, "ok")
-			return
-		}
-		io.WriteString(w, "apiserver says hello")
-	}))
-	api.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-	// Checks refused after the CA rotation would log handshake errors.
-	api.Config.ErrorLog = log.New(io.Discard, "", 0)
-	api.StartTLS()
-	t.Cleanup(api.Close)
-	apiPort := api.Listener.Addr().(*net.TCPAddr).Port
-
-	root := t.TempDir()
-	sup, err := service.NewSupervisor(service.SupervisorConfig{
-		RunDir: filepath.Join(root, "run/harmony"),
-		LogDir: filepath.Join(root, "var/log/harmony"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sup.StopAll(context.Background()); err != nil {
-			t.Errorf("stop all: %v", err)
-		}
-		if t.Failed() {
-			logs, _ := os.ReadFile(filepath.Join(root, "var/log/harmony/haproxy.log"))
-			t.Logf("haproxy log:\n%s", logs)
-		}
-	})
-	host := &reconcile.Host{Root: root, Services: sup}
-
-	loopback := netip.MustParseAddr("127.0.0.1")
-	frontend := netip.AddrPortFrom(loopback, freePort(t))
-	stats := netip.AddrPortFrom(loopback, freePort(t))
-	c := New(Config{Binary: haproxyBinary, FrontendPort: int(frontend.Port()), APIServerPort: apiPort, StatsAddr: stats})
+	f := startLoopback(t, ca)
+	sup, host, c, frontend, stats := f.sup, f.host, f.comp, f.frontend, f.stats
 
 	role := func(ca *testCA) *v1.Role {
 		r := masterRole(t, 1, ca)
@@ -167,6 +127,145 @@ func TestEndToEndWithSupervisor(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", stats.String(), time.Second); err == nil {
 		t.Error("the stats port still answers after stop")
+	}
+}
+
+// loopbackFixture is HAProxy, run by the real supervisor on 127.0.0.1,
+// with a TLS "apiserver" behind it whose certificate ca signed.
+type loopbackFixture struct {
+	sup      *service.Supervisor
+	host     *reconcile.Host
+	comp     *Component
+	frontend netip.AddrPort
+	stats    netip.AddrPort
+	apiPort  int
+}
+
+func startLoopback(t *testing.T, ca *testCA) *loopbackFixture {
+	t.Helper()
+	needHAProxy(t)
+	if testing.Short() {
+		t.Skip("runs HAProxy")
+	}
+	der, key := ca.servingCert(t, net.IPv4(127, 0, 0, 1))
+	api := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			io.WriteString(w, "ok")
+			return
+		}
+		io.WriteString(w, "apiserver says hello")
+	}))
+	api.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	// Checks refused after a CA rotation would log handshake errors.
+	api.Config.ErrorLog = log.New(io.Discard, "", 0)
+	api.StartTLS()
+	t.Cleanup(api.Close)
+	apiPort := api.Listener.Addr().(*net.TCPAddr).Port
+
+	root := t.TempDir()
+	sup, err := service.NewSupervisor(service.SupervisorConfig{
+		RunDir: filepath.Join(root, "run/harmony"),
+		LogDir: filepath.Join(root, "var/log/harmony"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sup.StopAll(context.Background()); err != nil {
+			t.Errorf("stop all: %v", err)
+		}
+		if t.Failed() {
+			logs, _ := os.ReadFile(filepath.Join(root, "var/log/harmony/haproxy.log"))
+			t.Logf("haproxy log:\n%s", logs)
+		}
+	})
+	loopback := netip.MustParseAddr("127.0.0.1")
+	f := &loopbackFixture{sup: sup, host: &reconcile.Host{Root: root, Services: sup},
+		frontend: netip.AddrPortFrom(loopback, freePort(t)), stats: netip.AddrPortFrom(loopback, freePort(t)), apiPort: apiPort}
+	f.comp = New(Config{Binary: haproxyBinary, FrontendPort: int(f.frontend.Port()), APIServerPort: apiPort, StatsAddr: f.stats})
+	return f
+}
+
+// An apiserver that is stopped (its port refuses) or gone (its host
+// powered off: no answer at all), and that the checks have not marked DOWN
+// yet, costs a client at most the connect timeout, a second: HAProxy moves
+// the connection to another server instead of retrying the same one.
+func TestFailedConnectionMovesToAnotherServer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// m2 prepares 127.0.0.2 at the apiserver port.
+		m2 func(t *testing.T, port int)
+	}{
+		{"refused", func(*testing.T, int) {}},
+		{"no answer", silentListener},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca := newCA(t, "cluster-ca")
+			f := startLoopback(t, ca)
+			tc.m2(t, f.apiPort)
+			r := masterRole(t, 2, ca)
+			r.Cluster.VIP = "127.0.0.1"
+			// m1 is the apiserver, m2 is not. Checks an hour apart keep
+			// m2 UP through the test, as in the seconds before the checks
+			// notice.
+			r.Peers[1].Address, r.Peers[2].Address = "127.0.0.2", "127.0.0.1"
+			r.Cluster.LoadBalancer.CheckInterval = "1h"
+			if err := r.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if st := f.comp.Reconcile(context.Background(), f.host, r); st.Phase != reconcile.PhaseConverged {
+				t.Fatalf("reconcile: %+v", st)
+			}
+			pool := x509.NewCertPool()
+			pool.AddCert(ca.cert)
+			var slowest time.Duration
+			// Round robin: every other connection goes to m2 first.
+			for range 4 {
+				start := time.Now()
+				conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Minute}, "tcp", f.frontend.String(),
+					&tls.Config{RootCAs: pool, ServerName: "kubernetes"})
+				if err != nil {
+					t.Fatalf("TLS through the VIP with m2 %s: %v", tc.name, err)
+				}
+				conn.Close()
+				slowest = max(slowest, time.Since(start))
+			}
+			t.Logf("slowest of 4 connections with m2 %s: %s (connect timeout %s)", tc.name, slowest.Round(time.Millisecond), connectTimeout)
+			// Generous: a loopback handshake takes milliseconds, one that
+			// moves on after the 1 s connect timeout about a second.
+			if limit := 3 * time.Second; slowest >= limit {
+				t.Errorf("a connection took %s (limit %s): HAProxy kept trying m2", slowest.Round(time.Millisecond), limit)
+			}
+		})
+	}
+}
+
+// silentListener listens on 127.0.0.2:port with a backlog it fills
+// itself and never accepts, so that the kernel drops every further SYN: a
+// server that does not answer, as a powered-off host.
+func silentListener(t *testing.T, port int) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 2}}); err != nil {
+		t.Fatalf("bind 127.0.0.2:%d: %v", port, err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.2:%d", port)
+	for i := 0; ; i++ {
+		conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err != nil {
+			return // full: this SYN went unanswered
+		}
+		t.Cleanup(func() { conn.Close() })
+		if i == 8 {
+			t.Fatalf("%s still accepts connections after %d", addr, i+1)
+		}
 	}
 }
 

@@ -21,7 +21,11 @@ const (
 	DefaultServerTimeout = 4 * time.Hour
 	DefaultTunnelTimeout = 8 * time.Hour
 	DefaultCheckInterval = 2 * time.Second
-	connectTimeout       = 5 * time.Second
+	// The apiservers are on the masters' own segment, where a connection
+	// takes well under a millisecond: one not made in a second is to a
+	// server that is gone (its host powered off, before the checks mark it
+	// DOWN), and the client is better served by the next one.
+	connectTimeout = time.Second
 )
 
 // verifyHost is the name HAProxy checks each apiserver certificate for.
@@ -197,7 +201,9 @@ global
 defaults
     mode tcp
     log global
-    option redispatch
+    # Each retry goes to another server: a refused or timed-out connect
+    # means that server is stopping or gone.
+    option redispatch 1
     retries 3
     timeout connect {{.Connect}}
     timeout client {{.ClientTimeout}}

@@ -1,10 +1,10 @@
 // Package keepalived holds the API VIP on the masters: unicast VRRP between
 // the masters (vSphere networks often drop multicast), adverts taken from
-// the other masters' addresses only, priorities by rank, and a track
-// script that gives the VIP up when the local HAProxy or apiserver stops
-// answering at L7. VRRPv2 adverts every second with PASS authentication;
-// VRRPv3 (when the role says so) as often as the role asks, without
-// authentication, which it does not have.
+// the other masters' addresses only, priorities by rank for the next holder
+// but no preemption, and a track script that gives the VIP up when the
+// local HAProxy or apiserver stops answering at L7. VRRPv2 adverts every
+// second with PASS authentication; VRRPv3 (when the role says so) as often
+// as the role asks, without authentication, which it does not have.
 package keepalived
 
 import (
@@ -294,12 +294,15 @@ global_defs {
     vrrp_garp_master_refresh 60
 }
 
+# Hysteresis: two failed checks (about 4 s) give the VIP up, five passing
+# ones in a row (about 10 s) make the node eligible again, so a flapping
+# apiserver does not keep taking the VIP back.
 vrrp_script chk_apiserver {
     script "{{.TrackScript}}"
     interval 2
     timeout 3
     fall 2
-    rise 2
+    rise 5
 }
 
 vrrp_instance {{.Instance}} {
@@ -307,6 +310,10 @@ vrrp_instance {{.Instance}} {
     interface {{.Interface}}
     virtual_router_id {{.VRID}}
     priority {{.Priority}}
+    # Priority picks the next holder when the holder fails; a node that
+    # recovers, or a new one cloned in an upgrade, does not take the VIP
+    # back, as every move drops the connections through it.
+    nopreempt
     advert_int {{.Advert}}
 {{- if .Peers}}
     unicast_src_ip {{.SourceIP}}

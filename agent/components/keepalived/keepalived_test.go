@@ -93,6 +93,8 @@ func TestRendersUnicastVRRPByRankAndPassesKeepalivedCheck(t *testing.T) {
 		"vrrp_version 2",
 		"advert_int 1\n",
 		"check_unicast_src",
+		"    nopreempt\n",
+		"    fall 2\n    rise 5\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("config lacks %q:\n%s", want, text)
