@@ -76,17 +76,20 @@ func ValidateSerial(s string) error {
 	return nil
 }
 
+// ErrNotController is VerifyController's refusal.
+var ErrNotController = errors.New("the server is not a Harmony controller")
+
 // VerifyController is a tls.Config.VerifyConnection for clients of the
 // controller: after the chain is verified, the server's certificate must
 // be the controller's (organization OrgControllers).
 func VerifyController(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
-		return errors.New("the server sent no certificate")
+		return fmt.Errorf("%w: it sent no certificate", ErrNotController)
 	}
 	leaf := cs.PeerCertificates[0]
 	if !slices.Equal(leaf.Subject.Organization, []string{OrgControllers}) {
-		return fmt.Errorf("the server's certificate (%q, organization %q) is not a Harmony controller's (%s)",
-			leaf.Subject.CommonName, leaf.Subject.Organization, OrgControllers)
+		return fmt.Errorf("%w: its certificate (%q, organization %q) is not of organization %s",
+			ErrNotController, leaf.Subject.CommonName, leaf.Subject.Organization, OrgControllers)
 	}
 	return nil
 }

@@ -2,10 +2,13 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -291,7 +294,7 @@ func (c *Client) WaitOperation(ctx context.Context, id string, progress func(*v1
 		switch {
 		case err == nil:
 			unreachableSince = time.Time{}
-		case ctx.Err() != nil || errors.As(err, &apiErr) && apiErr.Body.Code != v1.CodeUnavailable:
+		case ctx.Err() != nil || errors.As(err, &apiErr) && apiErr.Body.Code != v1.CodeUnavailable || untrusted(err):
 			return nil, err
 		default:
 			if unreachableSince.IsZero() {
@@ -315,6 +318,23 @@ func (c *Client) WaitOperation(ctx context.Context, id string, progress func(*v1
 		}
 		revision = op.Revision
 	}
+}
+
+// untrusted reports whether err is a TLS failure that asking again does
+// not mend: this client does not trust the server's certificate, or the
+// server refused this client's.
+func untrusted(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		op       *net.OpError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.Is(err, v1.ErrNotController) ||
+		// An alert from the server: crypto/tls reports it this way only.
+		errors.As(err, &op) && op.Op == "remote error"
 }
 
 // How long, and how often, WaitOperation asks a controller that does not

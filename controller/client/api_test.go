@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -224,13 +225,28 @@ func TestRequestURLs(t *testing.T) {
 // is one the client takes for a controller's.
 func recordingClient(t *testing.T, handler http.HandlerFunc) *client.Client {
 	t.Helper()
+	certPEM, keyPEM := selfSigned(t, v1.OrgControllers)
+	srv := tlsServer(t, handler, certPEM, keyPEM, nil)
+	// The same certificate serves as the CA, the server's and the client's:
+	// this server does not ask for one.
+	c, err := client.New(clientconfig.New(srv.URL, certPEM, certPEM, keyPEM), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// selfSigned is a certificate for 127.0.0.1 of organization org that
+// serves as its own CA, for a server and a client.
+func selfSigned(t *testing.T, org string) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "test controller", Organization: []string{v1.OrgControllers}},
+		Subject:      pkix.Name{CommonName: "test " + org, Organization: []string{org}},
 		NotBefore:    time.Now().Add(-time.Minute),
 		NotAfter:     time.Now().Add(time.Hour),
 		IsCA:         true, BasicConstraintsValid: true,
@@ -246,24 +262,83 @@ func recordingClient(t *testing.T, handler http.HandlerFunc) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
 
+// tlsServer serves handler with the given certificate; with clientCAs it
+// requires a client certificate they signed.
+func tlsServer(t *testing.T, handler http.Handler, certPEM, keyPEM []byte, clientCAs *x509.CertPool) *httptest.Server {
+	t.Helper()
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(handler)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	if clientCAs != nil {
+		srv.TLS.ClientCAs, srv.TLS.ClientAuth = clientCAs, tls.RequireAndVerifyClientCert
+	}
+	// The refused handshakes would log.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	// The same certificate serves as the CA, the server's and the client's:
-	// this server does not ask for one.
-	c, err := client.New(clientconfig.New(srv.URL, certPEM, certPEM, keyPEM), "")
+	return srv
+}
+
+// WaitOperation asks again, for up to two minutes, a controller that does
+// not answer (it may be restarting), but not one whose TLS failure no
+// retry mends: each attack ends the wait at once with the reason.
+func TestWaitOperationStopsAtATLSFailure(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a request reached the server: %s %s", r.Method, r.URL)
+	})
+	controllerPEM, controllerKey := selfSigned(t, v1.OrgControllers)
+	adminPEM, adminKey := selfSigned(t, v1.OrgControllers)
+	otherPEM, otherKey := selfSigned(t, v1.OrgControllers)
+	nodePEM, nodeKey := selfSigned(t, "harmony:nodes")
+	pool := func(pemCert []byte) *x509.CertPool {
+		p := x509.NewCertPool()
+		p.AppendCertsFromPEM(pemCert)
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		// The client trusts its ca and presents adminPEM.
+		server *httptest.Server
+		ca     []byte
+		want   string
+	}{
+		{"server certificate from another CA", tlsServer(t, ok, otherPEM, otherKey, nil), controllerPEM, "certificate"},
+		{"server certificate not a controller's", tlsServer(t, ok, nodePEM, nodeKey, nil), nodePEM, "not a Harmony controller"},
+		{"client certificate refused", tlsServer(t, ok, controllerPEM, controllerKey, pool(otherPEM)), controllerPEM, "remote error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := client.New(clientconfig.New(tc.server.URL, tc.ca, adminPEM, adminKey), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Generous against the two minutes it would otherwise ask.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = c.WaitOperation(ctx, "op-1", nil)
+			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("wait: %v (context: %v), want an error at once saying %q", err, ctx.Err(), tc.want)
+			}
+		})
+	}
+
+	// A controller that is not there is asked again until the context ends.
+	gone := tlsServer(t, ok, controllerPEM, controllerKey, nil)
+	gone.Close()
+	c, err := client.New(clientconfig.New(gone.URL, controllerPEM, adminPEM, adminKey), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.WaitOperation(ctx, "op-1", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a controller that is down: %v, want it to ask until the context ends", err)
+	}
 }
 
 // TestClusterLifecycle creates, scales and deletes a small cluster on a
