@@ -504,3 +504,71 @@ func TestSetStatusNeedsNode(t *testing.T) {
 		t.Fatalf("status %+v, %v", got, err)
 	}
 }
+
+// A new operation deletes its cluster's finished operations beyond the
+// newest KeepFinishedOperations; running ones and other clusters' stay.
+func TestAddOperationKeepsTheNewestFinished(t *testing.T) {
+	s := openTestStore(t)
+	start := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	add := func(cluster string) string {
+		t.Helper()
+		op := &v1.Operation{Cluster: cluster, Kind: v1.OperationScale}
+		if err := s.Update(func(tx *Tx) error { return tx.AddOperation(op) }); err != nil {
+			t.Fatal(err)
+		}
+		return op.ID
+	}
+	finish := func(id string, at time.Time) {
+		t.Helper()
+		err := s.Update(func(tx *Tx) error {
+			var op v1.Operation
+			if err := tx.Get(Operations, id, &op); err != nil {
+				return err
+			}
+			op.State, op.FinishedAt = v1.OperationSucceeded, at
+			return tx.Put(Operations, id, op)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := add("a")
+	other := add("b")
+	finish(other, start)
+	var first []string
+	for i := range KeepFinishedOperations + 5 {
+		id := add("a")
+		finish(id, start.Add(time.Duration(i)*time.Minute))
+		first = append(first, id)
+	}
+	last := add("a")
+	err := s.View(func(tx *Tx) error {
+		ops, err := ListJSON[v1.Operation](tx, Operations, "")
+		if err != nil {
+			return err
+		}
+		finished := map[string]bool{}
+		for _, op := range ops {
+			if op.Cluster == "a" && op.State == v1.OperationSucceeded {
+				finished[op.ID] = true
+			}
+		}
+		if len(finished) != KeepFinishedOperations {
+			t.Errorf("cluster a keeps %d finished operations, want %d", len(finished), KeepFinishedOperations)
+		}
+		for i, id := range first {
+			if kept := i >= 5; finished[id] != kept {
+				t.Errorf("finished operation %d (of %d) kept %v, want %v", i, len(first), finished[id], kept)
+			}
+		}
+		for _, id := range []string{running, other, last} {
+			if !tx.Has(Operations, id) {
+				t.Errorf("operation %s was deleted: running, or another cluster's", id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,8 +2,11 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -188,11 +191,32 @@ func (t *Tx) Role(name string) (v1.Role, bool) {
 	return r, err == nil
 }
 
-// AddOperation gives op a new ID, marks it running and stores it.
+// KeepFinishedOperations is how many finished operations a cluster keeps
+// (the newest): AddOperation deletes older ones, so that the bucket, which
+// every operation list and finish reads whole, does not grow forever.
+// Events and the audit log keep the longer history.
+const KeepFinishedOperations = 100
+
+// AddOperation gives op a new ID, marks it running and stores it, and
+// deletes its cluster's finished operations beyond the newest
+// KeepFinishedOperations.
 func (t *Tx) AddOperation(op *v1.Operation) error {
 	id, err := randstr.Hex(8)
 	if err != nil {
 		return err
+	}
+	ops, err := ListJSON[v1.Operation](t, Operations, "")
+	if err != nil {
+		return err
+	}
+	ops = slices.DeleteFunc(ops, func(o v1.Operation) bool { return o.Cluster != op.Cluster || o.State == v1.OperationRunning })
+	slices.SortFunc(ops, func(a, b v1.Operation) int {
+		return cmp.Or(b.FinishedAt.Compare(a.FinishedAt), strings.Compare(b.ID, a.ID))
+	})
+	for _, old := range ops[min(len(ops), KeepFinishedOperations):] {
+		if err := t.Delete(Operations, old.ID); err != nil {
+			return err
+		}
 	}
 	op.ID, op.State = id, v1.OperationRunning
 	return t.Put(Operations, op.ID, op)
