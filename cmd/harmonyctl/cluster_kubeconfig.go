@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/clientconfig"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 )
@@ -74,15 +76,16 @@ It goes to standard output, or to -o FILE with mode 0600.`,
 // Its server and CA come from a first credential, which also checks the
 // grant and fills the cache.
 func execKubeconfig(cmd *cobra.Command, conn *connection, serverFlag, cluster string) ([]byte, string, error) {
-	path, err := filepath.Abs(conn.path)
+	self, err := pluginCommand()
 	if err != nil {
 		return nil, "", err
 	}
-	self, err := os.Executable()
+	pluginArgs := v1.CredentialArgs(cluster)
+	args, err := configArgs(conn.path)
 	if err != nil {
-		return nil, "", fmt.Errorf("find harmonyctl's own path for the kubeconfig: %w", err)
+		return nil, "", err
 	}
-	pluginArgs := append(v1.CredentialArgs(cluster), "--config", path)
+	pluginArgs = append(pluginArgs, args...)
 	if serverFlag != "" {
 		pluginArgs = append(pluginArgs, "--server", serverFlag)
 	}
@@ -93,4 +96,39 @@ func execKubeconfig(cmd *cobra.Command, conn *connection, serverFlag, cluster st
 	data, err := kubeconfig.NewExec(cluster, cred.Credential.Server, []byte(cred.Credential.CertificateAuthority),
 		cred.Credential.User, self, pluginArgs).Marshal()
 	return data, fmt.Sprintf("%s at %s, credentials from %s %s", cred.Credential.User, cred.Credential.Server, self, pluginArgs[0]), err
+}
+
+// pluginCommand names this harmonyctl in a kubeconfig: by its bare name
+// when that is what PATH finds, so that the file also works for someone
+// else, or on another machine, with harmonyctl installed; else by its
+// absolute path.
+func pluginCommand() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find harmonyctl's own path for the kubeconfig: %w", err)
+	}
+	found, err := exec.LookPath(v1.CredentialCommand)
+	if err != nil {
+		return self, nil
+	}
+	a, errA := os.Stat(found)
+	b, errB := os.Stat(self)
+	if errA == nil && errB == nil && os.SameFile(a, b) {
+		return v1.CredentialCommand, nil
+	}
+	return self, nil
+}
+
+// configArgs name the client config for the plugin: nothing when it is
+// the default one in the home directory, else --config with its absolute
+// path.
+func configArgs(path string) ([]string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if def, err := clientconfig.DefaultPath(); err == nil && abs == def {
+		return nil, nil
+	}
+	return []string{"--config", abs}, nil
 }

@@ -155,9 +155,19 @@ func Find(flag string) (string, error) {
 	if env := os.Getenv(EnvVar); env != "" {
 		return env, nil
 	}
+	path, err := DefaultPath()
+	if err != nil {
+		return "", fmt.Errorf("no --config, no $%s and %w", EnvVar, err)
+	}
+	return path, nil
+}
+
+// DefaultPath is the config's path when neither a flag nor $HARMONY_CONFIG
+// names one: ~/.harmony/config.
+func DefaultPath() (string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("no --config, no $%s and no home directory: %w", EnvVar, err)
+		return "", fmt.Errorf("no home directory: %w", err)
 	}
 	return filepath.Join(home, ".harmony", "config"), nil
 }
