@@ -21,6 +21,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
@@ -207,25 +208,9 @@ func TestWiringWithSupervisor(t *testing.T) {
 	startEtcd(t, ns, ipPath, etcdCA, etcdDir)
 
 	root := t.TempDir()
-	sup, err := service.NewSupervisor(service.SupervisorConfig{
-		RunDir: filepath.Join(root, "run/harmony"),
-		LogDir: filepath.Join(root, "var/log/harmony"),
-		Wrap:   func(argv []string) []string { return append([]string{ipPath, "netns", "exec", ns}, argv...) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sup.StopAll(context.Background()); err != nil {
-			t.Errorf("stop all: %v", err)
-		}
-		if t.Failed() {
-			for _, u := range []string{contiv.EtcdProxyUnit, contiv.NetmasterUnit, contiv.NetpluginUnit} {
-				b, _ := os.ReadFile(filepath.Join(root, "var/log/harmony", u+".log"))
-				t.Logf("%s log:\n%s", u, b)
-			}
-		}
-	})
+	sup := servicetest.Supervisor(t, root, service.SupervisorConfig{
+		Wrap: func(argv []string) []string { return append([]string{ipPath, "netns", "exec", ns}, argv...) },
+	}, contiv.EtcdProxyUnit, contiv.NetmasterUnit, contiv.NetpluginUnit)
 
 	cfg := buildStandIns(t, t.TempDir())
 	nm, port := newStandInNetmasterAPI(t)

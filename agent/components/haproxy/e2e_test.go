@@ -15,8 +15,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"golang.org/x/sys/unix"
 )
@@ -163,22 +162,7 @@ func startLoopback(t *testing.T, ca *testCA) *loopbackFixture {
 	apiPort := api.Listener.Addr().(*net.TCPAddr).Port
 
 	root := t.TempDir()
-	sup, err := service.NewSupervisor(service.SupervisorConfig{
-		RunDir: filepath.Join(root, "run/harmony"),
-		LogDir: filepath.Join(root, "var/log/harmony"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sup.StopAll(context.Background()); err != nil {
-			t.Errorf("stop all: %v", err)
-		}
-		if t.Failed() {
-			logs, _ := os.ReadFile(filepath.Join(root, "var/log/harmony/haproxy.log"))
-			t.Logf("haproxy log:\n%s", logs)
-		}
-	})
+	sup := servicetest.Supervisor(t, root, service.SupervisorConfig{}, Name)
 	loopback := netip.MustParseAddr("127.0.0.1")
 	f := &loopbackFixture{sup: sup, host: &reconcile.Host{Root: root, Services: sup},
 		frontend: netip.AddrPortFrom(loopback, freePort(t)), stats: netip.AddrPortFrom(loopback, freePort(t)), apiPort: apiPort}

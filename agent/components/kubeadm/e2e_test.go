@@ -26,6 +26,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/internal/testutil"
@@ -52,26 +53,10 @@ func TestFirstMasterInNetns(t *testing.T) {
 
 	root := t.TempDir()
 	logs := &testutil.LogBuffer{}
-	sup, err := service.NewSupervisor(service.SupervisorConfig{
-		RunDir:    filepath.Join(root, "run/harmony"),
-		LogDir:    filepath.Join(root, "var/log/harmony"),
+	sup := servicetest.Supervisor(t, root, service.SupervisorConfig{
 		Wrap:      func(argv []string) []string { return append([]string{"/usr/bin/ip", "netns", "exec", ns}, argv...) },
 		StopGrace: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sup.StopAll(context.Background()); err != nil {
-			t.Errorf("stop all: %v", err)
-		}
-		if t.Failed() {
-			for _, u := range []string{"etcd", APIServerUnit} {
-				b, _ := os.ReadFile(filepath.Join(root, "var/log/harmony", u+".log"))
-				t.Logf("%s log (tail):\n%s", u, tail(string(b), 3000))
-			}
-		}
-	})
+	}, "etcd", APIServerUnit)
 	startEtcd(t, sup, root, cl.etcdCA)
 
 	host := &reconcile.Host{Root: root, Services: sup, Log: slog.New(slog.NewTextHandler(logs, nil))}
