@@ -127,7 +127,7 @@ func waitHolder(t *testing.T, hosts []*nsHost, want string) time.Time {
 		}
 		if time.Now().After(deadline) {
 			for _, h := range hosts {
-				log, _ := os.ReadFile(filepath.Join(h.host.Root, "var", "log", "harmony", "keepalived.log"))
+				log, _ := os.ReadFile(h.keepalivedLogPath())
 				t.Logf("%s keepalived log (tail):\n%s", h.name, tail(string(log), 15))
 			}
 			t.Fatalf("VIP holders %v, want only %s", got, want)
@@ -190,11 +190,21 @@ func (c *vipCluster) converge(t *testing.T, h *nsHost, role v1.Role) {
 	if err := role.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, comp := range h.components {
+	if err := reconcileAs(h, role, h.components...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reconcileAs runs comps on h with role as h's own, and says which did not
+// converge.
+func reconcileAs(h *nsHost, role v1.Role, comps ...reconcile.Component) error {
+	role.NodeName = h.name
+	for _, comp := range comps {
 		if st := comp.Reconcile(context.Background(), h.host, &role); st.Phase != reconcile.PhaseConverged {
-			t.Fatalf("%s %s: %+v", h.name, comp.Name(), st)
+			return fmt.Errorf("%s %s: %+v", h.name, comp.Name(), st)
 		}
 	}
+	return nil
 }
 
 // TestVIPv3FailsOverAndIgnoresStrangers runs the masters on VRRPv3 with
@@ -248,7 +258,7 @@ func TestVIPv3FailsOverAndIgnoresStrangers(t *testing.T) {
 			claimed = time.Now()
 		}
 		if claimed.IsZero() && time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(x.host.Root, "var", "log", "harmony", "keepalived.log"))
+			log, _ := os.ReadFile(x.keepalivedLogPath())
 			t.Fatalf("the stranger never advertised (it never took the VIP); its keepalived log (tail):\n%s", tail(string(log), 15))
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -324,7 +334,9 @@ func TestVIPStaysPutWhileAnApiserverFlaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHolder(t, c.hosts, "m2")
-	c.startHAProxy(t, m1)
+	if err := c.startHAProxy(m1); err != nil {
+		t.Fatal(err)
+	}
 	m1.waitKeepalivedLog(t, before, "Entering BACKUP STATE", time.Minute)
 	// Preempting, m1 (priority 200 against m2's 190) would take the VIP
 	// back within an advert interval of entering BACKUP.
@@ -335,24 +347,29 @@ func TestVIPStaysPutWhileAnApiserverFlaps(t *testing.T) {
 	flapped := m1.keepalivedLog(t)
 	stop := make(chan struct{})
 	done := make(chan error, 1)
+	// pause waits 5 s, or says the test has stopped the flapping.
+	pause := func() bool {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(5 * time.Second):
+			return true
+		}
+	}
 	go func() {
 		done <- func() error {
 			for {
 				if err := m1.sup.Stop(ctx, "haproxy"); err != nil {
 					return err
 				}
-				select {
-				case <-stop:
+				if !pause() {
 					return nil
-				case <-time.After(5 * time.Second):
 				}
-				if err := c.startHAProxyErr(m1); err != nil {
+				if err := c.startHAProxy(m1); err != nil {
 					return err
 				}
-				select {
-				case <-stop:
+				if !pause() {
 					return nil
-				case <-time.After(5 * time.Second):
 				}
 			}
 		}()
@@ -373,21 +390,8 @@ func TestVIPStaysPutWhileAnApiserverFlaps(t *testing.T) {
 }
 
 // startHAProxy runs h's HAProxy component again, after a test stopped it.
-func (c *vipCluster) startHAProxy(t *testing.T, h *nsHost) {
-	t.Helper()
-	if err := c.startHAProxyErr(h); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (c *vipCluster) startHAProxyErr(h *nsHost) error {
-	role := c.role
-	role.NodeName = h.name
-	comp := h.components[0]
-	if st := comp.Reconcile(context.Background(), h.host, &role); st.Phase != reconcile.PhaseConverged {
-		return fmt.Errorf("%s %s: %+v", h.name, comp.Name(), st)
-	}
-	return nil
+func (c *vipCluster) startHAProxy(h *nsHost) error {
+	return reconcileAs(h, c.role, h.components[0])
 }
 
 // neverHolds fails the test if h takes the VIP within d while holder,
@@ -408,9 +412,14 @@ func (c *vipCluster) neverHolds(t *testing.T, h *nsHost, d time.Duration, holder
 	}
 }
 
+// keepalivedLogPath is where h's supervisor writes keepalived's output.
+func (h *nsHost) keepalivedLogPath() string {
+	return filepath.Join(h.host.Root, "var", "log", "harmony", "keepalived.log")
+}
+
 func (h *nsHost) keepalivedLog(t *testing.T) string {
 	t.Helper()
-	log, err := os.ReadFile(filepath.Join(h.host.Root, "var", "log", "harmony", "keepalived.log"))
+	log, err := os.ReadFile(h.keepalivedLogPath())
 	if err != nil {
 		t.Fatal(err)
 	}

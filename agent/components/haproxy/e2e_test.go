@@ -37,16 +37,7 @@ func TestEndToEndWithSupervisor(t *testing.T) {
 	f := startLoopback(t, ca)
 	sup, host, c, frontend, stats := f.sup, f.host, f.comp, f.frontend, f.stats
 
-	role := func(ca *testCA) *v1.Role {
-		r := masterRole(t, 1, ca)
-		r.Cluster.VIP = "127.0.0.1"
-		r.Peers[1].Address = "127.0.0.1"
-		r.Cluster.LoadBalancer.CheckInterval = "200ms"
-		if err := r.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	role := func(ca *testCA) *v1.Role { return loopbackRole(t, ca, "200ms", "127.0.0.1") }
 
 	st := c.Reconcile(ctx, host, role(ca))
 	if want := []string{"wrote " + CAFile, "wrote " + ConfigFile, "started haproxy"}; st.Phase != reconcile.PhaseConverged || !slices.Equal(st.Actions, want) {
@@ -170,6 +161,23 @@ func startLoopback(t *testing.T, ca *testCA) *loopbackFixture {
 	return f
 }
 
+// loopbackRole is a master role for the loopback fixture: the VIP on
+// 127.0.0.1, masters m1, m2, ... at addrs, checks every checkInterval.
+func loopbackRole(t *testing.T, ca *testCA, checkInterval string, addrs ...string) *v1.Role {
+	t.Helper()
+	r := masterRole(t, len(addrs), ca)
+	r.Cluster.VIP = "127.0.0.1"
+	r.Cluster.LoadBalancer.CheckInterval = checkInterval
+	for i, addr := range addrs {
+		j := slices.IndexFunc(r.Peers, func(p v1.Peer) bool { return p.Name == fmt.Sprintf("m%d", i+1) })
+		r.Peers[j].Address = addr
+	}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // An apiserver that is stopped (its port refuses) or gone (its host
 // powered off: no answer at all), and that the checks have not marked DOWN
 // yet, costs a client at most the connect timeout, a second: HAProxy moves
@@ -187,16 +195,10 @@ func TestFailedConnectionMovesToAnotherServer(t *testing.T) {
 			ca := newCA(t, "cluster-ca")
 			f := startLoopback(t, ca)
 			tc.m2(t, f.apiPort)
-			r := masterRole(t, 2, ca)
-			r.Cluster.VIP = "127.0.0.1"
 			// m1 is the apiserver, m2 is not. Checks an hour apart keep
 			// m2 UP through the test, as in the seconds before the checks
 			// notice.
-			r.Peers[1].Address, r.Peers[2].Address = "127.0.0.2", "127.0.0.1"
-			r.Cluster.LoadBalancer.CheckInterval = "1h"
-			if err := r.Validate(); err != nil {
-				t.Fatal(err)
-			}
+			r := loopbackRole(t, ca, "1h", "127.0.0.1", "127.0.0.2")
 			if st := f.comp.Reconcile(context.Background(), f.host, r); st.Phase != reconcile.PhaseConverged {
 				t.Fatalf("reconcile: %+v", st)
 			}
