@@ -88,10 +88,14 @@ function el(tag, attrs = {}, ...children) {
 
 const main = () => document.getElementById("main");
 
+// present is what a page's parts put on it: lists flattened, and null or
+// undefined (a part the user may not see) left out.
+const present = (nodes) => nodes.flat().filter((n) => n !== null && n !== undefined);
+
 function show(...nodes) {
   clearTimeout(state.timer);
   state.shown = null;
-  main().replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined));
+  main().replaceChildren(...present(nodes));
 }
 
 // refresh shows a page that follows changing data, but only when what it
@@ -118,7 +122,7 @@ function refreshParts(page, header, parts) {
   for (const [name, data, build] of parts) {
     const key = JSON.stringify(data);
     if (state.parts[name] === key) continue;
-    main().querySelector(`div[data-part="${name}"]`).replaceChildren(...[build()].flat().filter((n) => n !== null && n !== undefined));
+    main().querySelector(`div[data-part="${name}"]`).replaceChildren(...present([build()]));
     state.parts[name] = key;
   }
 }
@@ -139,15 +143,13 @@ const reason = (e) => (e instanceof APIError && e.status >= 500 ? serverMessage(
 
 // failed reports an error the page cannot place next to a field.
 function failed(e) {
-  if (e instanceof APIError && e.status >= 500) {
-    showMessage(serverMessage(e));
-  } else if (e instanceof APIError && e.status === 401) {
+  if (e instanceof APIError && e.status === 401) {
     showMessage("");
   } else if (e instanceof TypeError) {
     // fetch's own failure: no answer at all.
     showMessage(`The controller does not answer (${e.message}); the page tries again on its next refresh.`);
   } else {
-    showMessage(e.message || String(e));
+    showMessage(reason(e) || String(e));
   }
 }
 
