@@ -80,12 +80,11 @@ func execKubeconfig(cmd *cobra.Command, conn *connection, serverFlag, cluster st
 	if err != nil {
 		return nil, "", err
 	}
-	pluginArgs := v1.CredentialArgs(cluster)
-	args, err := configArgs(conn.path)
+	config, err := configArgs(conn.path)
 	if err != nil {
 		return nil, "", err
 	}
-	pluginArgs = append(pluginArgs, args...)
+	pluginArgs := append(v1.CredentialArgs(cluster), config...)
 	if serverFlag != "" {
 		pluginArgs = append(pluginArgs, "--server", serverFlag)
 	}
