@@ -88,11 +88,44 @@ func (e *Etcd) Count(ip, prefix string) (int, error) {
 	return strconv.Atoi(resp.Count)
 }
 
+// Status is what the member at ip reports of itself: the leader it
+// follows, and the raft log's last index and the last index it applied.
+type Status struct {
+	Leader       string
+	RaftIndex    uint64
+	AppliedIndex uint64
+}
+
+// Status reads the member at ip's status.
+func (e *Etcd) Status(ip string) (Status, error) {
+	// The gateway writes 64-bit integers as strings and leaves zeros out.
+	var resp struct {
+		Leader           string `json:"leader"`
+		RaftIndex        string `json:"raftIndex"`
+		RaftAppliedIndex string `json:"raftAppliedIndex"`
+	}
+	if err := e.call(ip, "/v3/maintenance/status", map[string]any{}, &resp); err != nil {
+		return Status{}, err
+	}
+	st := Status{Leader: resp.Leader}
+	for _, f := range []struct {
+		name, text string
+		to         *uint64
+	}{{"raftIndex", resp.RaftIndex, &st.RaftIndex}, {"raftAppliedIndex", resp.RaftAppliedIndex, &st.AppliedIndex}} {
+		if f.text == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(f.text, 10, 64)
+		if err != nil {
+			return Status{}, fmt.Errorf("status of %s: %s %q: %w", ip, f.name, f.text, err)
+		}
+		*f.to = v
+	}
+	return st, nil
+}
+
 // Leader is the leader the member at ip follows.
 func (e *Etcd) Leader(ip string) (string, error) {
-	var resp struct {
-		Leader string `json:"leader"`
-	}
-	err := e.call(ip, "/v3/maintenance/status", map[string]any{}, &resp)
-	return resp.Leader, err
+	st, err := e.Status(ip)
+	return st.Leader, err
 }

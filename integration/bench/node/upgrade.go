@@ -84,30 +84,12 @@ func upgrade(ctx context.Context, stateDir, nextImages string, sum *lab.Summary)
 	if resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("create ConfigMap %s: %s", configMap, resp.Status)
 	}
-	var masterIPs []string
-	var first string
-	for _, n := range sum.Nodes {
-		if n.Role == string(v1.RoleMaster) {
-			masterIPs = append(masterIPs, n.IP)
-			if first == "" {
-				first = n.Name
-			}
-		}
-	}
-	vm, err := lab.OpenVM(stateDir, first)
-	if err != nil {
-		return err
-	}
-	b, err := vm.Body()
-	if err != nil {
-		return err
-	}
-	etcd, err := upgradewatch.NewEtcd(b)
+	m, err := reachMasters(stateDir, sum)
 	if err != nil {
 		return err
 	}
 	watch := upgradewatch.Start(upgradewatch.Target{APIServer: sum.APIServer, Kube: kube, ConfigMap: configMap,
-		Etcd: etcd, MasterIPs: masterIPs, Controller: ctl, Cluster: lab.ClusterName})
+		Etcd: m.etcd, MasterIPs: m.ips, Controller: ctl, Cluster: lab.ClusterName})
 	start := time.Now()
 	op, err := ctl.UpgradeCluster(ctx, lab.ClusterName, v1.UpgradeRequest{Image: img.Name})
 	if err != nil {
@@ -135,8 +117,43 @@ func upgrade(ctx context.Context, stateDir, nextImages string, sum *lab.Summary)
 	gap := time.Duration(res.LongestRun) * 100 * time.Millisecond
 	fmt.Printf("  API through the VIP (/readyz and a ConfigMap, one retry, every 100 ms): %d samples, %d failed; longest unavailability %.1f s, target none: %s (others measure 1 to %s)\n",
 		res.Samples, res.Failed, gap.Seconds(), verdict(res.LongestRun == 0), anchorAPIGap)
-	masters := len(masterIPs)
+	masters := len(m.ips)
 	fmt.Printf("  etcd leader elections: %d for %d masters, target at most one per master: %s\n",
 		res.Elections(), masters, verdict(res.Elections() <= masters))
 	return nil
+}
+
+// masters are the cluster's masters' addresses and an etcd client for
+// them.
+type masters struct {
+	ips  []string
+	etcd *upgradewatch.Etcd
+}
+
+// reachMasters reads the etcd client credential from the first master's
+// body.
+func reachMasters(stateDir string, sum *lab.Summary) (masters, error) {
+	var m masters
+	var first string
+	for _, n := range sum.Nodes {
+		if n.Role == string(v1.RoleMaster) {
+			m.ips = append(m.ips, n.IP)
+			if first == "" {
+				first = n.Name
+			}
+		}
+	}
+	if first == "" {
+		return m, fmt.Errorf("the lab has no master")
+	}
+	vm, err := lab.OpenVM(stateDir, first)
+	if err != nil {
+		return m, err
+	}
+	b, err := vm.Body()
+	if err != nil {
+		return m, err
+	}
+	m.etcd, err = upgradewatch.NewEtcd(b)
+	return m, err
 }
