@@ -19,8 +19,10 @@
 //   - an upgrade by reimage to the second node image (make next-image):
 //     its wall time, each node's replacement, the longest API
 //     unavailability through the VIP and the etcd leader elections;
-//   - the VIP failover gap: the VIP holder is powered off through vCenter,
-//     and the gap is the time until /readyz answers again through the VIP.
+//   - the VIP failover gap, three times: once etcd and the apiservers
+//     have settled, the VIP holder is powered off through vCenter; from
+//     the moment its link goes down, the time until another master holds
+//     the VIP and until /readyz answers again through the VIP.
 //
 // Each target is printed next to its figure; nothing is asserted. A phase
 // that fails ends the run with a non-zero exit status.
@@ -69,6 +71,7 @@ func main() {
 func run() error {
 	var binDir, imagesDir, nextImages, subnet, k8sBin, testImages string
 	var idle time.Duration
+	var failovers int
 	flag.StringVar(&binDir, "bin", os.Getenv("HARMONY_BIN"), "directory of harmony-controller, harmonyctl and vmware-rpctool")
 	flag.StringVar(&imagesDir, "images", os.Getenv("HARMONY_IMAGES"), "directory of the node OVA (make images)")
 	flag.StringVar(&nextImages, "next-images", os.Getenv("HARMONY_NEXT_IMAGES"), "directory of the node OVA to upgrade to (make next-image)")
@@ -76,7 +79,11 @@ func run() error {
 	flag.StringVar(&testImages, "test-images", os.Getenv("HARMONY_TEST_IMAGES"), "directory of agnhost.tar (make test-images)")
 	flag.StringVar(&subnet, "subnet", "198.18.120.0/24", "the bench lab's /24 inside 198.18.0.0/15")
 	flag.DurationVar(&idle, "idle", 30*time.Second, "how long the ready lab idles before CPU and memory are read")
+	flag.IntVar(&failovers, "failovers", 3, "how many times the VIP holder is powered off (and on again, but for the last)")
 	flag.Parse()
+	if failovers < 1 {
+		return fmt.Errorf("-failovers must be at least 1")
+	}
 	prefix, err := netip.ParsePrefix(subnet)
 	if err != nil {
 		return fmt.Errorf("-subnet: %w", err)
@@ -200,14 +207,29 @@ func run() error {
 		return fmt.Errorf("upgrade: %w", err)
 	}
 
-	f, err := failover(ctx, stateDir, sum)
-	if err != nil {
-		return err
+	fmt.Printf("\nVIP failover, %d times: the holder powered off through vCenter once etcd and the apiservers have settled, then on again;\ncounted from the holder's link going down\n", failovers)
+	fmt.Println("  holder   VIP to   settled   link down into the power-off   VIP moved   /readyz through the VIP")
+	var worst time.Duration
+	for i := range failovers {
+		f, err := failover(ctx, stateDir, sum)
+		if err != nil {
+			return err
+		}
+		worst = max(worst, f.readyz)
+		fmt.Printf("  %-8s %-8s %5.0f s   %10.2f s                   %7.2f s   %7.2f s\n",
+			f.from, f.to, f.settled.Seconds(), f.lostPower.Seconds(), f.vipMoved.Seconds(), f.readyz.Seconds())
+		if i == failovers-1 {
+			break
+		}
+		vm, err := lab.OpenVM(stateDir, f.from)
+		if err != nil {
+			return err
+		}
+		if err := vm.Power(ctx, true); err != nil {
+			return fmt.Errorf("power %s on again: %w", f.from, err)
+		}
 	}
-	fmt.Printf("\nVIP failover, holder %s powered off through vCenter (etcd and the apiservers settled %.0f s before), counted from its link going down (%.2f s into the power-off):\n",
-		f.from, f.settled.Seconds(), f.lostPower.Seconds())
-	fmt.Printf("  the VIP on %s after %.2f s\n", f.to, f.vipMoved.Seconds())
-	fmt.Printf("  /readyz through the VIP back after %.2f s, target < %s: %s\n", f.readyz.Seconds(), targetFailover, verdict(f.readyz < targetFailover))
+	fmt.Printf("  /readyz through the VIP back after at most %.2f s, target < %s: %s\n", worst.Seconds(), targetFailover, verdict(worst < targetFailover))
 	return nil
 }
 
