@@ -2,18 +2,24 @@
 # Builds the component bundle the harmony-node provisioner installs, from
 # the pins in images/components.yaml, and prints its directory:
 #
-#   kubernetes/<n>/{kubeadm,kubelet,kubectl,kube-proxy}    built from tools/kubernetes
-#   kubernetes/<n-1>/{kubeadm,kubelet,kubectl,kube-proxy}  built from tools/kubernetes-previous
+#   kubernetes/<n>/kube, and {kubeadm,kubelet,kubectl,kube-proxy} linked
+#                   to it: one multi-call binary (tools/multicall) built from
+#                   tools/kubernetes
+#   kubernetes/<n-1>/... the same, from tools/kubernetes-previous
 #   binaries/<name> daemons built from their modules in tools/ (flanneld)
-#   images/*.tar    OCI archives of kube-apiserver, kube-controller-manager,
-#                   kube-scheduler (n and n-1), CoreDNS (tools/coredns)
-#                   and pause (k8s.io/kubernetes's build/pause/linux/pause.c)
+#   images/kubernetes-control-plane-<version>.tar
+#                   one OCI archive a version holding kube-apiserver,
+#                   kube-controller-manager and kube-scheduler: three images
+#                   of one layer, the same multi-call binary
+#   images/*.tar    CoreDNS (tools/coredns) and pause
+#                   (k8s.io/kubernetes's build/pause/linux/pause.c)
 #   bundle.json     what it holds, with each image's digest
 #
 # HARMONY_K8S_SOURCE=release takes kubeadm, kubelet and kubectl (n and n-1)
 # from dl.k8s.io, checked against the sha256 pins, instead of the module
 # builds (scripts/build-kubernetes-release.sh; needs internet). The
-# control-plane images and kube-proxy are built from the module either way.
+# control-plane images and kube-proxy are built from the module either way
+# (kube-proxy then is the only link to kube).
 #
 # kube-proxy is a binary on the node, not an image: the agent runs it as a
 # unit with the node's own iptables (agent/components/kubeproxy), so no
@@ -135,8 +141,10 @@ go build -trimpath -o "$OCIPACK" ./images/ocipack
 key=$( {
   echo "$SOURCE_DATE_EPOCH $K8S_SOURCE"
   sha256sum images/components.yaml images/ocipack/main.go scripts/build-bundle.sh
-  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do sha256sum "$N_BIN/$b" "$P_BIN/$b"; done
-  for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
+  sha256sum "$N_BIN/kube" "$P_BIN/kube"
+  if [ "$K8S_SOURCE" = release ]; then
+    for b in kubeadm kubelet kubectl; do sha256sum "$N_NODE/$b" "$P_NODE/$b"; done
+  fi
   sha256sum "$COREDNS" "$PAUSE"
   for b in "${BINARIES[@]}"; do sha256sum "${b##* }"; done
 } | sed "s# $CACHE/# #" | sha256sum | cut -c1-16)
@@ -153,12 +161,21 @@ tmp=$(mktemp -d "$CACHE/bundle/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/bu
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/kubernetes/$N" "$tmp/kubernetes/$P" "$tmp/images"
 place() { ln -f "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
-for b in kubeadm kubelet kubectl; do
-  place "$N_NODE/$b" "$tmp/kubernetes/$N/$b"
-  place "$P_NODE/$b" "$tmp/kubernetes/$P/$b"
+# Each version's multi-call binary once, the names it answers to linked
+# to it. With release binaries, kube-proxy is the multi-call binary under
+# its own name (the release has no kube-proxy binary; the image is larger).
+MULTICALL='"multicall": "kube", '
+for v in "$N:$N_BIN:$N_NODE" "$P:$P_BIN:$P_NODE"; do
+  IFS=: read -r version bin node <<<"$v"
+  if [ "$K8S_SOURCE" = module ]; then
+    place "$bin/kube" "$tmp/kubernetes/$version/kube"
+    for b in kubeadm kubelet kubectl kube-proxy; do ln -s kube "$tmp/kubernetes/$version/$b"; done
+  else
+    MULTICALL=
+    place "$bin/kube" "$tmp/kubernetes/$version/kube-proxy"
+    for b in kubeadm kubelet kubectl; do place "$node/$b" "$tmp/kubernetes/$version/$b"; done
+  fi
 done
-place "$N_BIN/kube-proxy" "$tmp/kubernetes/$N/kube-proxy"
-place "$P_BIN/kube-proxy" "$tmp/kubernetes/$P/kube-proxy"
 
 binaries_json=""
 components_json=""
@@ -174,28 +191,46 @@ for b in "${BINARIES[@]}"; do
 done
 
 images_json=""
-pack() { # file ref entrypoint -file args...
-  local file=$1 ref=$2 entrypoint=$3 digest
-  shift 3
-  digest=$("$OCIPACK" -ref "$ref" -entrypoint "$entrypoint" -out "$tmp/images/$file" "$@")
-  images_json+="${images_json:+,}
-    {\"ref\": \"$ref\", \"digest\": \"$digest\", \"file\": \"$file\"}"
-  log "$ref $digest"
+pack() { # file ocipack-args... (the references from its -ref and -also)
+  local file=$1 out refs=() digests=() i
+  shift
+  out=$("$OCIPACK" -out "$tmp/images/$file" "$@")
+  mapfile -t digests <<<"$out"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      -ref) refs+=("$2") ;;
+      -also) refs+=("${2%%=*}") ;;
+    esac
+    shift
+  done
+  [ ${#refs[@]} -eq ${#digests[@]} ] || { log "ocipack gave ${#digests[@]} digests for ${#refs[@]} images"; exit 1; }
+  for i in "${!refs[@]}"; do
+    images_json+="${images_json:+,}
+    {\"ref\": \"${refs[$i]}\", \"digest\": \"${digests[$i]}\", \"file\": \"$file\"}"
+    log "${refs[$i]} ${digests[$i]}"
+  done
 }
-for name in kube-apiserver kube-controller-manager kube-scheduler; do
-  pack "$name-$N.tar" "registry.k8s.io/$name:$N" "/usr/local/bin/$name" -file "$N_BIN/$name:/usr/local/bin/$name"
-  pack "$name-$P.tar" "registry.k8s.io/$name:$P" "/usr/local/bin/$name" -file "$P_BIN/$name:/usr/local/bin/$name"
+# The control plane of a version: three images of one layer holding the
+# multi-call binary, each running its own name, in one archive.
+for v in "$N:$N_BIN" "$P:$P_BIN"; do
+  IFS=: read -r version bin <<<"$v"
+  pack "kubernetes-control-plane-$version.tar" \
+    -ref "registry.k8s.io/kube-apiserver:$version" -entrypoint /usr/local/bin/kube-apiserver \
+    -also "registry.k8s.io/kube-controller-manager:$version=/usr/local/bin/kube-controller-manager" \
+    -also "registry.k8s.io/kube-scheduler:$version=/usr/local/bin/kube-scheduler" \
+    -file "$bin/kube:/usr/local/bin/kube" -link /usr/local/bin/kube-apiserver=kube \
+    -link /usr/local/bin/kube-controller-manager=kube -link /usr/local/bin/kube-scheduler=kube
 done
 # As upstream's images: CoreDNS runs as nonroot (65532) and binds port 53
 # through the file capability its setcap gives it; pause runs as 65535.
-pack coredns.tar "$COREDNS_REF" /coredns -file "$COREDNS:/coredns" -user 65532:65532 -cap /coredns=cap_net_bind_service
-pack pause.tar "$PAUSE_REF" /pause -file "$PAUSE:/pause" -user 65535:65535
+pack coredns.tar -ref "$COREDNS_REF" -entrypoint /coredns -file "$COREDNS:/coredns" -user 65532:65532 -cap /coredns=cap_net_bind_service
+pack pause.tar -ref "$PAUSE_REF" -entrypoint /pause -file "$PAUSE:/pause" -user 65535:65535
 
 cat > "$tmp/bundle.json" <<EOF
 {
   "kubernetes": [
-    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], "source": "$N_SOURCE"},
-    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], "source": "$P_SOURCE"}
+    {"version": "$N", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], $MULTICALL"source": "$N_SOURCE"},
+    {"version": "$P", "binaries": ["kubeadm", "kubelet", "kubectl", "kube-proxy"], $MULTICALL"source": "$P_SOURCE"}
   ],
   "images": [$images_json
   ],

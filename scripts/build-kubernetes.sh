@@ -4,6 +4,8 @@
 #   tools/kubernetes (n) and tools/kubernetes-previous (n-1): kubeadm,
 #     kubelet, kubectl, kube-apiserver, kube-controller-manager,
 #     kube-scheduler, kube-proxy (a node image runs a cluster at either)
+# as one executable, bin/kube, that each name is a symbolic link to
+# (tools/multicall: about a quarter of the seven binaries' sizes).
 #
 #   scripts/build-kubernetes.sh [MODULE]              build if needed
 #   scripts/build-kubernetes.sh [MODULE] --bin-dir    print the binaries' directory
@@ -59,7 +61,7 @@ reports_version() { # binary
     kubeadm) args=(version -o short) ;;
     kubectl) args=(version --client) ;;
   esac
-  [ -x "$BIN/$bin" ] || return 1
+  [ "$(readlink "$BIN/$bin")" = kube ] && [ -x "$BIN/$bin" ] || return 1
   # Into a variable first: with pipefail, `| grep -q` can fail the check
   # when grep exits before the binary has written its last line (SIGPIPE).
   local out
@@ -75,20 +77,38 @@ if all_built; then
   exit 0
 fi
 
-echo "build-kubernetes: building ${BINARIES[*]} $VERSION into $BIN (5-10 minutes cold)" >&2
+echo "build-kubernetes: building ${BINARIES[*]} $VERSION as $BIN/kube (5-10 minutes cold)" >&2
 mkdir -p "$BIN"
 tmp=$(mktemp -d "$BIN/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# The multi-call main, and each component's upstream main renamed
+# main_<name>: each upstream file must hold main alone, or the rename
+# would not be enough.
+K8S_SRC=$(cd "$MODDIR" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+mkdir "$tmp/src"
+cp tools/multicall/main.go "$tmp/src/main.go"
+for b in "${BINARIES[@]}"; do
+  mapfile -t src < <(find "$K8S_SRC/cmd/$b" -maxdepth 1 -name '*.go' ! -name '*_test.go')
+  decls=$(grep -cE '^(func|var|const|type) ' "${src[@]}" /dev/null | awk -F: '{ n += $2 } END { print n }')
+  if [ "${#src[@]}" -ne 1 ] || [ "$decls" -ne 1 ] || ! grep -q '^func main() {$' "${src[0]}"; then
+    echo "build-kubernetes: $K8S_SRC/cmd/$b is no longer one file holding main alone; tools/multicall cannot take it" >&2
+    exit 1
+  fi
+  sed "s/^func main() {\$/func main_${b//-/_}() {/" "${src[0]}" >"$tmp/src/$b.go"
+done
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$MINOR -X $pkg.gitTreeState=clean"
-# CGO off: static binaries, so that `kubeadm --rootfs DIR` still runs after
-# it chroots into DIR, and the lab needs no C toolchain.
-(cd "$MODDIR" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-  "${BINARIES[@]/#/k8s.io/kubernetes/cmd/}")
+# CGO off: a static binary, so that `kubeadm --rootfs DIR` still runs
+# after it chroots into DIR, and the lab needs no C toolchain. The files
+# are outside the module; go resolves their imports against it.
+(cd "$MODDIR" && CGO_ENABLED=0 go build -trimpath -tags harmony_multicall -ldflags "$ldflags" -o "$tmp/kube" "$tmp"/src/*.go)
 # Each rename is atomic: a killed build never leaves a half binary that a
-# later run would trust.
+# later run would trust. The links go last, so a reader finds either the
+# old binaries or the new one whole.
+mv -f "$tmp/kube" "$BIN/kube"
 for b in "${BINARIES[@]}"; do
-  mv -f "$tmp/$b" "$BIN/$b"
+  ln -s kube "$tmp/$b"
+  mv -fT "$tmp/$b" "$BIN/$b"
 done
 all_built || { echo "build-kubernetes: the built binaries do not all report $VERSION" >&2; exit 1; }
 echo "build-kubernetes: done" >&2

@@ -145,3 +145,53 @@ func TestLoadBundleChecksItsFiles(t *testing.T) {
 		t.Fatalf("a bundle missing an image file: err %v", err)
 	}
 }
+
+// A multi-call version: each binary a link to the one file beside it, and
+// nothing else accepted.
+func TestLoadBundleChecksAMulticallVersion(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	vdir := filepath.Join(dir, "kubernetes", "v1.34.2")
+	must(os.MkdirAll(vdir, 0o755))
+	must(os.WriteFile(filepath.Join(vdir, "kube"), []byte("x"), 0o755))
+	must(os.Symlink("kube", filepath.Join(vdir, "kubeadm")))
+	must(os.Symlink("kube", filepath.Join(vdir, "kubelet")))
+	doc := `{"kubernetes":[{"version":"v1.34.2","binaries":["kubeadm","kubelet"],"multicall":"kube","source":"module"}],
+	 "images":[], "components":[]}`
+	must(os.WriteFile(filepath.Join(dir, "bundle.json"), []byte(doc), 0o644))
+	if _, err := LoadBundle(dir); err != nil {
+		t.Fatalf("a complete multi-call bundle: %v", err)
+	}
+	for name, attack := range map[string]func(){
+		"a link elsewhere": func() {
+			must(os.Remove(filepath.Join(vdir, "kubelet")))
+			must(os.Symlink("/usr/bin/true", filepath.Join(vdir, "kubelet")))
+		},
+		"a copy instead of a link": func() {
+			must(os.Remove(filepath.Join(vdir, "kubelet")))
+			must(os.WriteFile(filepath.Join(vdir, "kubelet"), []byte("x"), 0o755))
+		},
+		"the multi-call binary a link": func() {
+			must(os.Rename(filepath.Join(vdir, "kube"), filepath.Join(vdir, "kube.real")))
+			must(os.Symlink("kube.real", filepath.Join(vdir, "kube")))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			attack()
+			if _, err := LoadBundle(dir); err == nil || !strings.Contains(err.Error(), "kubernetes[0]") {
+				t.Fatalf("err %v, want one naming kubernetes[0]", err)
+			}
+		})
+		// Back to the good bundle.
+		for _, f := range []string{"kube", "kube.real", "kubelet"} {
+			os.Remove(filepath.Join(vdir, f))
+		}
+		must(os.WriteFile(filepath.Join(vdir, "kube"), []byte("x"), 0o755))
+		must(os.Symlink("kube", filepath.Join(vdir, "kubelet")))
+	}
+}

@@ -28,10 +28,13 @@ type Bundle struct {
 }
 
 // BundleKubernetes is one version's binaries in kubernetes/<version>/.
+// With Multicall, each of Binaries is a symbolic link to that one file
+// beside it, which runs as the name it is called by (tools/multicall).
 type BundleKubernetes struct {
-	Version  string   `json:"version"`
-	Binaries []string `json:"binaries"`
-	Source   string   `json:"source"`
+	Version   string   `json:"version"`
+	Binaries  []string `json:"binaries"`
+	Multicall string   `json:"multicall,omitempty"`
+	Source    string   `json:"source"`
 }
 
 // BundleBinary is one module-built daemon in binaries/.
@@ -95,9 +98,24 @@ func LoadBundle(dir string) (*Bundle, error) {
 			bad("kubernetes[%d].version %q: want v1.Y.Z", i, k.Version)
 			continue
 		}
+		vdir := filepath.Join(dir, "kubernetes", k.Version)
+		if k.Multicall != "" {
+			if !componentName.MatchString(k.Multicall) {
+				bad("kubernetes[%d].multicall %q: want a plain file name", i, k.Multicall)
+				continue
+			}
+			if err := regularNoLink(filepath.Join(vdir, k.Multicall)); err != nil {
+				bad("kubernetes[%d].multicall: %w", i, err)
+			}
+		}
 		for _, bin := range k.Binaries {
-			if err := regular(filepath.Join(dir, "kubernetes", k.Version, bin)); err != nil {
-				bad("kubernetes[%d].binaries: %w", i, err)
+			path := filepath.Join(vdir, bin)
+			if k.Multicall == "" {
+				if err := regularNoLink(path); err != nil {
+					bad("kubernetes[%d].binaries: %w", i, err)
+				}
+			} else if target, err := os.Readlink(path); err != nil || target != k.Multicall {
+				bad("kubernetes[%d].binaries: %s: want a symbolic link to %s (%q, %v)", i, path, k.Multicall, target, err)
 			}
 		}
 	}
@@ -224,6 +242,19 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// regularNoLink is regular, for a file that must not be a symbolic link
+// (one could point anywhere on the build machine).
+func regularNoLink(path string) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: not a regular file", path)
+	}
+	return nil
 }
 
 func regular(path string) error {

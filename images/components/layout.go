@@ -29,3 +29,13 @@ const (
 func KubernetesBinary(version, name string) string {
 	return KubernetesDir + "/" + version + "/bin/" + name
 }
+
+// The CNI plugins a node image keeps, in Debian's directory, which the
+// image's containerd uses: the reference plugins flannel's configuration
+// runs, and loopback, which the container runtime runs for every pod. The
+// image build removes the others the package installs; the agent's
+// flannel checks these are there.
+const CNIBinDir = "/usr/lib/cni"
+
+// CNIPlugins lists them.
+func CNIPlugins() []string { return []string{"bridge", "host-local", "portmap", "loopback"} }

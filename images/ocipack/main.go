@@ -10,6 +10,10 @@
 //
 //	ocipack -ref registry.k8s.io/pause:3.10.1 -file pause:/pause -entrypoint /pause -user 65535:65535 -out pause.tar
 //
+// It prints each image's manifest digest, one a line, -ref's first, then
+// each -also's, which names another image of the same layer with its own
+// entrypoint: -also registry.k8s.io/kube-scheduler:v1.34.2=/usr/local/bin/kube-scheduler.
+//
 // Files are owned by root. An image that runs as a non-root user and must
 // bind a low port (CoreDNS on 53) gets the file capability upstream's image
 // sets with setcap: -cap /coredns=cap_net_bind_service.
@@ -18,6 +22,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -43,9 +48,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Spec is one image.
+// Spec is one image, or several that differ only in their reference and
+// entrypoint (Also) and share the one layer: the control plane's three
+// images, each running its own name of one multi-call binary.
 type Spec struct {
 	Ref   string
+	Also  []Variant
 	Files []File
 	// Links are symbolic links, such as busybox's applets.
 	Links []Link
@@ -56,6 +64,12 @@ type Spec struct {
 	User       string
 	Env        []string
 	Created    time.Time
+}
+
+// Variant is another image of the same layer.
+type Variant struct {
+	Ref        string
+	Entrypoint []string
 }
 
 // File is one file in the image's single layer.
@@ -102,12 +116,14 @@ func main() {
 		caps       multiFlag
 		links      multiFlag
 		dirs       multiFlag
+		also       multiFlag
 		entrypoint string
 		cmd        string
 	)
 	flag.StringVar(&spec.Ref, "ref", "", "image reference, e.g. registry.k8s.io/pause:3.10.1")
 	flag.Var(&files, "file", "SOURCE:PATH[:MODE] to put in the image (repeatable; MODE octal, default 0755)")
 	flag.StringVar(&entrypoint, "entrypoint", "", "entrypoint, comma-separated")
+	flag.Var(&also, "also", "REF=ENTRYPOINT another image of the same layer (repeatable; ENTRYPOINT comma-separated)")
 	flag.StringVar(&cmd, "cmd", "", "default arguments (the image's CMD), comma-separated")
 	flag.Var(&links, "link", "PATH=TARGET symbolic link (repeatable)")
 	flag.Var(&dirs, "dir", "PATH[:MODE] empty directory (repeatable; MODE octal, default 0755)")
@@ -163,15 +179,22 @@ func main() {
 		if entrypoint != "" {
 			spec.Entrypoint = strings.Split(entrypoint, ",")
 		}
+		for _, a := range also {
+			v, err := parseVariant(a)
+			if err != nil {
+				return err
+			}
+			spec.Also = append(spec.Also, v)
+		}
 		spec.Env = append([]string{defaultPath}, env...)
 		if out == "" {
 			return errors.New("-out: required")
 		}
-		digest, err := Write(ctx, spec, out)
+		digests, err := Write(ctx, spec, out)
 		if err != nil {
 			return err
 		}
-		fmt.Println(digest)
+		fmt.Println(strings.Join(digests, "\n"))
 		return nil
 	}()
 	if err != nil {
@@ -180,81 +203,103 @@ func main() {
 	}
 }
 
-// Write builds the image and writes it to out (through a temporary file
-// renamed into place), returning the manifest digest.
-func Write(ctx context.Context, spec Spec, out string) (string, error) {
-	img, ref, err := Build(spec)
+// Write builds the images and writes them to out (through a temporary
+// file renamed into place), returning their manifest digests, Ref's first.
+func Write(ctx context.Context, spec Spec, out string) ([]string, error) {
+	images, err := Build(spec)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return "", fmt.Errorf("%s: digest: %w", spec.Ref, err)
+	digests := make([]string, len(images))
+	for i, img := range images {
+		d, err := img.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("%s: digest: %w", img.ref, err)
+		}
+		digests[i] = d.String()
 	}
 	tmp, err := os.CreateTemp(path.Dir(out), ".ocipack-*")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer os.Remove(tmp.Name())
-	if err := writeArchive(ctx, tmp, img, ref); err != nil {
+	if err := writeArchive(ctx, tmp, images); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("%s: %w", out, err)
+		return nil, fmt.Errorf("%s: %w", out, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		return "", err
+		return nil, err
 	}
 	if err := tmp.Close(); err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
-		return "", err
+		return nil, err
 	}
-	return digest.String(), nil
+	return digests, nil
 }
 
-// Build makes the image: one layer holding the files, and a config with
-// the entrypoint, user and environment.
-func Build(spec Spec) (v1.Image, name.Tag, error) {
-	ref, err := name.NewTag(spec.Ref, name.StrictValidation)
-	if err != nil {
-		return nil, name.Tag{}, fmt.Errorf("ref %q: want registry/name:tag: %w", spec.Ref, err)
+// named is an image with its reference.
+type named struct {
+	v1.Image
+	ref name.Tag
+}
+
+// Build makes the images: one layer holding the files, and for each image
+// a config with its entrypoint and the spec's user and environment.
+func Build(spec Spec) ([]named, error) {
+	variants := append([]Variant{{Ref: spec.Ref, Entrypoint: spec.Entrypoint}}, spec.Also...)
+	refs := make([]name.Tag, len(variants))
+	for i, v := range variants {
+		ref, err := name.NewTag(v.Ref, name.StrictValidation)
+		if err != nil {
+			return nil, fmt.Errorf("ref %q: want registry/name:tag: %w", v.Ref, err)
+		}
+		if slices.ContainsFunc(refs[:i], func(r name.Tag) bool { return r.Name() == ref.Name() }) {
+			return nil, fmt.Errorf("ref %q: given twice", v.Ref)
+		}
+		refs[i] = ref
 	}
 	if len(spec.Files) == 0 {
-		return nil, name.Tag{}, errors.New("files: none given")
+		return nil, errors.New("files: none given")
 	}
 	layerTar, err := layerBytes(spec, spec.Created)
 	if err != nil {
-		return nil, name.Tag{}, err
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
 	if err != nil {
-		return nil, name.Tag{}, fmt.Errorf("layer: %w", err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layer)
+	withLayer, err := mutate.AppendLayers(base, layer)
 	if err != nil {
-		return nil, name.Tag{}, err
+		return nil, err
 	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, name.Tag{}, err
+	out := make([]named, len(variants))
+	for i, v := range variants {
+		cfg, err := withLayer.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		cfg = cfg.DeepCopy()
+		cfg.Architecture, cfg.OS = "amd64", "linux"
+		cfg.Created = v1.Time{Time: spec.Created}
+		cfg.Config.Entrypoint = v.Entrypoint
+		cfg.Config.Cmd = spec.Cmd
+		cfg.Config.User = spec.User
+		cfg.Config.Env = spec.Env
+		cfg.History = []v1.History{{Created: v1.Time{Time: spec.Created}, CreatedBy: "harmony ocipack", Comment: v.Ref}}
+		img, err := mutate.ConfigFile(withLayer, cfg)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = named{Image: img, ref: refs[i]}
 	}
-	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = "amd64", "linux"
-	cfg.Created = v1.Time{Time: spec.Created}
-	cfg.Config.Entrypoint = spec.Entrypoint
-	cfg.Config.Cmd = spec.Cmd
-	cfg.Config.User = spec.User
-	cfg.Config.Env = spec.Env
-	cfg.History = []v1.History{{Created: v1.Time{Time: spec.Created}, CreatedBy: "harmony ocipack", Comment: spec.Ref}}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	return img, ref, nil
+	return out, nil
 }
 
 // layerBytes is the layer's tar: every entry sorted by path after its
@@ -364,6 +409,14 @@ func parseFile(s string) (File, error) {
 	return f, nil
 }
 
+func parseVariant(s string) (Variant, error) {
+	ref, ep, ok := strings.Cut(s, "=")
+	if !ok || ref == "" || !cleanAbs(strings.Split(ep, ",")[0]) {
+		return Variant{}, fmt.Errorf("-also %q: want REF=/ABSOLUTE/ENTRYPOINT[,ARG...]", s)
+	}
+	return Variant{Ref: ref, Entrypoint: strings.Split(ep, ",")}, nil
+}
+
 // applyCaps attaches each -cap PATH=caps to the -file with that PATH.
 func applyCaps(files []File, caps []string) error {
 	for _, c := range caps {
@@ -426,44 +479,80 @@ func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // writeArchive writes the OCI image layout as one tar: oci-layout,
-// index.json (naming the image by its reference, as containerd reads it),
-// then the blobs. Every entry has the same owner, mode and mtime.
-func writeArchive(ctx context.Context, w io.Writer, img v1.Image, ref name.Tag) error {
-	manifest, err := img.RawManifest()
-	if err != nil {
-		return err
+// index.json (naming each image by its reference, as containerd reads
+// it), then the blobs, each once however many images hold it. Every entry
+// has the same owner, mode and mtime.
+func writeArchive(ctx context.Context, w io.Writer, images []named) error {
+	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
+	type blob struct {
+		hex  string
+		data func() ([]byte, error)
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return err
+	var blobs []blob
+	seen := map[string]bool{}
+	addBlob := func(hex string, data func() ([]byte, error)) {
+		if !seen[hex] {
+			seen[hex] = true
+			blobs = append(blobs, blob{hex, data})
+		}
 	}
-	mediaType, err := img.MediaType()
-	if err != nil {
-		return err
-	}
-	config, err := img.RawConfigFile()
-	if err != nil {
-		return err
-	}
-	configName, err := img.ConfigName()
-	if err != nil {
-		return err
-	}
-	index, err := json.Marshal(v1.IndexManifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIImageIndex,
-		Manifests: []v1.Descriptor{{
+	var manifests []blob
+	for _, img := range images {
+		manifest, err := img.RawManifest()
+		if err != nil {
+			return err
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			return err
+		}
+		mediaType, err := img.MediaType()
+		if err != nil {
+			return err
+		}
+		index.Manifests = append(index.Manifests, v1.Descriptor{
 			MediaType: mediaType, Digest: digest, Size: int64(len(manifest)),
 			Annotations: map[string]string{
-				"io.containerd.image.name":          ref.Name(),
-				"org.opencontainers.image.ref.name": ref.TagStr(),
+				"io.containerd.image.name":          img.ref.Name(),
+				"org.opencontainers.image.ref.name": img.ref.TagStr(),
 			},
-		}},
-	})
+		})
+		configName, err := img.ConfigName()
+		if err != nil {
+			return err
+		}
+		addBlob(configName.Hex, img.RawConfigFile)
+		layers, err := img.Layers()
+		if err != nil {
+			return err
+		}
+		for _, l := range layers {
+			d, err := l.Digest()
+			if err != nil {
+				return err
+			}
+			addBlob(d.Hex, func() ([]byte, error) {
+				rc, err := l.Compressed()
+				if err != nil {
+					return nil, err
+				}
+				defer rc.Close()
+				return io.ReadAll(rc)
+			})
+		}
+		manifests = append(manifests, blob{digest.Hex, func() ([]byte, error) { return manifest, nil }})
+	}
+	for _, m := range manifests {
+		addBlob(m.hex, m.data)
+	}
+	indexJSON, err := json.Marshal(index)
 	if err != nil {
 		return err
 	}
-	cfg, _ := img.ConfigFile()
+	cfg, err := images[0].ConfigFile()
+	if err != nil {
+		return err
+	}
 	mtime := cfg.Created.Time
 	tw := tar.NewWriter(w)
 	put := func(name string, data []byte) error {
@@ -479,7 +568,7 @@ func writeArchive(ctx context.Context, w io.Writer, img v1.Image, ref name.Tag) 
 	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
 		return err
 	}
-	if err := put("index.json", index); err != nil {
+	if err := put("index.json", indexJSON); err != nil {
 		return err
 	}
 	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
@@ -487,33 +576,14 @@ func writeArchive(ctx context.Context, w io.Writer, img v1.Image, ref name.Tag) 
 			return err
 		}
 	}
-	if err := put("blobs/sha256/"+configName.Hex, config); err != nil {
-		return err
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for _, l := range layers {
-		d, err := l.Digest()
+	for _, b := range blobs {
+		data, err := b.data()
 		if err != nil {
 			return err
 		}
-		rc, err := l.Compressed()
-		if err != nil {
+		if err := put("blobs/sha256/"+b.hex, data); err != nil {
 			return err
 		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return err
-		}
-		if err := put("blobs/sha256/"+d.Hex, data); err != nil {
-			return err
-		}
-	}
-	if err := put("blobs/sha256/"+digest.Hex, manifest); err != nil {
-		return err
 	}
 	return tw.Close()
 }

@@ -36,6 +36,19 @@ func testSpec(t *testing.T) Spec {
 	}
 }
 
+// write1 writes spec's one image and returns its digest.
+func write1(t *testing.T, spec Spec, out string) (string, error) {
+	t.Helper()
+	digests, err := Write(context.Background(), spec, out)
+	if err != nil {
+		return "", err
+	}
+	if len(digests) != 1 {
+		t.Fatalf("%d digests for one image", len(digests))
+	}
+	return digests[0], nil
+}
+
 // entries reads an archive into name -> bytes, keeping the order.
 func entries(t *testing.T, path string) (map[string][]byte, []string) {
 	t.Helper()
@@ -66,11 +79,11 @@ func entries(t *testing.T, path string) (map[string][]byte, []string) {
 func TestWriteIsReproducibleAndNamesTheImage(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.tar"), filepath.Join(dir, "b.tar")
-	da, err := Write(context.Background(), testSpec(t), a)
+	da, err := write1(t, testSpec(t), a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := Write(context.Background(), testSpec(t), b)
+	db, err := write1(t, testSpec(t), b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +94,7 @@ func TestWriteIsReproducibleAndNamesTheImage(t *testing.T) {
 	}
 	later := testSpec(t)
 	later.Created = later.Created.Add(time.Second)
-	if dl, _ := Write(context.Background(), later, filepath.Join(dir, "c.tar")); dl == da {
+	if dl, _ := write1(t, later, filepath.Join(dir, "c.tar")); dl == da {
 		t.Fatal("a different SOURCE_DATE_EPOCH gave the same digest")
 	}
 
@@ -178,9 +191,17 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("parseFile(%q): %v, want %q", tc.in, err, tc.want)
 		}
 	}
+	for _, bad := range []string{"registry.k8s.io/kube-scheduler:v1.34.2", "=/usr/local/bin/x", "registry.k8s.io/x:1=", "registry.k8s.io/x:1=x"} {
+		if _, err := parseVariant(bad); err == nil || !strings.Contains(err.Error(), "-also") {
+			t.Errorf("parseVariant(%q): %v", bad, err)
+		}
+	}
+	if v, err := parseVariant("registry.k8s.io/x:1=/x,--flag"); err != nil || !slices.Equal(v.Entrypoint, []string{"/x", "--flag"}) {
+		t.Errorf("parseVariant: %+v, %v", v, err)
+	}
 	spec := testSpec(t)
 	spec.Ref = "pause" // no tag, no registry: what kubeadm looks up would never match
-	if _, _, err := Build(spec); err == nil || !strings.Contains(err.Error(), `ref "pause"`) {
+	if _, err := Build(spec); err == nil || !strings.Contains(err.Error(), `ref "pause"`) {
 		t.Errorf("Build with ref %q: %v", spec.Ref, err)
 	}
 	if _, err := sourceDateEpoch(""); err == nil {
@@ -253,7 +274,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 func TestContainerdImportsTheArchive(t *testing.T) {
 	ctr := containerd(t)
 	archive := filepath.Join(t.TempDir(), "pause.tar")
-	digest, err := Write(context.Background(), testSpec(t), archive)
+	digest, err := write1(t, testSpec(t), archive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,10 +378,11 @@ func TestLinksDirsAndCmd(t *testing.T) {
 	spec.Links = []Link{{Path: "/bin/sh", Target: "/usr/local/bin/pause"}}
 	spec.Dirs = []Dir{{Path: "/tmp", Mode: 0o1777}}
 	spec.Cmd = []string{"pause"}
-	img, _, err := Build(spec)
+	images, err := Build(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	img := images[0]
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +419,83 @@ func TestLinksDirsAndCmd(t *testing.T) {
 	}
 
 	spec.Links = append(spec.Links, Link{Path: "/tmp", Target: "x"})
-	if _, _, err := Build(spec); err == nil || !strings.Contains(err.Error(), "/tmp: given twice") {
+	if _, err := Build(spec); err == nil || !strings.Contains(err.Error(), "/tmp: given twice") {
 		t.Errorf("a path given twice: %v", err)
+	}
+}
+
+// Images of one layer (the control plane's three, each running its name of
+// one multi-call binary) share it: the archive holds the layer once, each
+// image has its own entrypoint, and containerd imports all three with the
+// digests Write returned.
+func TestImagesOfOneLayerShareIt(t *testing.T) {
+	spec := testSpec(t)
+	spec.Ref, spec.Entrypoint = "registry.k8s.io/kube-apiserver:v1.34.2", []string{"/usr/local/bin/kube-apiserver"}
+	spec.Also = []Variant{
+		{Ref: "registry.k8s.io/kube-controller-manager:v1.34.2", Entrypoint: []string{"/usr/local/bin/kube-controller-manager"}},
+		{Ref: "registry.k8s.io/kube-scheduler:v1.34.2", Entrypoint: []string{"/usr/local/bin/kube-scheduler"}},
+	}
+	archive := filepath.Join(t.TempDir(), "control-plane.tar")
+	digests, err := Write(context.Background(), spec, archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(digests) != 3 || digests[0] == digests[1] || digests[1] == digests[2] {
+		t.Fatalf("digests %v: want three, each its own", digests)
+	}
+	files, order := entries(t, archive)
+	var index v1.IndexManifest
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		t.Fatal(err)
+	}
+	layers := map[string]bool{}
+	for i, want := range append([]Variant{{Ref: spec.Ref, Entrypoint: spec.Entrypoint}}, spec.Also...) {
+		m := index.Manifests[i]
+		if m.Digest.String() != digests[i] || m.Annotations["io.containerd.image.name"] != want.Ref {
+			t.Fatalf("index entry %d: %s %v, want %s %s", i, m.Digest, m.Annotations, digests[i], want.Ref)
+		}
+		manifest, err := v1.ParseManifest(bytes.NewReader(files["blobs/sha256/"+m.Digest.Hex]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg v1.ConfigFile
+		if err := json.Unmarshal(files["blobs/sha256/"+manifest.Config.Digest.Hex], &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cfg.Config.Entrypoint, want.Entrypoint) {
+			t.Errorf("%s: entrypoint %v, want %v", want.Ref, cfg.Config.Entrypoint, want.Entrypoint)
+		}
+		for _, l := range manifest.Layers {
+			layers[l.Digest.Hex] = true
+		}
+	}
+	if len(layers) != 1 {
+		t.Fatalf("%d layers among the three images, want the one they share", len(layers))
+	}
+	// oci-layout, index.json, two directories; then three configs, the
+	// layer and three manifests, each once.
+	if len(order) != 4+3+1+3 {
+		t.Errorf("archive entries %v: a blob is there twice or missing", order)
+	}
+
+	ctr := containerd(t)
+	if out, err := ctr("images", "import", archive); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+	out, err := ctr("images", "ls")
+	if err != nil {
+		t.Fatalf("ctr images ls: %v\n%s", err, out)
+	}
+	for i, ref := range []string{spec.Ref, spec.Also[0].Ref, spec.Also[1].Ref} {
+		if !slices.ContainsFunc(strings.Split(out, "\n"), func(line string) bool {
+			return strings.HasPrefix(line, ref+" ") && strings.Contains(line, digests[i])
+		}) {
+			t.Errorf("containerd does not list %s at %s:\n%s", ref, digests[i], out)
+		}
+	}
+
+	spec.Also = append(spec.Also, Variant{Ref: spec.Ref, Entrypoint: []string{"/x"}})
+	if _, err := Build(spec); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("a reference given twice: %v", err)
 	}
 }

@@ -201,7 +201,7 @@ func (c *Component) imagesPending(host *reconcile.Host) string {
 	if err != nil || len(tars) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("waiting for the first-boot import of the node image's %d container images (%s)", len(tars), c.cfg.ImagesImported)
+	return fmt.Sprintf("waiting for the first-boot import of the node image's %d container image archives (%s)", len(tars), c.cfg.ImagesImported)
 }
 
 func (c *Component) checkConfig() error {

@@ -26,6 +26,8 @@ type kubernetesDir struct {
 	Version  string
 	Dir      string
 	Binaries []string
+	// Multicall, when set, is the one file each binary links to.
+	Multicall string
 }
 
 // bundleBinary is a module-built daemon from the bundle and where the
@@ -95,7 +97,7 @@ func loadInputs(c *Config) (*inputs, error) {
 			bins = []string{"kubectl"}
 		}
 		in.Kubernetes = append(in.Kubernetes, kubernetesDir{
-			Version: k.Version, Dir: filepath.Join(c.BundleDir, "kubernetes", k.Version), Binaries: bins,
+			Version: k.Version, Dir: filepath.Join(c.BundleDir, "kubernetes", k.Version), Binaries: bins, Multicall: k.Multicall,
 		})
 	}
 	if c.Role == RoleNode {

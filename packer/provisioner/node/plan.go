@@ -45,6 +45,11 @@ type plan struct {
 	Links        []link
 	Mask         []string
 	Enable       []string
+	// CNIPlugins are the only plugins kept in CNIBinDir; Remove are files
+	// of packages a node never runs.
+	CNIPlugins []string
+	CNIBinDir  string
+	Remove     []string
 
 	uploads []upload
 	inputs  *inputs
@@ -72,6 +77,9 @@ func newPlan(c *Config) (*plan, error) {
 		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
 	} else {
 		p.Enable = append(p.Enable, "containerd.service")
+		p.CNIPlugins, p.CNIBinDir = components.CNIPlugins(), components.CNIBinDir
+		// containerd's v1 shims: the CRI runs every pod with runc v2.
+		p.Remove = []string{"/usr/bin/containerd-shim", "/usr/bin/containerd-shim-runc-v1"}
 	}
 	for _, u := range unitsFor(c.Role) {
 		p.add(filepath.Join(c.UnitsDir, u), "units/"+u, path.Join(unitDir, u), "0644")
@@ -85,10 +93,19 @@ func newPlan(c *Config) (*plan, error) {
 	// Every Kubernetes version under /opt; the newest (n) on PATH, where
 	// the agent's --kubeadm default and the units look. The kubelet goes
 	// through the link the agent repoints to the cluster's version.
+	// A multi-call version is one file, each binary a link to it.
 	for i, k := range in.Kubernetes {
+		if k.Multicall != "" {
+			p.add(filepath.Join(k.Dir, k.Multicall), path.Join("kubernetes", k.Version, k.Multicall),
+				components.KubernetesBinary(k.Version, k.Multicall), "0755")
+		}
 		for _, b := range k.Binaries {
 			dest := components.KubernetesBinary(k.Version, b)
-			p.add(filepath.Join(k.Dir, b), path.Join("kubernetes", k.Version, b), dest, "0755")
+			if k.Multicall != "" {
+				p.Links = append(p.Links, link{Path: dest, Target: k.Multicall})
+			} else {
+				p.add(filepath.Join(k.Dir, b), path.Join("kubernetes", k.Version, b), dest, "0755")
+			}
 			switch {
 			case i > 0:
 			case b == "kubelet":
@@ -102,8 +119,13 @@ func newPlan(c *Config) (*plan, error) {
 	for _, b := range in.Binaries {
 		p.add(b.Path, "binaries/"+path.Base(b.Dest), b.Dest, "0755")
 	}
+	// Images of one layer share one archive.
+	staged := map[string]bool{}
 	for _, img := range in.Images {
-		p.add(img.Path, "images/"+img.File, path.Join(imagesDir, img.File), "0644")
+		if !staged[img.File] {
+			staged[img.File] = true
+			p.add(img.Path, "images/"+img.File, path.Join(imagesDir, img.File), "0644")
+		}
 	}
 
 	if c.OverlayDir != "" {

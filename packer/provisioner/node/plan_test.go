@@ -1,11 +1,17 @@
 package node
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/harmonykaas/harmony/images/components"
 )
 
 // TestUnitsFor checks the units each image installs and enables: both
@@ -50,5 +56,156 @@ func TestUnitsFor(t *testing.T) {
 		if !strings.Contains(string(data), "\n"+line) {
 			t.Errorf("harmony-network.service lacks %q", line)
 		}
+	}
+}
+
+// A bundle whose versions are multi-call binaries and whose control-plane
+// images share archives: the node image gets each version's binary once,
+// every name a link to it, and each archive once; the appliance gets the
+// binary of n with kubectl alone.
+func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
+	pinsFile := filepath.Join("..", "..", "..", "images", "components.yaml")
+	pins, err := components.Load(pinsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(rel string, mode os.FileMode) {
+		t.Helper()
+		path := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(rel), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{"kubeadm", "kubelet", "kubectl", "kube-proxy"}
+	var bundle components.Bundle
+	for _, k := range pins.Kubernetes {
+		write(filepath.Join("kubernetes", k.Version, "kube"), 0o755)
+		for _, n := range names {
+			if err := os.Symlink("kube", filepath.Join(dir, "kubernetes", k.Version, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bundle.Kubernetes = append(bundle.Kubernetes, components.BundleKubernetes{Version: k.Version, Binaries: names, Multicall: "kube", Source: "module"})
+	}
+	for i, img := range pins.Images {
+		// The control plane's images by version share one archive.
+		file := fmt.Sprintf("image-%d.tar", i)
+		if _, version, _ := strings.Cut(img.Ref, ":"); strings.Contains(img.Ref, "/kube-") {
+			file = "kubernetes-control-plane-" + version + ".tar"
+		}
+		write(filepath.Join("images", file), 0o644)
+		bundle.Images = append(bundle.Images, components.BundleImage{Ref: img.Ref, Digest: "sha256:" + strings.Repeat("0", 64), File: file})
+	}
+	for _, b := range pins.Binaries {
+		write(filepath.Join("binaries", b.Name), 0o755)
+		bundle.Binaries = append(bundle.Binaries, components.BundleBinary{Name: b.Name, Version: b.Version, Source: "module"})
+	}
+	doc, err := json.Marshal(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("bundle.json", 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "bundle.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, role := range []string{RoleNode, RoleControlPlane} {
+		p, err := newPlan(&Config{Role: role, ComponentsFile: pinsFile, BundleDir: dir, AgentBinary: "/bin/true",
+			ControllerBinary: "/bin/true", UnitsDir: filepath.Join("..", "..", "..", "systemd"), StagingDir: "/tmp/s"})
+		if err != nil {
+			t.Fatalf("%s: %v", role, err)
+		}
+		dests := map[string]int{}
+		for _, f := range p.Files {
+			dests[f.Dest]++
+			if strings.HasSuffix(f.Dest, ".tar") && dests[f.Dest] > 1 {
+				t.Errorf("%s: %s installed twice", role, f.Dest)
+			}
+		}
+		links := map[string]string{}
+		for _, l := range p.Links {
+			links[l.Path] = l.Target
+		}
+		versions := pins.Kubernetes
+		want := names
+		if role == RoleControlPlane {
+			versions, want = versions[:1], []string{"kubectl"}
+		}
+		for _, k := range versions {
+			kube := components.KubernetesBinary(k.Version, "kube")
+			if dests[kube] != 1 {
+				t.Errorf("%s: %s installed %d times, want once", role, kube, dests[kube])
+			}
+			for _, n := range want {
+				bin := components.KubernetesBinary(k.Version, n)
+				if dests[bin] != 0 || links[bin] != "kube" {
+					t.Errorf("%s: %s installed %d times and linked to %q, want a link to kube", role, bin, dests[bin], links[bin])
+				}
+			}
+		}
+		if role == RoleNode {
+			n := pins.Kubernetes[0].Version
+			if dests[path.Join(imagesDir, "kubernetes-control-plane-"+n+".tar")] != 1 {
+				t.Errorf("node: the control plane archive of %s is not installed once: %v", n, dests)
+			}
+		} else if links[components.KubernetesBinary(pins.Kubernetes[0].Version, "kubelet")] != "" {
+			t.Error("the appliance got a kubelet")
+		}
+	}
+}
+
+// The node image keeps only the CNI plugins a node runs and drops
+// containerd's v1 shims; a kept plugin the package did not install fails
+// the build.
+func TestPruneKeepsWhatANodeRuns(t *testing.T) {
+	dir := t.TempDir()
+	cni := filepath.Join(dir, "cni")
+	if err := os.MkdirAll(cni, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bridge", "host-local", "portmap", "loopback", "macvlan", "dhcp", "vlan"} {
+		if err := os.WriteFile(filepath.Join(cni, name), []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shim := filepath.Join(dir, "containerd-shim-runc-v1")
+	if err := os.WriteFile(shim, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &plan{CNIPlugins: components.CNIPlugins(), CNIBinDir: cni, Remove: []string{shim}}
+	run := func() (string, error) {
+		var script strings.Builder
+		if err := installScript.ExecuteTemplate(&script, "prune", p); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("sh", "-eu", "-c", script.String()).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(); err != nil {
+		t.Fatalf("prune: %v\n%s", err, out)
+	}
+	entries, err := os.ReadDir(cni)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{"bridge", "host-local", "loopback", "portmap"}; !slices.Equal(left, want) {
+		t.Errorf("CNI plugins left %v, want %v", left, want)
+	}
+	if _, err := os.Stat(shim); !os.IsNotExist(err) {
+		t.Errorf("the v1 shim is still there: %v", err)
+	}
+	if err := os.Remove(filepath.Join(cni, "portmap")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(); err == nil || !strings.Contains(out, "portmap is missing") {
+		t.Errorf("with portmap missing: %v\n%s", err, out)
 	}
 }

@@ -30,6 +30,7 @@ if [ -n "$need" ]; then
 fi
 apt-mark hold {{join .PackageNames " "}} >/dev/null
 {{end}}
+{{template "prune" .}}
 {{- range .Files}}
 install -D -m {{.Mode}} "$S/{{.Staged}}" "{{.Dest}}"
 {{- end}}
@@ -43,6 +44,22 @@ ln -sfn "{{.Target}}" "{{.Path}}"
 systemctl mask {{join .Mask " "}}
 {{end}}
 systemctl enable {{join .Enable " "}}
+`))
+
+// pruneScript removes what the packages install and a node never runs;
+// install.sh runs it after the packages.
+var pruneScript = template.Must(installScript.New("prune").Parse(`
+{{- if .CNIPlugins}}
+# Of the CNI plugins the package installs, only those a node runs
+# (images/components.CNIPlugins).
+for p in {{join .CNIPlugins " "}}; do
+  [ -x "{{.CNIBinDir}}/$p" ] || { echo "harmony-node: {{.CNIBinDir}}/$p is missing" >&2; exit 1; }
+done
+find "{{.CNIBinDir}}" -maxdepth 1 -type f{{range .CNIPlugins}} ! -name {{.}}{{end}} -delete
+{{- end}}
+{{- range .Remove}}
+rm -f "{{.}}"
+{{- end}}
 `))
 
 var queryScript = template.Must(template.New("query-packages.sh").Funcs(funcs).Parse(`# harmony-node: the installed versions of the pinned packages.

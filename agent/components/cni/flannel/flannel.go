@@ -36,6 +36,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/images/components"
 )
 
 // Name selects flannel in role.Cluster.CNI.Type.
@@ -66,7 +67,7 @@ type Config struct {
 	// image installs it.
 	Binary string
 	// CNIBinDir holds the reference plugins the configuration names;
-	// default /usr/lib/cni, Debian's, which the image's containerd uses.
+	// default components.CNIBinDir.
 	CNIBinDir string
 }
 
@@ -86,7 +87,7 @@ func New(cfg Config) *Plugin {
 		cfg.Binary = "/usr/local/bin/flanneld"
 	}
 	if cfg.CNIBinDir == "" {
-		cfg.CNIBinDir = "/usr/lib/cni"
+		cfg.CNIBinDir = components.CNIBinDir
 	}
 	return &Plugin{cfg: cfg}
 }
@@ -210,7 +211,7 @@ func (p *Plugin) Plan(host *reconcile.Host, role *v1.Role) (*plugin.Plan, error)
 		Files:    []plugin.File{{Path: NetConfPath, Data: netConf, Mode: 0o644, Validate: validateNetConf, Units: []string{Unit}}},
 		Binaries: []string{p.cfg.Binary},
 	}
-	for _, b := range cniBinaries {
+	for _, b := range components.CNIPlugins() {
 		plan.Binaries = append(plan.Binaries, p.cfg.CNIBinDir+"/"+b)
 	}
 	// flanneld runs as the node: not before kubeadm has given the node
@@ -259,7 +260,3 @@ func (p *Plugin) Plan(host *reconcile.Host, role *v1.Role) (*plugin.Plan, error)
 	}
 	return plan, nil
 }
-
-// cniBinaries are the reference plugins the configuration runs, and
-// loopback, which the container runtime runs for every pod.
-var cniBinaries = []string{"bridge", "host-local", "portmap", "loopback"}
