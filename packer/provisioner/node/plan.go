@@ -46,7 +46,7 @@ type plan struct {
 	Mask         []string
 	Enable       []string
 	// CNIPlugins are the only plugins kept in CNIBinDir; Remove are files
-	// of packages a node never runs.
+	// and directories the packages install and a node never uses.
 	CNIPlugins []string
 	CNIBinDir  string
 	Remove     []string
@@ -78,8 +78,18 @@ func newPlan(c *Config) (*plan, error) {
 	} else {
 		p.Enable = append(p.Enable, "containerd.service")
 		p.CNIPlugins, p.CNIBinDir = components.CNIPlugins(), components.CNIBinDir
-		// containerd's v1 shims: the CRI runs every pod with runc v2.
-		p.Remove = []string{"/usr/bin/containerd-shim", "/usr/bin/containerd-shim-runc-v1"}
+		p.Remove = []string{
+			// containerd's v1 shims: the CRI runs every pod with runc v2.
+			"/usr/bin/containerd-shim", "/usr/bin/containerd-shim-runc-v1",
+			// Perl's library (perl-modules), there for keepalived's SNMP
+			// library, which links libperl but runs no Perl unless SNMP
+			// is configured; it never is. perl-base stays.
+			"/usr/share/perl",
+			// udev's hardware database: vendor and model names for
+			// devices, which neither interface naming nor anything on a
+			// node reads.
+			"/usr/lib/udev/hwdb.bin", "/usr/lib/udev/hwdb.d",
+		}
 	}
 	for _, u := range unitsFor(c.Role) {
 		p.add(filepath.Join(c.UnitsDir, u), "units/"+u, path.Join(unitDir, u), "0644")

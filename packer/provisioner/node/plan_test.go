@@ -159,8 +159,8 @@ func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
 }
 
 // The node image keeps only the CNI plugins a node runs and drops
-// containerd's v1 shims; a kept plugin the package did not install fails
-// the build.
+// what it never uses, files and directories; a kept plugin the package
+// did not install fails the build.
 func TestPruneKeepsWhatANodeRuns(t *testing.T) {
 	dir := t.TempDir()
 	cni := filepath.Join(dir, "cni")
@@ -176,7 +176,11 @@ func TestPruneKeepsWhatANodeRuns(t *testing.T) {
 	if err := os.WriteFile(shim, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &plan{CNIPlugins: components.CNIPlugins(), CNIBinDir: cni, Remove: []string{shim}}
+	library := filepath.Join(dir, "perl")
+	if err := os.MkdirAll(filepath.Join(library, "5.36"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &plan{CNIPlugins: components.CNIPlugins(), CNIBinDir: cni, Remove: []string{shim, library}}
 	run := func() (string, error) {
 		var script strings.Builder
 		if err := installScript.ExecuteTemplate(&script, "prune", p); err != nil {
@@ -201,6 +205,9 @@ func TestPruneKeepsWhatANodeRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(shim); !os.IsNotExist(err) {
 		t.Errorf("the v1 shim is still there: %v", err)
+	}
+	if _, err := os.Stat(library); !os.IsNotExist(err) {
+		t.Errorf("the directory to remove is still there: %v", err)
 	}
 	if err := os.Remove(filepath.Join(cni, "portmap")); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ done
 find "{{.CNIBinDir}}" -maxdepth 1 -type f{{range .CNIPlugins}} ! -name {{.}}{{end}} -delete
 {{- end}}
 {{- range .Remove}}
-rm -f "{{.}}"
+rm -rf "{{.}}"
 {{- end}}
 `))
 
