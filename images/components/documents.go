@@ -246,19 +246,12 @@ func printable(s string) bool {
 
 // regularNoLink is regular, for a file that must not be a symbolic link
 // (one could point anywhere on the build machine).
-func regularNoLink(path string) error {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", path)
-	}
-	return nil
-}
+func regularNoLink(path string) error { return regularBy(os.Lstat, path) }
 
-func regular(path string) error {
-	st, err := os.Stat(path)
+func regular(path string) error { return regularBy(os.Stat, path) }
+
+func regularBy(stat func(string) (os.FileInfo, error), path string) error {
+	st, err := stat(path)
 	if err != nil {
 		return err
 	}
