@@ -28,12 +28,8 @@ type failoverTimes struct {
 
 // failover waits until the cluster has settled, powers the VIP holder off
 // and times the VIP's move and /readyz through the VIP.
-func failover(ctx context.Context, stateDir string, sum *lab.Summary) (failoverTimes, error) {
+func failover(ctx context.Context, stateDir string, sum *lab.Summary, m masters) (failoverTimes, error) {
 	var f failoverTimes
-	m, err := reachMasters(stateDir, sum)
-	if err != nil {
-		return f, err
-	}
 	began := time.Now()
 	if err := settle(ctx, sum, m); err != nil {
 		return f, err

@@ -209,9 +209,15 @@ func run() error {
 
 	fmt.Printf("\nVIP failover, %d times: the holder powered off through vCenter once etcd and the apiservers have settled, then on again;\ncounted from the holder's link going down\n", failovers)
 	fmt.Println("  holder   VIP to   settled   link down into the power-off   VIP moved   /readyz through the VIP")
+	// The etcd client credential stays valid across the power cycles, as
+	// across the upgrade: read it once, while every master runs.
+	m, err := reachMasters(stateDir, sum)
+	if err != nil {
+		return err
+	}
 	var worst time.Duration
 	for i := range failovers {
-		f, err := failover(ctx, stateDir, sum)
+		f, err := failover(ctx, stateDir, sum, m)
 		if err != nil {
 			return err
 		}
