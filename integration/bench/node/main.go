@@ -92,6 +92,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Down keeps a state directory it did not make; once it has emptied
+	// it, remove it too (Remove fails harmlessly on what Down left).
+	defer os.Remove(stateDir)
 	ctx := context.Background()
 	defer lab.Down(ctx, stateDir, nil)
 
