@@ -57,6 +57,13 @@ type Config struct {
 	// addresses the primary interface's are used.
 	Addresses []string
 	DNSNames  []string
+	// AddressWait bounds how long enrollment waits for the primary
+	// interface's address when Addresses is empty; default 2m, the bound
+	// systemd-networkd-wait-online has. The unit starts the agent beside
+	// the network, not after network-online.target, so that the agent's
+	// own start overlaps the network's; this wait is what keeps its
+	// certificate from missing the address.
+	AddressWait time.Duration
 
 	// MetricsListen serves /metrics over mutual TLS; "" disables it.
 	MetricsListen string
@@ -141,6 +148,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	setDefault(&cfg.WatchWait, 55*time.Second)
 	setDefault(&cfg.RetryBase, time.Second)
+	setDefault(&cfg.AddressWait, 2*time.Minute)
 	setDefault(&cfg.RetryMax, time.Minute)
 	setDefault(&cfg.BootstrapPoll, 30*time.Second)
 	setDefault(&cfg.StatusInterval, 5*time.Minute)
@@ -506,7 +514,7 @@ func (a *Agent) enroll(ctx context.Context, doc *v1.Bootstrap) (*identity.Identi
 	if err != nil {
 		return nil, err
 	}
-	csr, err := identity.CSR(key, doc.NodeName, a.cfg.DNSNames, a.addresses())
+	csr, err := identity.CSR(key, doc.NodeName, a.cfg.DNSNames, a.addresses(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -551,7 +559,10 @@ func (a *Agent) countError(reason string) {
 	a.metrics.RequestErrors.WithLabelValues(reason).Inc()
 }
 
-func (a *Agent) addresses() []net.IP {
+// addresses are the certificate's IP SANs: the configured ones, else the
+// primary interface's, waited for up to AddressWait (DHCP, or networkd
+// still applying the static address, at boot).
+func (a *Agent) addresses(ctx context.Context) []net.IP {
 	var ips []net.IP
 	for _, s := range a.cfg.Addresses {
 		ips = append(ips, net.ParseIP(s))
@@ -559,10 +570,20 @@ func (a *Agent) addresses() []net.IP {
 	if len(ips) > 0 {
 		return ips
 	}
+	waitCtx, cancel := context.WithTimeout(ctx, a.cfg.AddressWait)
+	defer cancel()
+	// Polled on this goroutine, not watched over netlink: netinfo acts in
+	// the calling thread's network namespace.
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
 	iface, addrs, err := netinfo.Primary()
-	if err != nil {
-		a.log.Warn("no primary interface address for the certificate", "err", err)
-		return nil
+	for ; err != nil; iface, addrs, err = netinfo.Primary() {
+		select {
+		case <-waitCtx.Done():
+			a.log.Warn("no primary interface address for the certificate", "waited", a.cfg.AddressWait, "err", err)
+			return nil
+		case <-poll.C:
+		}
 	}
 	for _, addr := range addrs {
 		ips = append(ips, net.IP(addr.AsSlice()))

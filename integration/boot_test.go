@@ -160,6 +160,17 @@ func TestImageBoot(t *testing.T) {
 	if m := imageboot.ContainerdReport.FindStringSubmatch(serial); m == nil || m[1] != "active" {
 		t.Errorf("containerd: %q", m)
 	}
+	// The packages' own etcd, keepalived and HAProxy would fight the
+	// agent's units, and ipvsadm's script only costs boot time.
+	if m := imageboot.PackagedUnitsReport.FindStringSubmatch(serial); m == nil {
+		t.Error("no report of the packaged units")
+	} else {
+		for _, u := range strings.Fields(imageboot.PackagedUnits) {
+			if !strings.Contains(" "+m[1]+" ", " "+u+"=masked ") {
+				t.Errorf("%s is not masked: %s", u, m[1])
+			}
+		}
+	}
 	m := imageboot.ImagesReport.FindStringSubmatch(serial)
 	if m == nil {
 		t.Fatal("no report of containerd's images")

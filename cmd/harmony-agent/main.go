@@ -65,6 +65,7 @@ its life; and watches its role over mutual TLS.`,
 	f.BoolVar(&noGuestinfo, "no-guestinfo", false, "do not read VMware guestinfo")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/harmony", "directory for the node key, certificate and cached role")
 	f.StringSliceVar(&cfg.Addresses, "address", nil, "IP address for the node certificate (repeatable; default: the primary interface's)")
+	f.DurationVar(&cfg.AddressWait, "address-wait", 0, "how long enrollment waits for the primary interface's address when --address is not given (default 2m)")
 	f.StringSliceVar(&cfg.DNSNames, "dns-name", nil, "extra DNS name for the node certificate (repeatable; must be in the node's inventory)")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", ":9101", "mutual-TLS /metrics listener; empty disables it")
 	f.StringVar(&cfg.MetricsLocalListen, "metrics-local-listen", "", "optional plain-HTTP /metrics listener on loopback, e.g. 127.0.0.1:9102")

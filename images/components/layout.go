@@ -1,5 +1,7 @@
 package components
 
+import "strings"
+
 // Where a node image keeps the container images it carries, and the stamp
 // its first-boot unit (systemd/harmony-images-import.service) leaves once
 // containerd has imported them all. The image build puts the images there
@@ -28,6 +30,22 @@ const (
 // version.
 func KubernetesBinary(version, name string) string {
 	return KubernetesDir + "/" + version + "/bin/" + name
+}
+
+// KubernetesVersionAt is the version whose directory holds path when path
+// is one of KubernetesBinary's: "/opt/harmony/kubernetes/v1.34.2/bin/kubeadm"
+// gives "v1.34.2". The image puts each version's binaries there, so the
+// layout answers "which version is this" without starting the binary.
+func KubernetesVersionAt(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, KubernetesDir+"/")
+	if !ok {
+		return "", false
+	}
+	version, name, ok := strings.Cut(rest, "/bin/")
+	if !ok || name == "" || strings.Contains(name, "/") || !kubeVersion.MatchString(version) {
+		return "", false
+	}
+	return version, true
 }
 
 // The CNI plugins a node image keeps, in Debian's directory, which the

@@ -40,3 +40,28 @@ func TestAgentUnitMayRepointTheKubelet(t *testing.T) {
 		t.Errorf("harmony-agent.service lacks %q", want)
 	}
 }
+
+// The agent reads a kubeadm's version from where the image put it; only
+// KubernetesBinary's own paths may answer.
+func TestKubernetesVersionAt(t *testing.T) {
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{KubernetesBinary("v1.34.2", "kubeadm"), "v1.34.2"},
+		{KubernetesBinary("v1.33.4", "kubelet"), "v1.33.4"},
+		{"/usr/bin/kubeadm", ""},
+		{"kube", ""},
+		{KubernetesDir + "/v1.34.2/kubeadm", ""},
+		{KubernetesDir + "/v1.34.2/bin/", ""},
+		{KubernetesDir + "/v1.34.2/bin/sub/kubeadm", ""},
+		{KubernetesDir + "/latest/bin/kubeadm", ""},
+		{KubernetesDir + "/v1.34/bin/kubeadm", ""},
+		{KubernetesDir + "/../v1.34.2/bin/kubeadm", ""},
+		{"/other" + KubernetesDir + "/v1.34.2/bin/kubeadm", ""},
+	} {
+		got, ok := KubernetesVersionAt(tc.path)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("KubernetesVersionAt(%q) = %q, %v; want %q", tc.path, got, ok, tc.want)
+		}
+	}
+}

@@ -30,6 +30,8 @@ After=harmony-agent.service
 [Service]
 Type=oneshot
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
+# The journal reaches the disk before the boot's last line, for -keep.
+ExecStart=/bin/sh -c 'journalctl --sync; sync'
 ExecStart=/bin/sh -c 'for u in ` + chainUnits + `; do echo "harmony-boot-report: unit $$u $(systemctl show -P InactiveExitTimestampMonotonic $$u) $(systemctl show -P ActiveEnterTimestampMonotonic $$u)"; done > /dev/ttyS0'
 
 [Install]
@@ -51,6 +53,7 @@ Type=oneshot
 TimeoutStartSec=5min
 ExecStart=/bin/sh -c 'd=$(findmnt -n -o SOURCE /var/lib/etcd); if [ -n "$$d" ]; then r="$(blkid -p -s TYPE -o value $$d) $(blkid -p -s LABEL -o value $$d)"; else r=none; fi; echo "harmony-boot-report: data disk $$r" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: containerd is $(systemctl is-active containerd.service)" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: packaged units$(for u in ` + PackagedUnits + `; do echo -n " $$u=$(systemctl is-enabled $$u)"; done)" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: images $(ctr --namespace k8s.io images ls -q | sort | tr "\\n" " ")" > /dev/ttyS0'
 ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet $(kubelet --version)" > /dev/ttyS0'
 ExecStart=-/usr/bin/timeout 90 /bin/sh -c 'until journalctl -u kubelet.service -o cat | grep -q /var/lib/kubelet/config.yaml; do sleep 1; done'
@@ -60,6 +63,11 @@ ExecStart=/bin/sh -c 'echo "harmony-boot-report: kubelet unit $(systemctl show -
 WantedBy=multi-user.target
 `
 
+// PackagedUnits are the units Debian's packages ship for what the agent
+// runs itself (etcd, keepalived, HAProxy as harmony-* units) or what
+// kube-proxy owns (IPVS): a node image masks them all.
+const PackagedUnits = "etcd.service keepalived.service haproxy.service ipvsadm.service"
+
 // AgentReport matches the reporter's first line; its group is the agent's
 // state ("active" once systemd has its READY).
 var AgentReport = regexp.MustCompile(`harmony-boot-report: harmony-agent is ([a-z]+)`)
@@ -68,7 +76,10 @@ var AgentReport = regexp.MustCompile(`harmony-boot-report: harmony-agent is ([a-
 // holds (space-separated references), the kubelet's version.
 var (
 	ContainerdReport = regexp.MustCompile(`harmony-boot-report: containerd is ([a-z]+)`)
-	ImagesReport     = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
+	// Each of PackagedUnits with systemctl is-enabled's answer:
+	// "etcd.service=masked …".
+	PackagedUnitsReport = regexp.MustCompile(`harmony-boot-report: packaged units ([^\r\n]*)`)
+	ImagesReport        = regexp.MustCompile(`harmony-boot-report: images ([^\r\n]*)`)
 	// What is mounted at /var/lib/etcd: its type and label as blkid
 	// probes them on the disk ("ext4 harmony-data"; findmnt's label comes
 	// from udev's record, which can still hold the label mkfs gave before

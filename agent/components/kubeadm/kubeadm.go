@@ -42,6 +42,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/images/components"
 )
 
 // Name names the component.
@@ -374,11 +375,21 @@ func (c *Component) fail(ctx context.Context, host *reconcile.Host, st reconcile
 	return st
 }
 
-// kubeadmVersion asks the binary once ("v1.34.2"): the default
-// kubernetesVersion, and part of what the phase records depend on.
+// kubeadmVersion is kubeadm's version ("v1.34.2"): the default
+// kubernetesVersion, and part of what the phase records depend on. On a
+// node image the binary is a link into the image's layout, whose directory
+// names the version; elsewhere the binary is asked, once. Asking means
+// starting the multi-call Kubernetes binary, which took 15 s of a first
+// boot under TCG, beside the image import.
 func (c *Component) kubeadmVersion(ctx context.Context) (string, error) {
 	if c.versionOf == c.cfg.Binary && c.version != "" {
 		return c.version, nil
+	}
+	if target, err := os.Readlink(c.cfg.Binary); err == nil {
+		if v, ok := components.KubernetesVersionAt(target); ok {
+			c.version, c.versionOf = v, c.cfg.Binary
+			return v, nil
+		}
 	}
 	out, err := c.run(ctx, []string{c.cfg.Binary, "version", "-o", "short"}, "")
 	if err != nil {

@@ -1,7 +1,9 @@
 package kubeadm
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,5 +52,45 @@ func TestKubeletLinkFollowsTheClusterVersion(t *testing.T) {
 	}
 	if got, _ := os.Readlink(link); got != components.KubernetesBinary("v1.34.2", "kubelet") {
 		t.Errorf("after the refusal the link is %q", got)
+	}
+}
+
+// On a node image, /usr/bin/kubeadm links into the layout and its
+// directory gives the version: nothing is started to ask. Any other binary
+// is asked, once.
+func TestKubeadmVersionFromTheImageLayout(t *testing.T) {
+	dir := t.TempDir()
+	var ran []string
+	record := func(ctx context.Context, argv []string) *exec.Cmd {
+		ran = append(ran, strings.Join(argv, " "))
+		return exec.CommandContext(ctx, "echo", "v1.30.9")
+	}
+	// The link dangles here; the version must come from its name alone.
+	link := filepath.Join(dir, "kubeadm")
+	if err := os.Symlink(components.KubernetesBinary("v1.33.4", "kubeadm"), link); err != nil {
+		t.Fatal(err)
+	}
+	c := New(Config{Binary: link, Command: record})
+	for range 2 {
+		if v, err := c.kubeadmVersion(context.Background()); err != nil || v != "v1.33.4" {
+			t.Fatalf("linked into the layout: %q, %v; want v1.33.4", v, err)
+		}
+	}
+	if len(ran) != 0 {
+		t.Fatalf("ran %q to learn a version the layout names", ran)
+	}
+
+	other := filepath.Join(dir, "other-kubeadm")
+	if err := os.Symlink("/usr/local/bin/kubeadm", other); err != nil {
+		t.Fatal(err)
+	}
+	c = New(Config{Binary: other, Command: record})
+	for range 2 {
+		if v, err := c.kubeadmVersion(context.Background()); err != nil || v != "v1.30.9" {
+			t.Fatalf("outside the layout: %q, %v; want the binary's answer v1.30.9", v, err)
+		}
+	}
+	if len(ran) != 1 || !strings.HasSuffix(ran[0], "other-kubeadm version -o short") {
+		t.Fatalf("outside the layout, ran %q; want one version query", ran)
 	}
 }

@@ -33,8 +33,9 @@ func main() {
 	images := flag.String("images", "out/images", "directory holding harmony-node-*.ova")
 	runs := flag.Int("runs", 2, "boots to measure (at most 3)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "limit for one boot")
+	keep := flag.Bool("keep", false, "keep the temporary directory: serial logs, booted disks, controller data")
 	flag.Parse()
-	if err := run(*images, min(max(*runs, 1), 3), *timeout); err != nil {
+	if err := run(*images, min(max(*runs, 1), 3), *timeout, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench boot:", err)
 		os.Exit(1)
 	}
@@ -50,7 +51,7 @@ var marks = []struct {
 	{"agent active", regexp.MustCompile(`harmony-boot-report: harmony-agent is active`)},
 }
 
-func run(images string, runs int, timeout time.Duration) error {
+func run(images string, runs int, timeout time.Duration, keep bool) error {
 	found, _ := filepath.Glob(filepath.Join(images, "harmony-node-*.ova"))
 	if len(found) == 0 {
 		return fmt.Errorf("no harmony-node-*.ova in %s: run make images", images)
@@ -61,7 +62,11 @@ func run(images string, runs int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if keep {
+		defer fmt.Printf("kept %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	ctx := context.Background()
 	pristine := filepath.Join(dir, "pristine.raw")
 	if err := imageboot.RawFromOVA(ctx, ova, 0, pristine); err != nil {
@@ -126,7 +131,9 @@ func run(images string, runs int, timeout time.Duration) error {
 		chains = append(chains, imageboot.UnitTimes(vm.Serial()))
 		vm.Stop()
 		cancel()
-		os.Remove(disk)
+		if !keep {
+			os.Remove(disk)
+		}
 	}
 	fmt.Printf("%-14s %s\n", "milestone", "seconds after QEMU started, per run")
 	for _, m := range marks {

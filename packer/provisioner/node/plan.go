@@ -77,6 +77,10 @@ func newPlan(c *Config) (*plan, error) {
 		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
 	} else {
 		p.Enable = append(p.Enable, "containerd.service")
+		// ipvsadm's LSB script only restores saved IPVS rules; kube-proxy
+		// owns IPVS here. Unmasked, it runs at every boot to say it is not
+		// configured, beside the agent's start.
+		p.Mask = append(p.Mask, "ipvsadm.service")
 		p.CNIPlugins, p.CNIBinDir = components.CNIPlugins(), components.CNIBinDir
 		p.Remove = []string{
 			// containerd's v1 shims: the CRI runs every pod with runc v2.
