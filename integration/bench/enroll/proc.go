@@ -213,8 +213,9 @@ func machineBusy() (time.Duration, error) {
 // cpuUse is what a cpuMeter saw over one phase.
 type cpuUse struct {
 	text string
-	// server is the server process's CPU time per unit of work.
-	server time.Duration
+	// server is the server process's CPU time per unit of work, and total
+	// the server's and the clients' together.
+	server, total time.Duration
 	// others is the CPU, in percent of one core, that the machine spent on
 	// anything but the benchmark's processes.
 	others float64
@@ -256,6 +257,9 @@ func (m *cpuMeter) report(perUnit int, unit string) cpuUse {
 		if u.others > disturbed {
 			othersText += " (DISTURBED: other work ran during this phase)"
 		}
+	}
+	if perUnit > 0 {
+		u.total = total / time.Duration(perUnit)
 	}
 	u.text = fmt.Sprintf("CPU: %s; together %.0f%% of %d cores%s", strings.Join(parts, ", "),
 		100*total.Seconds()/wall.Seconds(), runtime.NumCPU(), othersText)
