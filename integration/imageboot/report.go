@@ -64,9 +64,10 @@ WantedBy=multi-user.target
 `
 
 // PackagedUnits are the units Debian's packages ship for what the agent
-// runs itself (etcd, keepalived, HAProxy as harmony-* units) or what
-// kube-proxy owns (IPVS): a node image masks them all.
-const PackagedUnits = "etcd.service keepalived.service haproxy.service ipvsadm.service"
+// runs itself (etcd, keepalived, HAProxy as harmony-* units), what
+// kube-proxy owns (IPVS), or what has nothing to do without LVM (e2scrub):
+// a node image masks them all.
+const PackagedUnits = "etcd.service keepalived.service haproxy.service ipvsadm.service e2scrub_reap.service e2scrub_all.timer"
 
 // AgentReport matches the reporter's first line; its group is the agent's
 // state ("active" once systemd has its READY).

@@ -72,7 +72,10 @@ func newPlan(c *Config) (*plan, error) {
 	// (images/rootfs/etc/systemd/network).
 	p.Enable = append(p.Enable, "systemd-networkd.service")
 	// The agent runs etcd, keepalived and HAProxy as harmony-* units.
-	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service"}
+	// e2scrub checks ext4 file systems on LVM, which no image has; its
+	// reaper would still run at every boot.
+	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service",
+		"e2scrub_reap.service", "e2scrub_all.timer"}
 	if c.Role == RoleControlPlane {
 		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
 	} else {

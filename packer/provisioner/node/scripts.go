@@ -40,7 +40,8 @@ ln -sfn "{{.Target}}" "{{.Path}}"
 {{- end}}
 {{if .Mask}}
 # Debian's own units for daemons the agent runs as harmony-* units must
-# never start by themselves (etcd.service would claim port 2379).
+# never start by themselves (etcd.service would claim port 2379); the
+# others have nothing to do on these machines and cost boot time.
 systemctl mask {{join .Mask " "}}
 {{end}}
 systemctl enable {{join .Enable " "}}
