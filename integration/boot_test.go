@@ -161,7 +161,7 @@ func TestImageBoot(t *testing.T) {
 		t.Errorf("containerd: %q", m)
 	}
 	// The packages' own etcd, keepalived and HAProxy would fight the
-	// agent's units, and ipvsadm's script only costs boot time.
+	// agent's units; ipvsadm's script and e2scrub only cost boot time.
 	if m := imageboot.PackagedUnitsReport.FindStringSubmatch(serial); m == nil {
 		t.Error("no report of the packaged units")
 	} else {
