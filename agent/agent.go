@@ -570,6 +570,7 @@ func (a *Agent) addresses(ctx context.Context) []net.IP {
 	if len(ips) > 0 {
 		return ips
 	}
+	start := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, a.cfg.AddressWait)
 	defer cancel()
 	// Polled on this goroutine, not watched over netlink: netinfo acts in
@@ -580,7 +581,7 @@ func (a *Agent) addresses(ctx context.Context) []net.IP {
 	for ; err != nil; iface, addrs, err = netinfo.Primary() {
 		select {
 		case <-waitCtx.Done():
-			a.log.Warn("no primary interface address for the certificate", "waited", a.cfg.AddressWait, "err", err)
+			a.log.Warn("no primary interface address for the certificate", "waited", time.Since(start).Round(time.Millisecond), "err", err)
 			return nil
 		case <-poll.C:
 		}
