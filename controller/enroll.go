@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/ca"
@@ -144,17 +145,26 @@ func inventoryHasIP(n store.Node, ip net.IP) bool {
 	return false
 }
 
-func (c *Controller) issueNodeCert(csr *x509.CertificateRequest, n store.Node) (*x509.Certificate, *apiError) {
-	cert, err := c.ca.Issue(ca.Leaf{
+// NodeLeaf is the certificate a node gets for csr, which checkCSR has
+// accepted: its name as CN, the nodes' organization, its UID as the
+// subject's serial number (a re-created node of the same name is another
+// node), and serving use too: the agent serves its metrics over TLS with
+// it.
+func NodeLeaf(csr *x509.CertificateRequest, n store.Node, lifetime time.Duration) ca.Leaf {
+	return ca.Leaf{
 		CommonName:    n.Name,
 		Organization:  v1.OrgNodes,
 		SubjectSerial: n.UID,
 		DNSNames:      csr.DNSNames,
 		IPs:           csr.IPAddresses,
 		PublicKey:     csr.PublicKey,
-		Lifetime:      c.cfg.CertLifetime,
+		Lifetime:      lifetime,
 		ServerAuth:    true,
-	}, c.now())
+	}
+}
+
+func (c *Controller) issueNodeCert(csr *x509.CertificateRequest, n store.Node) (*x509.Certificate, *apiError) {
+	cert, err := c.ca.Issue(NodeLeaf(csr, n, c.cfg.CertLifetime), c.now())
 	if err != nil {
 		return nil, refuse(http.StatusInternalServerError, v1.CodeInternal, "%v", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller"
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/integration/bench/procstat"
 )
 
@@ -20,9 +22,9 @@ const floorRounds = 1000
 // cryptoFloor is the CPU time of the work no enrollment can skip beyond
 // its TLS handshake, measured in this process on one goroutine with the
 // controller's own code: parsing a node's CSR and checking its
-// self-signature (the proof that the node
-// holds the key), then issuing its certificate with controller/ca (an ECDSA
-// signature, which Go's x509 checks once more) and
+// self-signature (the proof that the node holds the key), then issuing
+// the controller's node certificate (controller.NodeLeaf) with
+// controller/ca, an ECDSA signature which Go's x509 checks once more, and
 // encoding the chain. With everything else free (HTTP, JSON, the store,
 // the audit, the garbage collector), enrollments/s ÷ handshakes/s could
 // not pass h ÷ (h + floor), h being one handshake's CPU, server and
@@ -53,11 +55,8 @@ func cryptoFloor(tmp string, nodes []*node) (time.Duration, error) {
 		if err := csr.CheckSignature(); err != nil {
 			return 0, fmt.Errorf("%s: CSR signature: %w", n.name, err)
 		}
-		cert, err := authority.Issue(ca.Leaf{
-			CommonName: csr.Subject.CommonName, Organization: v1.OrgNodes, SubjectSerial: n.name,
-			DNSNames: csr.DNSNames, IPs: csr.IPAddresses, PublicKey: csr.PublicKey,
-			Lifetime: 24 * time.Hour, ServerAuth: true,
-		}, now)
+		leaf := controller.NodeLeaf(csr, store.Node{Name: n.name, UID: n.name}, controller.DefaultCertLifetime)
+		cert, err := authority.Issue(leaf, now)
 		if err != nil {
 			return 0, err
 		}
