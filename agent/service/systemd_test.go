@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1110,6 +1111,27 @@ func TestAgentUnitFile(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	t.Logf("systemd-analyze security: %s", lines[len(lines)-1])
+}
+
+// TestShippedUnitFilesVerify has systemd's checker read every unit the
+// images ship (the agent's, the network's, the data disk's, kubelet's
+// with its drop-in, the controller's). Only the binaries the images
+// install may be missing here; any other complaint, such as a key in the
+// wrong section, which systemd ignores, fails.
+func TestShippedUnitFilesVerify(t *testing.T) {
+	units, _ := filepath.Glob("../../systemd/*.service")
+	if len(units) < 6 {
+		t.Fatalf("found %d shipped units, want the six in systemd/", len(units))
+	}
+	installed := regexp.MustCompile(`^[a-z-]+\.service: Command (/usr/local/bin/harmony-(agent|controller)|/usr/bin/kubelet) is not executable: No such file or directory$`)
+	for _, path := range units {
+		out, _ := exec.Command("systemd-analyze", "verify", "--man=no", path).CombinedOutput()
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if line != "" && !installed.MatchString(line) {
+				t.Errorf("systemd-analyze verify %s: %s", filepath.Base(path), line)
+			}
+		}
+	}
 }
 
 // TestSystemdGivesUpOnASilentSocket: a systemd that accepts but never
