@@ -126,14 +126,27 @@ func CopySparse(src, dst string) error {
 	return out.Close()
 }
 
-// linuxRootType is the GPT type of an x86-64 Linux root partition,
-// 4F68BCE3-E8CD-4C31-B96B-EFF1C3FC6E8F, as GPT stores it (the first three
-// fields little-endian).
-var linuxRootType = [16]byte{0xe3, 0xbc, 0x68, 0x4f, 0xcd, 0xe8, 0x31, 0x4c, 0xb9, 0x6b, 0xef, 0xf1, 0xc3, 0xfc, 0x6e, 0x8f}
+// GPT partition types, as GPT stores them (the first three fields
+// little-endian): an x86-64 Linux root, 4F68BCE3-E8CD-4C31-B96B-EFF1C3FC6E8F,
+// and the EFI system partition, C12A7328-F81F-11D2-BA4B-00A0C93EC93B.
+var (
+	linuxRootType = [16]byte{0xe3, 0xbc, 0x68, 0x4f, 0xcd, 0xe8, 0x31, 0x4c, 0xb9, 0x6b, 0xef, 0xf1, 0xc3, 0xfc, 0x6e, 0x8f}
+	espType       = [16]byte{0x28, 0x73, 0x2a, 0xc1, 0x1f, 0xf8, 0xd2, 0x11, 0xba, 0x4b, 0x00, 0xa0, 0xc9, 0x3e, 0xc9, 0x3b}
+)
 
 // RootOffset finds the x86-64 root partition in the disk's GPT and returns
 // its byte offset.
 func RootOffset(disk string) (int64, error) {
+	return partitionOffset(disk, linuxRootType, "x86-64 root")
+}
+
+// ESPOffset finds the EFI system partition, where the kernel, the initrd
+// and systemd-boot's entry live.
+func ESPOffset(disk string) (int64, error) {
+	return partitionOffset(disk, espType, "EFI system")
+}
+
+func partitionOffset(disk string, typ [16]byte, what string) (int64, error) {
 	f, err := os.Open(disk)
 	if err != nil {
 		return 0, err
@@ -157,11 +170,55 @@ func RootOffset(disk string) (int64, error) {
 	}
 	for i := 0; i < int(count); i++ {
 		e := table[i*int(size):]
-		if bytes.Equal(e[:16], linuxRootType[:]) {
+		if bytes.Equal(e[:16], typ[:]) {
 			return int64(le.Uint64(e[32:])) * 512, nil
 		}
 	}
-	return 0, fmt.Errorf("%s: no x86-64 root partition", disk)
+	return 0, fmt.Errorf("%s: no %s partition", disk, what)
+}
+
+// BootEntry is what systemd-boot starts: the files, copied out of the
+// ESP, and the kernel's command line.
+type BootEntry struct {
+	Kernel, Initrd, Options string
+}
+
+// ReadBootEntry copies the kernel and initrd of the ESP's one boot entry
+// (loader/entries/harmony.conf, as the builder writes it) into dir, with
+// mtools: no mount.
+func ReadBootEntry(ctx context.Context, disk, dir string) (BootEntry, error) {
+	esp, err := ESPOffset(disk)
+	if err != nil {
+		return BootEntry{}, err
+	}
+	image := fmt.Sprintf("%s@@%d", disk, esp)
+	conf, err := exec.CommandContext(ctx, "mtype", "-i", image, "::/loader/entries/harmony.conf").Output()
+	if err != nil {
+		return BootEntry{}, fmt.Errorf("%s: boot entry: %w", disk, err)
+	}
+	var e BootEntry
+	for _, line := range strings.Split(string(conf), "\n") {
+		key, value, _ := strings.Cut(strings.TrimSpace(line), " ")
+		value = strings.TrimSpace(value)
+		switch key {
+		case "linux", "initrd":
+			dst := filepath.Join(dir, filepath.Base(value))
+			if out, err := exec.CommandContext(ctx, "mcopy", "-o", "-i", image, "::"+value, dst).CombinedOutput(); err != nil {
+				return BootEntry{}, fmt.Errorf("%s: copy %s out of the ESP: %w: %s", disk, value, err, out)
+			}
+			if key == "linux" {
+				e.Kernel = dst
+			} else {
+				e.Initrd = dst
+			}
+		case "options":
+			e.Options = value
+		}
+	}
+	if e.Kernel == "" || e.Initrd == "" || e.Options == "" {
+		return BootEntry{}, fmt.Errorf("%s: boot entry without a kernel, an initrd or options:\n%s", disk, conf)
+	}
+	return e, nil
 }
 
 // InjectFile writes data into the ext4 file system at offset in disk as

@@ -34,6 +34,13 @@ type Options struct {
 	// Net is QEMU's user network, a /24 in 198.18.0.0/15; the guest
 	// gets .15 by DHCP and reaches the host's 127.0.0.1 at .2.
 	Net netip.Prefix
+	// VMware gives the VM the devices the OVF declares (ova/ovf): the
+	// disks behind a pvscsi controller and a vmxnet3 NIC, in place of
+	// virtio. Debian's OVMF has no pvscsi driver, so the firmware starts
+	// the kernel, initrd and command line of the disk's boot entry itself
+	// (ReadBootEntry), as systemd-boot would: the kernel and the initrd
+	// are what meet the devices.
+	VMware bool
 }
 
 // GuestAddr and HostAddr are the addresses of the guest and of the host
@@ -71,19 +78,36 @@ func Start(ctx context.Context, o Options) (*VM, error) {
 	if err := copyFile(OVMFVars, vars); err != nil {
 		return nil, fmt.Errorf("private OVMF vars: %w", err)
 	}
-	nic := fmt.Sprintf("user,model=virtio-net-pci,net=%s,host=%s,dhcpstart=%s,dns=%s",
+	userNet := fmt.Sprintf("user,net=%s,host=%s,dhcpstart=%s,dns=%s",
 		o.Net.Masked(), o.HostAddr(), o.GuestAddr(), nth(o.Net, 3))
 	cmd := exec.Command("qemu-system-x86_64",
 		"-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
 		"-drive", "if=pflash,format=raw,readonly=on,file="+OVMFCode,
-		"-drive", "if=pflash,format=raw,file="+vars,
-		"-drive", "if=virtio,format=raw,file="+o.Disk)
+		"-drive", "if=pflash,format=raw,file="+vars)
+	disks := []string{o.Disk}
 	if o.DataDisk != "" {
-		cmd.Args = append(cmd.Args, "-drive", "if=virtio,format=raw,file="+o.DataDisk)
+		disks = append(disks, o.DataDisk)
 	}
-	cmd.Args = append(cmd.Args, "-display", "none", "-monitor", "none", "-serial", "file:"+o.SerialLog,
-		"-nic", nic, "-no-reboot")
+	if o.VMware {
+		boot, err := ReadBootEntry(ctx, o.Disk, filepath.Dir(o.SerialLog))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args, "-kernel", boot.Kernel, "-initrd", boot.Initrd, "-append", boot.Options,
+			"-device", "pvscsi,id=pvscsi0")
+		for i, d := range disks {
+			cmd.Args = append(cmd.Args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d),
+				"-device", fmt.Sprintf("scsi-hd,drive=disk%d,bus=pvscsi0.0,scsi-id=%d", i, i))
+		}
+		cmd.Args = append(cmd.Args, "-netdev", userNet+",id=net0", "-device", "vmxnet3,netdev=net0")
+	} else {
+		for _, d := range disks {
+			cmd.Args = append(cmd.Args, "-drive", "if=virtio,format=raw,file="+d)
+		}
+		cmd.Args = append(cmd.Args, "-nic", userNet+",model=virtio-net-pci")
+	}
+	cmd.Args = append(cmd.Args, "-display", "none", "-monitor", "none", "-serial", "file:"+o.SerialLog, "-no-reboot")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -65,9 +65,11 @@ WantedBy=multi-user.target
 
 // PackagedUnits are the units Debian's packages ship for what the agent
 // runs itself (etcd, keepalived, HAProxy as harmony-* units), what
-// kube-proxy owns (IPVS), or what has nothing to do without LVM (e2scrub):
-// a node image masks them all.
-const PackagedUnits = "etcd.service keepalived.service haproxy.service ipvsadm.service e2scrub_reap.service e2scrub_all.timer"
+// kube-proxy owns (IPVS), what has nothing to do without LVM (e2scrub),
+// and systemd's early loads of modules nothing needs before its device is
+// opened: a node image masks them all.
+const PackagedUnits = "etcd.service keepalived.service haproxy.service ipvsadm.service e2scrub_reap.service e2scrub_all.timer " +
+	"modprobe@drm.service modprobe@fuse.service modprobe@loop.service modprobe@dm_mod.service"
 
 // AgentReport matches the reporter's first line; its group is the agent's
 // state ("active" once systemd has its READY).

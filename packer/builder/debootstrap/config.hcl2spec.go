@@ -29,6 +29,7 @@ type FlatConfig struct {
 	DiskSize            *string           `mapstructure:"disk_size" cty:"disk_size" hcl:"disk_size"`
 	ESPSizeMiB          *int              `mapstructure:"esp_size_mib" cty:"esp_size_mib" hcl:"esp_size_mib"`
 	KernelArgs          *string           `mapstructure:"kernel_args" cty:"kernel_args" hcl:"kernel_args"`
+	InitrdModules       []string          `mapstructure:"initrd_modules" cty:"initrd_modules" hcl:"initrd_modules"`
 	SourceDateEpoch     *string           `mapstructure:"source_date_epoch" cty:"source_date_epoch" hcl:"source_date_epoch"`
 	KeepRootfs          *bool             `mapstructure:"keep_rootfs" cty:"keep_rootfs" hcl:"keep_rootfs"`
 }
@@ -64,6 +65,7 @@ func (*FlatConfig) HCL2Spec() map[string]hcldec.Spec {
 		"disk_size":                  &hcldec.AttrSpec{Name: "disk_size", Type: cty.String, Required: false},
 		"esp_size_mib":               &hcldec.AttrSpec{Name: "esp_size_mib", Type: cty.Number, Required: false},
 		"kernel_args":                &hcldec.AttrSpec{Name: "kernel_args", Type: cty.String, Required: false},
+		"initrd_modules":             &hcldec.AttrSpec{Name: "initrd_modules", Type: cty.List(cty.String), Required: false},
 		"source_date_epoch":          &hcldec.AttrSpec{Name: "source_date_epoch", Type: cty.String, Required: false},
 		"keep_rootfs":                &hcldec.AttrSpec{Name: "keep_rootfs", Type: cty.Bool, Required: false},
 	}

@@ -31,6 +31,7 @@ func TestPrepareDefaultsAndRefusals(t *testing.T) {
 		"bad variant":      {map[string]any{"variant": "fat"}, `variant "fat"`},
 		"no epoch":         {map[string]any{"source_date_epoch": ""}, "source_date_epoch: required"},
 		"two-line cmdline": {map[string]any{"kernel_args": "a\nb"}, "kernel_args"},
+		"bad module":       {map[string]any{"initrd_modules": []string{"sd_mod", "../x"}}, `initrd_modules[1] "../x"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("SOURCE_DATE_EPOCH", "")
@@ -61,5 +62,16 @@ func TestCacheKeyFollowsTheInputs(t *testing.T) {
 	other.Include = []string{"a", "b", "c"}
 	if cacheKey(&base) == cacheKey(&other) {
 		t.Error("another package list gave the same cache key")
+	}
+	// The initrd is made in the base, so its modules are part of the key.
+	listed := base
+	listed.InitrdModules = []string{"virtio_blk"}
+	if cacheKey(&base) == cacheKey(&listed) {
+		t.Error("an initrd module list gave the key of Debian's default initrd")
+	}
+	more := listed
+	more.InitrdModules = []string{"virtio_blk", "vmw_pvscsi"}
+	if cacheKey(&listed) == cacheKey(&more) {
+		t.Error("another initrd module list gave the same cache key")
 	}
 }

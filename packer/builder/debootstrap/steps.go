@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -151,7 +152,7 @@ func removeTree(dir string) error {
 // updates, no documentation, no host identity, no caches.
 func debootstrapBase(ctx context.Context, ui packersdk.Ui, c *Config, root string) error {
 	ui.Say(fmt.Sprintf("harmony-debootstrap: debootstrap %s (%s) from %s", c.Suite, c.Variant, c.Mirror))
-	args := []string{"--variant=" + c.Variant, "--include=" + strings.Join(sortedPackages(c.Include), ","), c.Suite, root, c.Mirror}
+	args := []string{"--variant=" + c.Variant, "--include=" + strings.Join(sortedUnique(c.Include), ","), c.Suite, root, c.Mirror}
 	if c.Variant == "-" {
 		args = args[1:]
 	}
@@ -180,6 +181,9 @@ func debootstrapBase(ctx context.Context, ui packersdk.Ui, c *Config, root strin
 		// the disk has one kernel to boot.
 		err = run(ctx, ui, "chroot", root, "/bin/sh", "-ec", purgeOldKernels)
 	}
+	if err == nil && len(c.InitrdModules) > 0 {
+		err = listInitrdModules(ctx, ui, root, c.InitrdModules, c.epoch)
+	}
 	if err == nil {
 		err = stripDocs(root)
 	}
@@ -203,6 +207,39 @@ const purgeOldKernels = `keep=$(ls /boot/vmlinuz-* | sed 's#^/boot/vmlinuz-##' |
 for p in $(dpkg-query -W -f='${Package}\n' 'linux-image-[0-9]*'); do
   [ "$p" = "linux-image-$keep" ] || apt-get purge -y -q "$p"
 done`
+
+// listInitrdModules makes the initrd carry only modules (and what they
+// depend on), now and whenever a package makes it again.
+func listInitrdModules(ctx context.Context, ui packersdk.Ui, root string, modules []string, epoch int64) error {
+	conf := "# harmony-debootstrap: only the modules listed in /etc/initramfs-tools/modules.\nMODULES=list\n"
+	list := "# harmony-debootstrap: the builder's initrd_modules.\n" + strings.Join(modules, "\n") + "\n"
+	for path, body := range map[string]string{"etc/initramfs-tools/conf.d/harmony-modules.conf": conf, "etc/initramfs-tools/modules": list} {
+		if err := os.WriteFile(filepath.Join(root, path), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("harmony-debootstrap: initrd_modules: %w", err)
+		}
+	}
+	ui.Say("harmony-debootstrap: initrd with only " + strings.Join(modules, ", "))
+	// mkinitramfs makes the same bytes again when SOURCE_DATE_EPOCH is set.
+	args := []string{root, "env", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(epoch, 10), "/bin/sh", "-ec", remakeInitrd, "remake-initrd"}
+	return run(ctx, ui, "chroot", append(args, modules...)...)
+}
+
+// remakeInitrd makes the one kernel's initrd again and checks that it
+// holds each module given as an argument, or that the kernel has it built
+// in: initramfs-tools skips a module it cannot find without a word.
+const remakeInitrd = `v=$(ls /lib/modules)
+for m in "$@"; do
+  modinfo -k "$v" -F name "$m" >/dev/null 2>&1 || { echo "initrd_modules: $m is not a module of kernel $v" >&2; exit 1; }
+done
+update-initramfs -u -k "$v"
+held=$(lsinitramfs "/boot/initrd.img-$v")
+for m in "$@"; do
+  f=$(modinfo -k "$v" -F filename "$m")
+  case "$f" in
+  /*) echo "$held" | grep -q "/${f##*/}\$" || { echo "initrd_modules: $m ($f) is not in the initrd" >&2; exit 1; } ;;
+  esac
+done
+echo "harmony-debootstrap: initrd $(du -k "/boot/initrd.img-$v" | cut -f1) KiB, $(echo "$held" | grep -c '\.ko') modules"`
 
 // noDocs keeps documentation out of the image, now and for every package
 // installed later; the copyright files stay.
@@ -245,11 +282,15 @@ const cacheFormat = "xattrs"
 // cacheKey names a debootstrap result by everything that shapes it.
 func cacheKey(c *Config) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\nnodoc\n%s\n%s\n%s\n%s\namd64\n%s\n", cacheFormat, c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedPackages(c.Include), ","))
+	fmt.Fprintf(h, "%s\nnodoc\n%s\n%s\n%s\n%s\namd64\n%s\n", cacheFormat, c.Suite, c.Mirror, c.SecurityMirror, c.Variant, strings.Join(sortedUnique(c.Include), ","))
+	// Only when set, so the keys of Debian's default initrd stay as they were.
+	if len(c.InitrdModules) > 0 {
+		fmt.Fprintf(h, "initrd_modules\n%s\n", strings.Join(sortedUnique(c.InitrdModules), ","))
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-func sortedPackages(p []string) []string {
+func sortedUnique(p []string) []string {
 	out := slices.Clone(p)
 	slices.Sort(out)
 	return slices.Compact(out)

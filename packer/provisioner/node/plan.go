@@ -73,9 +73,13 @@ func newPlan(c *Config) (*plan, error) {
 	p.Enable = append(p.Enable, "systemd-networkd.service")
 	// The agent runs etcd, keepalived and HAProxy as harmony-* units.
 	// e2scrub checks ext4 file systems on LVM, which no image has; its
-	// reaper would still run at every boot.
+	// reaper would still run at every boot. systemd loads drm, fuse,
+	// loop and dm_mod early in case something wants them: nothing here
+	// uses drm, and the others load when their device is first opened
+	// (/dev/fuse, /dev/loop-control, /dev/mapper/control).
 	p.Mask = []string{"etcd.service", "keepalived.service", "haproxy.service",
-		"e2scrub_reap.service", "e2scrub_all.timer"}
+		"e2scrub_reap.service", "e2scrub_all.timer",
+		"modprobe@drm.service", "modprobe@fuse.service", "modprobe@loop.service", "modprobe@dm_mod.service"}
 	if c.Role == RoleControlPlane {
 		p.add(c.ControllerBinary, "bin/harmony-controller", "/usr/local/bin/harmony-controller", "0755")
 	} else {
