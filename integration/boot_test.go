@@ -264,8 +264,8 @@ func checkReimageKeepsDataDisk(ctx context.Context, t *testing.T, ctl *ctl, pris
 	}
 	serial := vm.Serial()
 	for what, re := range map[string]*regexp.Regexp{
-		"the root disk on pvscsi":  regexp.MustCompile(`sd 0:0:0:0: \[sda\] Attached SCSI disk`),
-		"the root mounted from it": regexp.MustCompile(`EXT4-fs \(sda2\): mounted`),
+		"the root disk on pvscsi":  regexp.MustCompile(`sd 0:0:0:0: \[sd[a-z]\] Attached SCSI disk`),
+		"the root mounted from it": regexp.MustCompile(`EXT4-fs \(sd[a-z]2\): mounted`),
 		"the vmxnet3 NIC":          regexp.MustCompile(`vmxnet3 \S+ \S+: NIC Link is Up`),
 	} {
 		if !re.MatchString(serial) {
