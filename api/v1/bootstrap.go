@@ -10,9 +10,10 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // GuestinfoKey is the VMware guestinfo key the controller writes a VM's
@@ -45,10 +46,10 @@ type Bootstrap struct {
 const maxControllers = 16
 
 var (
-	tokenPattern   = regexp.MustCompile(`^([0-9a-f]{16})\.([0-9a-f]{64})$`)
-	pinPattern     = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	tokenPattern   = lazyregexp.New(`^([0-9a-f]{16})\.([0-9a-f]{64})$`)
+	pinPattern     = lazyregexp.New(`^sha256:[0-9a-f]{64}$`)
 	dnsLabel       = `[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?`
-	nodeNameRegexp = regexp.MustCompile(`^` + dnsLabel + `(\.` + dnsLabel + `)*$`)
+	nodeNameRegexp = lazyregexp.New(`^` + dnsLabel + `(\.` + dnsLabel + `)*$`)
 )
 
 // DecodeBootstrap parses a bootstrap document given either as JSON or as

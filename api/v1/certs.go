@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // OrgControllers marks the controller's serving certificate. Agents and
@@ -66,7 +67,7 @@ func DecodeAdminCertRequest(r io.Reader) (*AdminCertRequest, *x509.CertificateRe
 	return &req, csr, nil
 }
 
-var serialPattern = regexp.MustCompile(`^[0-9a-f]{1,40}$`)
+var serialPattern = lazyregexp.New(`^[0-9a-f]{1,40}$`)
 
 // ValidateSerial checks a certificate serial as the API spells it.
 func ValidateSerial(s string) error {

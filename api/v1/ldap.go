@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // PathLDAP is the controller's one LDAP or Active Directory source of users.
@@ -212,7 +213,7 @@ func (l *LDAP) Validate() error {
 }
 
 // attributePattern is an LDAP attribute description without options.
-var attributePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,63}$`)
+var attributePattern = lazyregexp.New(`^[A-Za-z][A-Za-z0-9-]{0,63}$`)
 
 // checkDN refuses an empty, oversized or malformed distinguished name.
 func checkDN(field, dn string) error {

@@ -5,9 +5,10 @@ import (
 	"io"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Paths of the infrastructure and cluster API.
@@ -93,11 +94,11 @@ func (p Provider) Redacted() Provider {
 }
 
 var (
-	thumbprintPattern = regexp.MustCompile(`^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`)
+	thumbprintPattern = lazyregexp.New(`^([0-9A-Fa-f]{2}:){19}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`)
 	// inventoryPattern allows vSphere inventory names and paths, but no
 	// wildcards (a provider names exactly one object) and no control
 	// characters.
-	inventoryPattern = regexp.MustCompile(`^[^*?\[\]\x00-\x1f]{1,255}$`)
+	inventoryPattern = lazyregexp.New(`^[^*?\[\]\x00-\x1f]{1,255}$`)
 )
 
 // DecodeProvider reads and validates a provider document.

@@ -8,10 +8,11 @@ import (
 	"io"
 	"net/netip"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // NodeRole is what a machine is.
@@ -181,7 +182,7 @@ const (
 // BIOS UUID, as the vSphere cloud provider writes it.
 func VSphereProviderID(uuid string) string { return "vsphere://" + strings.ToLower(uuid) }
 
-var providerIDPattern = regexp.MustCompile(`^vsphere://[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var providerIDPattern = lazyregexp.New(`^vsphere://[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // KubeProxyModes lists the modes, for messages.
 var KubeProxyModes = []string{KubeProxyIPVS, KubeProxyIPTables, KubeProxyNFTables}
@@ -326,11 +327,11 @@ func parseUnzonedAddr(s string) (netip.Addr, error) {
 }
 
 var (
-	versionPattern = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
-	labelPattern   = regexp.MustCompile(`^` + dnsLabel + `$`)
-	ifacePattern   = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)
+	versionPattern = lazyregexp.New(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]{1,64})?$`)
+	labelPattern   = lazyregexp.New(`^` + dnsLabel + `$`)
+	ifacePattern   = lazyregexp.New(`^[A-Za-z0-9_.:-]{1,15}$`)
 	// bootstrapTokenPattern is kubeadm's own token format.
-	bootstrapTokenPattern = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+	bootstrapTokenPattern = lazyregexp.New(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 )
 
 // Validate checks every field and names the first one that is wrong.
@@ -463,7 +464,7 @@ func (c *ClusterSettings) validate(f string) error {
 	return nil
 }
 
-var vrrpPasswordPattern = regexp.MustCompile(`^[!-~]{1,8}$`)
+var vrrpPasswordPattern = lazyregexp.New(`^[!-~]{1,8}$`)
 
 func (lb *LoadBalancerSettings) validate(f string) error {
 	if lb.VRRPPassword != "" && !vrrpPasswordPattern.MatchString(lb.VRRPPassword) {

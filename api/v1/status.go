@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"regexp"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Status is what an agent observes of its node and reports. The controller
@@ -95,7 +96,7 @@ func (n *KubernetesNodeStatus) Clamp() {
 	}
 }
 
-var shortText = regexp.MustCompile(`^[A-Za-z0-9_.:+-]{0,64}$`)
+var shortText = lazyregexp.New(`^[A-Za-z0-9_.:+-]{0,64}$`)
 
 // DecodeStatus reads and validates a status report.
 func DecodeStatus(r io.Reader) (*Status, error) {

@@ -2,10 +2,11 @@ package v1
 
 import (
 	"io"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Paths of users and sessions.
@@ -167,7 +168,7 @@ type WhoAmI struct {
 }
 
 // Local user names: lower case, so that "Alice" and "alice" are one user.
-var userNamePattern = regexp.MustCompile(`^[a-z][a-z0-9._-]{0,63}$`)
+var userNamePattern = lazyregexp.New(`^[a-z][a-z0-9._-]{0,63}$`)
 
 // ValidateUserName checks a user name for field.
 func ValidateUserName(field, name string) error {

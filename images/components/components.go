@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Roles an image is built for.
@@ -121,17 +122,17 @@ func Parse(data []byte) (*Pins, error) {
 }
 
 var (
-	debianName    = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
-	debianVersion = regexp.MustCompile(`^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$`)
-	kubeVersion   = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
-	sha256Hex     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	imageRef      = regexp.MustCompile(`^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$`)
-	modulePath    = regexp.MustCompile(`^tools/[a-z0-9-]+$`)
-	goModule      = regexp.MustCompile(`^[a-z0-9.-]+\.[a-z]+(/[A-Za-z0-9._-]+)+$`)
-	semver        = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
+	debianName    = lazyregexp.New(`^[a-z0-9][a-z0-9+.-]+$`)
+	debianVersion = lazyregexp.New(`^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$`)
+	kubeVersion   = lazyregexp.New(`^v1\.[0-9]+\.[0-9]+$`)
+	sha256Hex     = lazyregexp.New(`^[0-9a-f]{64}$`)
+	imageRef      = lazyregexp.New(`^[a-z0-9.-]+(/[a-z0-9._-]+)+:[A-Za-z0-9._-]+$`)
+	modulePath    = lazyregexp.New(`^tools/[a-z0-9-]+$`)
+	goModule      = lazyregexp.New(`^[a-z0-9.-]+\.[a-z]+(/[A-Za-z0-9._-]+)+$`)
+	semver        = lazyregexp.New(`^v[0-9]+\.[0-9]+\.[0-9]+$`)
 	// Nothing a shell or the linker would read as more than one word.
-	versionVariable = regexp.MustCompile(`^[a-z0-9.-]+(/[A-Za-z0-9._-]+)*\.[A-Za-z_][A-Za-z0-9_]*$`)
-	binaryPath      = regexp.MustCompile(`^/usr/(local/bin|lib/[a-z0-9-]+)/[a-z0-9][a-z0-9._-]*$`)
+	versionVariable = lazyregexp.New(`^[a-z0-9.-]+(/[A-Za-z0-9._-]+)*\.[A-Za-z_][A-Za-z0-9_]*$`)
+	binaryPath      = lazyregexp.New(`^/usr/(local/bin|lib/[a-z0-9-]+)/[a-z0-9][a-z0-9._-]*$`)
 )
 
 // KubernetesBinaries are the binaries each Kubernetes version puts in a

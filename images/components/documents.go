@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Bundle is bundle.json, at the top of the directory `make bundle` makes:
@@ -76,9 +77,9 @@ type ContainerImage struct {
 }
 
 var (
-	componentName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	filePattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.tar$`)
+	componentName = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	digestPattern = lazyregexp.New(`^sha256:[0-9a-f]{64}$`)
+	filePattern   = lazyregexp.New(`^[A-Za-z0-9][A-Za-z0-9._-]*\.tar$`)
 )
 
 // LoadBundle reads and checks dir/bundle.json and that every file it names

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/harmonykaas/harmony/agent/files"
 	"github.com/harmonykaas/harmony/agent/service"
+	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
 // Paths on the node (under reconcile.Host.Path).
@@ -55,7 +55,7 @@ type Bootstrap struct {
 	InitialCluster string `json:"initialCluster"`
 }
 
-var initialClusterPattern = regexp.MustCompile(`^[a-z0-9.-]{1,253}=https://[0-9a-fA-F.:\[\]]+:[0-9]{1,5}$`)
+var initialClusterPattern = lazyregexp.New(`^[a-z0-9.-]{1,253}=https://[0-9a-fA-F.:\[\]]+:[0-9]{1,5}$`)
 
 // check validates a record, which is outside input once it is on disk.
 func (b Bootstrap) check() error {
@@ -116,7 +116,7 @@ func joinBootstrap(s settings, self uint64, members []Member) (Bootstrap, error)
 	return b, nil
 }
 
-var initialClusterName = regexp.MustCompile(`^[a-z0-9.-]{1,253}$`)
+var initialClusterName = lazyregexp.New(`^[a-z0-9.-]{1,253}$`)
 
 // readBootstrap returns the record, or ok=false when there is none or it
 // cannot be used.
