@@ -221,7 +221,14 @@ func listInitrdModules(ctx context.Context, ui packersdk.Ui, root string, module
 	ui.Say("harmony-debootstrap: initrd with only " + strings.Join(modules, ", "))
 	// mkinitramfs makes the same bytes again when SOURCE_DATE_EPOCH is set.
 	args := []string{root, "env", "SOURCE_DATE_EPOCH=" + strconv.FormatInt(epoch, 10), "/bin/sh", "-ec", remakeInitrd, "remake-initrd"}
-	return run(ctx, ui, "chroot", append(args, modules...)...)
+	out, err := output(ctx, "chroot", append(args, modules...)...)
+	if err != nil {
+		return err
+	}
+	// The script's last line: the initrd's size and module count.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	ui.Say(lines[len(lines)-1])
+	return nil
 }
 
 // remakeInitrd makes the one kernel's initrd again and checks that it
@@ -506,6 +513,13 @@ func copyFile(src, dst string) error {
 
 // run runs a command, its output going to the UI on failure.
 func run(ctx context.Context, ui packersdk.Ui, name string, args ...string) error {
+	_, err := output(ctx, name, args...)
+	return err
+}
+
+// output runs name and returns what it printed; on failure, the error
+// carries the last lines.
+func output(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive")
 	out, err := cmd.CombinedOutput()
@@ -514,7 +528,7 @@ func run(ctx context.Context, ui packersdk.Ui, name string, args ...string) erro
 		if len(lines) > 15 {
 			lines = lines[len(lines)-15:]
 		}
-		return fmt.Errorf("harmony-debootstrap: %s: %w\n%s", name, err, strings.Join(lines, "\n"))
+		return "", fmt.Errorf("harmony-debootstrap: %s: %w\n%s", name, err, strings.Join(lines, "\n"))
 	}
-	return nil
+	return string(out), nil
 }
