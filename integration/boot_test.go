@@ -248,9 +248,9 @@ func checkReimageKeepsDataDisk(ctx context.Context, t *testing.T, ctl *ctl, pris
 	}
 	// This boot has the devices the OVF declares, as vSphere gives them:
 	// both disks behind pvscsi, a vmxnet3 NIC. The initrd carries only the
-	// root controllers' drivers (images/*.pkr.hcl initrd_modules), so the
-	// root is found only if pvscsi's is among them; the NIC's driver comes
-	// from the root file system, and the agent enrolls through it.
+	// drivers images/*.pkr.hcl list (initrd_modules), so the root is found
+	// only if pvscsi's is among them, and the agent enrolls through the
+	// vmxnet3 interface.
 	opts.Disk, opts.SerialLog = disk, filepath.Join(filepath.Dir(opts.SerialLog), "serial-reimaged.log")
 	opts.VMware = true
 	vm, err := imageboot.Start(ctx, opts)
