@@ -99,7 +99,7 @@ fi
 PAUSE_REF=$(ref pause)
 PAUSE_VERSION=${PAUSE_REF##*:}
 PAUSE=$CACHE/pause/$PAUSE_VERSION/pause
-K8S_SRC=$(cd tools/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+K8S_SRC=$(scripts/build-kubernetes.sh --source)
 if ! grep -q "^TAG ?= $PAUSE_VERSION\$" "$K8S_SRC/build/pause/Makefile"; then
   log "k8s.io/kubernetes $N builds pause $(grep -oE '^TAG \?= .*' "$K8S_SRC/build/pause/Makefile"), the pin says $PAUSE_VERSION"
   exit 1

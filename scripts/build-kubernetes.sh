@@ -10,6 +10,8 @@
 #   scripts/build-kubernetes.sh [MODULE]              build if needed
 #   scripts/build-kubernetes.sh [MODULE] --bin-dir    print the binaries' directory
 #   scripts/build-kubernetes.sh [MODULE] --version    print the pinned version
+#   scripts/build-kubernetes.sh [MODULE] --source     print k8s.io/kubernetes'
+#                                                     source directory (downloaded if need be)
 #
 # MODULE defaults to tools/kubernetes. The binaries go to
 # $HARMONY_CACHE/kubernetes/<version>/bin/ (HARMONY_CACHE defaults to
@@ -41,11 +43,26 @@ fi
 MINOR=${BASH_REMATCH[1]}
 BIN=${HARMONY_CACHE:-$HOME/.cache/harmony}/kubernetes/$VERSION/bin
 
+# k8s_source prints the pinned k8s.io/kubernetes module's directory.
+# `go list -m` names none for a module not yet in the module cache (a
+# fresh machine), so it is downloaded first.
+k8s_source() {
+  local dir
+  (cd "$MODDIR" && go mod download k8s.io/kubernetes)
+  dir=$(cd "$MODDIR" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  if [ -z "$dir" ] || [ ! -d "$dir/cmd" ]; then
+    echo "build-kubernetes: k8s.io/kubernetes $VERSION is not in the module cache after go mod download (got '$dir')" >&2
+    return 1
+  fi
+  echo "$dir"
+}
+
 case "${1:-}" in
   --bin-dir) echo "$BIN"; exit 0 ;;
   --version) echo "$VERSION"; exit 0 ;;
+  --source) k8s_source; exit ;;
   "") ;;
-  *) echo "usage: $0 [tools/MODULE] [--bin-dir|--version]" >&2; exit 2 ;;
+  *) echo "usage: $0 [tools/MODULE] [--bin-dir|--version|--source]" >&2; exit 2 ;;
 esac
 
 # Every staging module must be replaced with the release matching the pin,
@@ -84,7 +101,7 @@ trap 'rm -rf "$tmp"' EXIT
 # The multi-call main, and each component's upstream main renamed
 # main_<name>: each upstream file must hold main alone, or the rename
 # would not be enough.
-K8S_SRC=$(cd "$MODDIR" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+K8S_SRC=$(k8s_source)
 mkdir "$tmp/src"
 cp tools/multicall/main.go "$tmp/src/main.go"
 for b in "${BINARIES[@]}"; do

@@ -59,7 +59,7 @@ case "${1:-}" in
 esac
 log() { echo "build-test-images: $*" >&2; }
 
-K8S_SRC=$(cd tools/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+K8S_SRC=$(scripts/build-kubernetes.sh --source)
 MANIFEST=$K8S_SRC/test/utils/image/manifest.go
 tag() { # image name in the manifest
   local t
