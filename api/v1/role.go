@@ -272,6 +272,22 @@ type KeyPair struct {
 	Key         string `json:"key,omitempty"`
 }
 
+// KubernetesVersion is the Kubernetes version the node runs, with its "v"
+// ("v1.34.2"): the cluster's, else the node's pinned one; "" when the role
+// names neither, and the node's own kubeadm decides. Every component that
+// picks a Kubernetes binary or configuration asks here, so that kubeadm
+// and kube-proxy never run different versions.
+func (r *Role) KubernetesVersion() string {
+	v := r.Cluster.KubernetesVersion
+	if v == "" {
+		v = r.Versions.Kubernetes
+	}
+	if v != "" && !strings.HasPrefix(v, "v") {
+		v = "v" + v
+	}
+	return v
+}
+
 const redacted = "REDACTED"
 
 // Redacted returns a copy of the role with every private key replaced, for

@@ -436,3 +436,22 @@ func TestRoleJSONNames(t *testing.T) {
 		}
 	}
 }
+
+func TestRoleKubernetesVersion(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		cluster, pinned string
+		want            string
+	}{
+		{"the cluster's", "v1.33.6", "v1.34.2", "v1.33.6"},
+		{"the node's pin when the cluster names none", "", "v1.33.6", "v1.33.6"},
+		{"with its v added", "1.33.6", "", "v1.33.6"},
+		{"a pin with its v added", "", "1.33.6", "v1.33.6"},
+		{"none", "", "", ""},
+	} {
+		r := v1.Role{Cluster: v1.ClusterSettings{KubernetesVersion: c.cluster}, Versions: v1.ComponentVersions{Kubernetes: c.pinned}}
+		if got := r.KubernetesVersion(); got != c.want {
+			t.Errorf("%s: cluster %q, pinned %q: got %q, want %q", c.name, c.cluster, c.pinned, got, c.want)
+		}
+	}
+}

@@ -203,15 +203,9 @@ func newPlan(role *v1.Role, facts []netip.Addr, frontendPort int, defaultVersion
 	}
 	p.endpoint = net.JoinHostPort(vip.String(), fmt.Sprint(frontendPort))
 
-	p.version = role.Cluster.KubernetesVersion
-	if p.version == "" {
-		p.version = role.Versions.Kubernetes
-	}
+	p.version = role.KubernetesVersion()
 	if p.version == "" {
 		p.version = defaultVersion
-	}
-	if p.version != "" && !strings.HasPrefix(p.version, "v") {
-		p.version = "v" + p.version
 	}
 
 	p.serviceSubnet = netip.MustParsePrefix(defaultServiceSubnet)

@@ -102,7 +102,7 @@ func New(cfg Config) *Component {
 // carries it (n and n-1: kube-proxy must not be newer than the control
 // plane), else Config.Binary.
 func (c *Component) binary(role *v1.Role) string {
-	if v := role.Cluster.KubernetesVersion; v != "" {
+	if v := role.KubernetesVersion(); v != "" {
 		if b := components.KubernetesBinary(v, "kube-proxy"); exists(b) {
 			return b
 		}
