@@ -472,22 +472,25 @@ func TestSupervisorReloadSignals(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	s := h.supervisor()
-	h.ensure(s, Unit{Name: "hup", ReloadSignal: syscall.SIGHUP, Command: h.script("hup", `trap 'echo hup >> "$1/reloads"' HUP
+	// SIGUSR1, not keepalived's SIGHUP: under nohup the test inherits
+	// SIGHUP ignored, its children too, and a shell cannot trap a signal
+	// ignored on entry.
+	h.ensure(s, Unit{Name: "reloadable", ReloadSignal: syscall.SIGUSR1, Command: h.script("reloadable", `trap 'echo reload >> "$1/reloads"' USR1
 echo ready > "$1/ready"
 while :; do sleep 1 & wait $!; done
 `)})
 	h.waitMarker("ready") // the trap is set
-	before := h.state(s, "hup")
+	before := h.state(s, "reloadable")
 	for i := 1; i <= 2; i++ {
-		if err := s.Reload(t.Context(), "hup"); err != nil {
+		if err := s.Reload(t.Context(), "reloadable"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, fmt.Sprintf("reload %d", i), func() bool { return strings.Count(h.marker("reloads"), "hup\n") == i })
+		waitFor(t, fmt.Sprintf("reload %d", i), func() bool { return strings.Count(h.marker("reloads"), "reload\n") == i })
 	}
-	if st := h.state(s, "hup"); !st.Running || st.PID != before.PID || st.Restarts != 0 {
+	if st := h.state(s, "reloadable"); !st.Running || st.PID != before.PID || st.Restarts != 0 {
 		t.Errorf("State after reloads = %+v, before %+v", st, before)
 	}
-	if e := h.logs.entries(t, "unit reloaded", "hup"); len(e) != 2 || e[0]["signal"] != "hangup" || e[0]["pid"] != float64(before.PID) {
+	if e := h.logs.entries(t, "unit reloaded", "reloadable"); len(e) != 2 || e[0]["signal"] != "user defined signal 1" || e[0]["pid"] != float64(before.PID) {
 		t.Errorf("reload log = %v", e)
 	}
 }
