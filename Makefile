@@ -53,7 +53,7 @@ vet:
 # in $(IMAGES_OUT).
 test: build vet unit fuzz reproducible
 
-# The image boot test runs alone, after the rest: QEMU under TCG takes
+# The image boot tests run alone, after the rest: QEMU under TCG takes
 # both cores, which would starve the timing-sensitive tests beside it.
 # The race detector's reports go to files, printed again at the end when
 # a test fails: in the interleaved output of parallel packages a report
@@ -62,9 +62,9 @@ RACE_LOGS := $(CURDIR)/out/race
 unit: kubernetes images next-image test-images
 	rm -rf $(RACE_LOGS) && mkdir -p $(RACE_LOGS)
 	HARMONY_BIN=$(CURDIR)/bin HARMONY_K8S_BIN=$(K8S_BIN) HARMONY_IMAGES=$(IMAGES_OUT) HARMONY_NEXT_IMAGES=$(NEXT_IMAGES_OUT) HARMONY_TEST_IMAGES=$(TEST_IMAGES) GORACE=log_path=$(RACE_LOGS)/report \
-		$(GO) test -race -count=1 -timeout 70m -skip '^TestImageBoot$$' ./... || { cat $(RACE_LOGS)/report.* 2>/dev/null; exit 1; }
+		$(GO) test -race -count=1 -timeout 70m -skip '^(TestImageBoot|TestApplianceBoot)$$' ./... || { cat $(RACE_LOGS)/report.* 2>/dev/null; exit 1; }
 	cd packer && $(GO) test -count=1 -timeout 20m ./...
-	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -count=1 -timeout 20m -run '^TestImageBoot$$' -v ./integration/
+	HARMONY_BIN=$(CURDIR)/bin HARMONY_IMAGES=$(IMAGES_OUT) $(GO) test -count=1 -timeout 30m -run '^(TestImageBoot|TestApplianceBoot)$$' -v ./integration/
 
 # The Kubernetes binaries, built from the k8s.io/kubernetes modules pinned
 # in tools/kubernetes (n) and tools/kubernetes-previous (n-1) into

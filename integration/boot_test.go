@@ -25,13 +25,20 @@ import (
 // nodeImage is the newest node OVA in $HARMONY_IMAGES (`make images`).
 func nodeImage(t *testing.T) string {
 	t.Helper()
+	return newestImage(t, "harmony-node-*.ova")
+}
+
+// newestImage is the newest OVA in $HARMONY_IMAGES whose name matches
+// pattern.
+func newestImage(t *testing.T, pattern string) string {
+	t.Helper()
 	dir := os.Getenv("HARMONY_IMAGES")
 	if dir == "" {
 		t.Skip("HARMONY_IMAGES is not set: `make test` builds the images and sets it")
 	}
-	found, _ := filepath.Glob(filepath.Join(dir, "harmony-node-*.ova"))
+	found, _ := filepath.Glob(filepath.Join(dir, pattern))
 	if len(found) == 0 {
-		t.Fatalf("no harmony-node-*.ova in %s: run make images", dir)
+		t.Fatalf("no %s in %s: run make images", pattern, dir)
 	}
 	sort.Slice(found, func(i, j int) bool {
 		a, _ := os.Stat(found[i])

@@ -41,7 +41,13 @@ type Options struct {
 	// (ReadBootEntry), as systemd-boot would: the kernel and the initrd
 	// are what meet the devices.
 	VMware bool
+	// Forwards are host ports on 127.0.0.1 that QEMU forwards to guest
+	// ports (its hostfwd), for a test that talks to a service in the VM.
+	Forwards []Forward
 }
+
+// Forward is one TCP port forwarded from the host's loopback into the VM.
+type Forward struct{ Host, Guest uint16 }
 
 // GuestAddr and HostAddr are the addresses of the guest and of the host
 // (as the guest sees it) on opts.Net.
@@ -80,6 +86,9 @@ func Start(ctx context.Context, o Options) (*VM, error) {
 	}
 	userNet := fmt.Sprintf("user,net=%s,host=%s,dhcpstart=%s,dns=%s",
 		o.Net.Masked(), o.HostAddr(), o.GuestAddr(), nth(o.Net, 3))
+	for _, f := range o.Forwards {
+		userNet += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.Host, f.Guest)
+	}
 	cmd := exec.Command("qemu-system-x86_64",
 		"-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
 		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
@@ -141,6 +150,9 @@ func (vm *VM) WaitSerial(ctx context.Context, re *regexp.Regexp) (time.Time, err
 		}
 	}
 }
+
+// Exited is closed when QEMU has exited.
+func (vm *VM) Exited() <-chan struct{} { return vm.done }
 
 // Serial is the console log so far.
 func (vm *VM) Serial() string {
