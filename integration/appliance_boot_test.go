@@ -34,13 +34,7 @@ func TestApplianceBoot(t *testing.T) {
 	dir := t.TempDir()
 
 	disk := filepath.Join(dir, "appliance.raw")
-	if err := imageboot.RawFromOVA(ctx, ova, 0, disk); err != nil {
-		t.Fatal(err)
-	}
-	root, err := imageboot.RootOffset(disk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := ovaDisk(ctx, t, ova, disk)
 	// The port is the one the image's own unit gives the controller.
 	unit, err := imageboot.ReadFile(ctx, disk, root, "/etc/systemd/system/harmony-controller.service")
 	if err != nil {

@@ -48,6 +48,20 @@ func newestImage(t *testing.T, pattern string) string {
 	return found[0]
 }
 
+// ovaDisk writes the OVA's first disk to path as a raw disk and returns
+// the offset of its root file system.
+func ovaDisk(ctx context.Context, t *testing.T, ova, path string) int64 {
+	t.Helper()
+	if err := imageboot.RawFromOVA(ctx, ova, 0, path); err != nil {
+		t.Fatal(err)
+	}
+	root, err := imageboot.RootOffset(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // TestImageBoot boots the node image's disk, taken back out of the OVA,
 // under QEMU with TCG and OVMF, with a bootstrap document for a controller
 // on this host, and waits for systemd to report harmony-agent active on
@@ -61,13 +75,7 @@ func TestImageBoot(t *testing.T) {
 	dir := t.TempDir()
 
 	disk := filepath.Join(dir, "node.raw")
-	if err := imageboot.RawFromOVA(ctx, ova, 0, disk); err != nil {
-		t.Fatal(err)
-	}
-	root, err := imageboot.RootOffset(disk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := ovaDisk(ctx, t, ova, disk)
 
 	// As built, the kubelet on PATH is n's, through the link the agent
 	// repoints: sysprep once emptied the link's directory, so only a
