@@ -73,11 +73,7 @@ func TestApplianceBoot(t *testing.T) {
 			continue
 		}
 		vm.Stop()
-		serial := vm.Serial()
-		if len(serial) > 6000 {
-			serial = serial[len(serial)-6000:]
-		}
-		t.Fatalf("the appliance's controller never answered %s (last: %v); serial console (tail):\n%s", url, last, serial)
+		t.Fatalf("the appliance's controller never answered %s (last: %v); serial console (tail):\n%s", url, last, vm.SerialTail(6000))
 	}
 	t.Logf("controller healthy %.1f s after QEMU started", time.Since(vm.Started()).Seconds())
 }

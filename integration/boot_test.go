@@ -131,11 +131,7 @@ func TestImageBoot(t *testing.T) {
 	t.Cleanup(func() { vm.Stop() })
 	dump := func() {
 		vm.Stop()
-		serial := vm.Serial()
-		if len(serial) > 6000 {
-			serial = serial[len(serial)-6000:]
-		}
-		t.Logf("serial console (tail):\n%s", serial)
+		t.Logf("serial console (tail):\n%s", vm.SerialTail(6000))
 		if out, err := imageboot.Debugfs(context.Background(), disk, root, "ls -l /var/log/journal\n"); err == nil {
 			t.Logf("journal directory:\n%s", out)
 		}
@@ -274,8 +270,7 @@ func checkReimageKeepsDataDisk(ctx context.Context, t *testing.T, ctl *ctl, pris
 	}
 	defer vm.Stop()
 	if _, err := vm.WaitSerial(ctx, imageboot.KubeletUnitReport); err != nil {
-		serial := vm.Serial()
-		t.Fatalf("the reimaged node's boot report, on pvscsi and vmxnet3: %v\n%s", err, serial[max(0, len(serial)-6000):])
+		t.Fatalf("the reimaged node's boot report, on pvscsi and vmxnet3: %v\n%s", err, vm.SerialTail(6000))
 	}
 	serial := vm.Serial()
 	for what, re := range map[string]*regexp.Regexp{

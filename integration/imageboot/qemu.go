@@ -163,6 +163,13 @@ func (vm *VM) WaitSerial(ctx context.Context, re *regexp.Regexp) (time.Time, err
 // Exited is closed when QEMU has exited.
 func (vm *VM) Exited() <-chan struct{} { return vm.done }
 
+// SerialTail is the console log's last n bytes, what a failing test
+// prints.
+func (vm *VM) SerialTail(n int) string {
+	serial := vm.Serial()
+	return serial[max(0, len(serial)-n):]
+}
+
 // Serial is the console log so far.
 func (vm *VM) Serial() string {
 	data, _ := os.ReadFile(vm.opts.SerialLog)
