@@ -106,21 +106,19 @@ func Start(ctx context.Context, o Options) (*VM, error) {
 		}
 		cmd.Args = append(cmd.Args, "-kernel", boot.Kernel, "-initrd", boot.Initrd, "-append", boot.Options,
 			"-device", "pvscsi,id=pvscsi0")
-		for i, d := range disks {
-			cmd.Args = append(cmd.Args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d),
-				"-device", fmt.Sprintf("scsi-hd,drive=disk%d,bus=pvscsi0.0,scsi-id=%d", i, i))
-		}
 		nic = "vmxnet3"
-	} else {
-		// The firmware boots the first disk, with no boot order to
-		// work out.
-		for i, d := range disks {
-			dev := fmt.Sprintf("virtio-blk-pci,drive=disk%d", i)
-			if i == 0 {
-				dev += ",bootindex=0"
-			}
-			cmd.Args = append(cmd.Args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d), "-device", dev)
+	}
+	for i, d := range disks {
+		dev := fmt.Sprintf("virtio-blk-pci,drive=disk%d", i)
+		switch {
+		case o.VMware:
+			dev = fmt.Sprintf("scsi-hd,drive=disk%d,bus=pvscsi0.0,scsi-id=%d", i, i)
+		case i == 0:
+			// The firmware boots the first disk, with no boot order
+			// to work out.
+			dev += ",bootindex=0"
 		}
+		cmd.Args = append(cmd.Args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d), "-device", dev)
 	}
 	// No option ROM on the NIC: QEMU's iPXE, which OVMF would load and
 	// start (1.2 s under TCG), for a network boot no Harmony VM makes.
