@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,13 +36,17 @@ import (
 // disk's: the VM that has the disk attached reports that member, so that
 // a replacement comes back as the same member only if the disk really
 // moved. A node whose role says Leave reports Left; a VM of a bad image
-// never gets Ready. Meanwhile it checks that no data disk is ever on two
+// never gets Ready, and with refuse set says it never will. Meanwhile it checks that no data disk is ever on two
 // VMs at once.
 type fleet struct {
 	e        *clusterEnv
 	cluster  string
 	badImage string
 	pool     *x509.CertPool
+
+	// refuse: a VM of badImage reports its kubeadm Refused, as an agent
+	// whose image lacks the role's Kubernetes version does.
+	refuse atomic.Bool
 
 	mu         sync.Mutex
 	url        string                  // the controller's, which a restart changes
@@ -198,6 +203,10 @@ func (f *fleet) tick() {
 		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage:
 			st.Phase = v1.PhaseConverging
 			st.Components = append(st.Components, v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"})
+			if f.refuse.Load() {
+				st.Components[len(st.Components)-1] = v1.ComponentStatus{Name: "kubeadm", Phase: v1.ComponentRefused,
+					Message: "kubernetesVersion v1.2.0: this image carries no kubelet of that version"}
+			}
 		}
 		_, _ = call(agent, "POST", url+v1.PathNodeStatus, st, nil)
 	}
@@ -530,6 +539,30 @@ func TestUpgradeRollsBackAReplacementThatIsNotReady(t *testing.T) {
 	}
 	if ev := e.event("rb", "rb-m2", "rolled back: the old VM"); ev.Type != "Warning" {
 		t.Errorf("rollback event %+v", ev)
+	}
+}
+
+// A replacement whose agent says it refuses its role for good (its image
+// lacks what the role asks for) is rolled back at once, not after the
+// node timeout, and the upgrade says why.
+func TestUpgradeRollsBackARefusedReplacementAtOnce(t *testing.T) {
+	e, fl, bad, before, oldRef := badUpgradeEnv(t, "rr", time.Hour)
+	fl.refuse.Store(true)
+
+	op := e.start("POST", v1.PathClusters+"/rr/upgrade", v1.UpgradeRequest{Image: bad})
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rr-m2 was rolled back") ||
+		!strings.Contains(got.Message, "refused its role: kubeadm: kubernetesVersion v1.2.0: this image carries no kubelet") {
+		t.Fatalf("upgrade to an image that refuses the role: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	vms := e.vms("rr")
+	if vm, ok := vms["rr-m2"]; !ok || vm.Self.Value != oldRef || vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn ||
+		dataDiskOf(vm) != before.disk["rr-m2"] {
+		t.Errorf("rr-m2 after the rollback: %+v, want the old VM %s powered on with disk %s", vms["rr-m2"].Self, oldRef, before.disk["rr-m2"])
+	}
+	if len(vms) != 3 || fl.diskShared != "" {
+		t.Errorf("VMs after the rollback: %v (want the 3 masters); disk on two VMs: %q", keys(vms), fl.diskShared)
 	}
 }
 

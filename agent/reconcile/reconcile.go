@@ -27,6 +27,9 @@ const (
 	// its checker refused the rendered config; what ran before keeps
 	// running.
 	PhaseFailed = "Failed"
+	// PhaseRefused: the component cannot converge on this node whatever
+	// is retried (the image lacks what the role asks for); see Refuse.
+	PhaseRefused = v1.ComponentRefused
 	// PhaseLeaving: the role says Leave and the component has not left
 	// yet (an earlier step of the leave sequence has not finished).
 	PhaseLeaving = "Leaving"
@@ -72,11 +75,27 @@ type Status struct {
 	Units []string
 }
 
-// Failed is the status with the pass failed: err says why.
+// Failed is the status with the pass failed: err says why. An error
+// that is, or wraps, a Refuse gives PhaseRefused.
 func (s Status) Failed(err error) Status {
 	s.Phase, s.Healthy, s.Message = PhaseFailed, false, err.Error()
+	if errors.As(err, new(refusal)) {
+		s.Phase = PhaseRefused
+	}
 	return s
 }
+
+// Refuse marks err as one no retry on this node changes: the node's image
+// lacks what the role asks for. Failed reports it as PhaseRefused, which
+// tells a controller replacing the VM to roll back now rather than wait.
+// Only what the image fixes qualifies: nothing that a daemon starting, the
+// network, a peer or the controller could still change.
+func Refuse(err error) error { return refusal{err} }
+
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+func (r refusal) Unwrap() error { return r.err }
 
 // Component converges one part of the node stack. A component that also
 // implements prometheus.Collector has its metrics registered by the

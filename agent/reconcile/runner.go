@@ -10,7 +10,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
-var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed, PhaseLeaving, PhaseLeft}
+var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed, PhaseRefused, PhaseLeaving, PhaseLeft}
 
 // Runner runs every component on each new role and again every Interval,
 // so that drift (a crashed daemon, an edited file) is repaired without a
@@ -229,7 +229,7 @@ func (r *Runner) record(ctx context.Context, st Status, revision int64) {
 func (r *Runner) log(st Status, revision int64) {
 	attrs := []any{"component", st.Component, "phase", st.Phase, "revision", revision}
 	switch {
-	case st.Phase == PhaseFailed:
+	case st.Phase == PhaseFailed || st.Phase == PhaseRefused:
 		r.host.Log.Error("component failed", append(attrs, "message", st.Message)...)
 	case len(st.Actions) > 0:
 		r.host.Log.Info("component changed", append(attrs, "actions", st.Actions)...)

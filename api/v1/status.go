@@ -80,6 +80,15 @@ const (
 	PhaseLeft = "Left"
 )
 
+// ComponentRefused is the phase of a component whose part of the role
+// this node cannot carry out, however often it is retried: the role names
+// a Kubernetes version the node's image has no binaries of, say. The node
+// needs another image, or its role another value. A controller replacing
+// a VM rolls the replacement back at once on it, instead of waiting out
+// its timeout. Every other component phase is the agent's own and only
+// shown; an older agent never reports this one.
+const ComponentRefused = "Refused"
+
 const maxComponents = 32
 
 // Clamp drops or cuts what Validate would refuse: the fields come from a

@@ -325,6 +325,26 @@ func unhealthyComponents(st v1.Status) []string {
 	return names
 }
 
+// refusedComponents says which of a node's components refuse its role
+// for good (v1.ComponentRefused), and why; empty if none does.
+func refusedComponents(components []v1.ComponentStatus) string {
+	var out []string
+	for _, c := range components {
+		if c.Phase == v1.ComponentRefused {
+			out = append(out, c.Name+": "+shorten(c.Message, 300))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// shorten cuts an agent's message to at most n bytes, and says so.
+func shorten(msg string, n int) string {
+	if len(msg) <= n {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:n], "") + "…"
+}
+
 // agentReport sums up a node's last status for an event: its phase, when,
 // and what each component said that is not plain success.
 func agentReport(st v1.Status, reported bool) string {
@@ -336,13 +356,9 @@ func agentReport(st v1.Status, reported bool) string {
 		if c.Message == "" {
 			continue
 		}
-		msg := c.Message
-		if len(msg) > 160 {
-			msg = msg[:160] + "…"
-		}
-		out += fmt.Sprintf("; %s %s: %s", c.Name, c.Phase, msg)
+		out += fmt.Sprintf("; %s %s: %s", c.Name, c.Phase, shorten(c.Message, 160))
 		if len(out) > 900 {
-			return out[:900] + "…"
+			return shorten(out, 900)
 		}
 	}
 	return out

@@ -160,14 +160,18 @@ func (e *engine) handOver(m *machine) stepResult {
 
 // verifySwap waits for the new VM's agent to report Ready, as the same
 // etcd member and with its Kubernetes Node Ready; past UpgradeNodeTimeout
-// after its power-on, or as another member, the replacement is rolled
-// back.
+// after its power-on, as another member, or with a component that refuses
+// its role, the replacement is rolled back.
 func (e *engine) verifySwap(m *machine) stepResult {
 	s := m.Swap
 	st, reported := e.status(m.Name)
 	fresh := reported && st.ReportedAt.After(s.PoweredOnAt)
 	if fresh && !s.FreshDisk && s.MemberID != "" && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID {
 		return e.startRollback(m, fmt.Sprintf("the new VM came up as etcd member %s, not %s", st.EtcdMemberID, s.MemberID))
+	}
+	// Its image cannot do what the role asks: waiting changes nothing.
+	if refused := refusedComponents(st.Components); fresh && refused != "" {
+		return e.startRollback(m, "the new VM refused its role: "+refused)
 	}
 	// On the fresh-disk path the node is a new member (its agent removed
 	// the old one before it joined).

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -147,6 +148,7 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 		Nodes: nodeViews(tx, rec, machines, vms),
 	}}
 	failed, pending, ready, live, kubeReady := false, false, 0, 0, 0
+	var refused []string
 	for _, n := range view.Status.Nodes {
 		switch n.Phase {
 		case "Failed":
@@ -160,6 +162,9 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 		live++
 		if n.Kubernetes == "Ready" {
 			kubeReady++
+		}
+		if r := refusedComponents(n.Components); r != "" {
+			refused = append(refused, fmt.Sprintf("%s (%s)", n.Name, r))
 		}
 	}
 	for _, m := range machines {
@@ -182,9 +187,7 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 	default:
 		view.Status.Phase = v1.PhaseRunning
 	}
-	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), v1.Condition{
-		Type: v1.ConditionNodesReady, Status: allOf(ready, live), Reason: "AgentReports",
-		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)})
+	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), nodesReady(ready, live, refused))
 	view.Status.Conditions = append(view.Status.Conditions, v1.Condition{
 		Type: v1.ConditionKubernetesNodesReady, Status: allOf(kubeReady, live), Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d Kubernetes Nodes Ready", kubeReady, live)}, podNetwork(&spec))
@@ -192,6 +195,19 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 		view.Status.Events, _ = events(tx, spec.Name, 0, nEvents)
 	}
 	return view
+}
+
+// nodesReady is the NodesReady condition: how many of the live nodes
+// report Ready, and which refuse their role for good (their image lacks
+// what it asks for), since waiting will not make those Ready.
+func nodesReady(ready, live int, refused []string) v1.Condition {
+	c := v1.Condition{Type: v1.ConditionNodesReady, Status: allOf(ready, live), Reason: "AgentReports",
+		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)}
+	if len(refused) > 0 {
+		c.Reason = "RoleRefused"
+		c.Message += "; refusing their role for good, their image lacking what it asks for: " + strings.Join(refused, "; ")
+	}
+	return c
 }
 
 // allOf is a condition's status: True when n counts every one of the live

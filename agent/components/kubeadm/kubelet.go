@@ -23,7 +23,8 @@ func useClusterKubelet(host *reconcile.Host, version string, st *reconcile.Statu
 		return nil // not a node image's layout (a test's host)
 	}
 	if !exists(host.Path(target)) {
-		return fmt.Errorf("kubernetesVersion %s: this image carries no kubelet of that version (%s)", version, target)
+		// The image never changes: no retry brings the binary.
+		return reconcile.Refuse(fmt.Errorf("kubernetesVersion %s: this image carries no kubelet of that version (%s)", version, target))
 	}
 	if cur, err := os.Readlink(link); err == nil && cur == target {
 		return nil

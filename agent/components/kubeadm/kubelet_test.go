@@ -13,7 +13,7 @@ import (
 )
 
 // The kubelet link follows the cluster's version among those the image
-// carries; a version the image lacks is refused, naming it; a host
+// carries; a version the image lacks is refused for good, naming it; a host
 // without the image's layout is left alone.
 func TestKubeletLinkFollowsTheClusterVersion(t *testing.T) {
 	host := &reconcile.Host{Root: t.TempDir()}
@@ -49,6 +49,11 @@ func TestKubeletLinkFollowsTheClusterVersion(t *testing.T) {
 	err := useClusterKubelet(host, "v1.32.9", &st)
 	if err == nil || !strings.Contains(err.Error(), "v1.32.9") {
 		t.Errorf("a version the image lacks: %v", err)
+	}
+	// For good: the image never gains the binary, so a controller
+	// replacing the VM need not wait.
+	if got := st.Failed(err); got.Phase != reconcile.PhaseRefused {
+		t.Errorf("a version the image lacks is reported %s, want %s", got.Phase, reconcile.PhaseRefused)
 	}
 	if got, _ := os.Readlink(link); got != components.KubernetesBinary("v1.34.2", "kubelet") {
 		t.Errorf("after the refusal the link is %q", got)
