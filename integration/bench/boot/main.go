@@ -48,8 +48,14 @@ var marks = []struct {
 	{"kernel", regexp.MustCompile(`Linux version`)},
 	{"systemd", regexp.MustCompile(`Welcome to .*Debian`)},
 	{"login prompt", regexp.MustCompile(`login: `)},
-	{"agent active", regexp.MustCompile(`harmony-boot-report: harmony-agent is active`)},
+	// The reporter's line, seconds after the agent's READY: the
+	// reporter's own start (a shell and systemctl under TCG). "agent
+	// active" below is systemd's timestamp of the READY itself.
+	{"agent reported", regexp.MustCompile(`harmony-boot-report: harmony-agent is active`)},
 }
+
+// agentUnit is the unit whose activation the benchmark times.
+const agentUnit = "harmony-agent.service"
 
 func run(images string, runs int, timeout time.Duration, keep bool) error {
 	found, _ := filepath.Glob(filepath.Join(images, "harmony-node-*.ova"))
@@ -126,7 +132,7 @@ func run(images string, runs int, timeout time.Duration, keep bool) error {
 		// explain the figure and are not part of it: a boot whose lines
 		// were lost (a console hang-up) still counts.
 		unitsCtx, unitsDone := context.WithTimeout(bootCtx, 2*time.Minute)
-		if _, err := vm.WaitSerial(unitsCtx, regexp.MustCompile(`harmony-boot-report: unit harmony-agent.service `)); err != nil {
+		if _, err := vm.WaitSerial(unitsCtx, regexp.MustCompile(`harmony-boot-report: unit `+regexp.QuoteMeta(agentUnit)+` `)); err != nil {
 			fmt.Fprintf(os.Stderr, "run %d: the units' times are incomplete: %v\n", i+1, err)
 		}
 		unitsDone()
@@ -144,10 +150,22 @@ func run(images string, runs int, timeout time.Duration, keep bool) error {
 			os.Remove(disk)
 		}
 	}
-	fmt.Printf("%-14s %s\n", "milestone", "seconds after QEMU started, per run")
-	for _, m := range marks {
-		fmt.Printf("%-14s %v\n", m.name, rounded(results[m.name]))
+	// When systemd saw the agent's READY, in seconds since the kernel
+	// started, plus when the kernel started: the figure the target is
+	// for, without the reporter's delay.
+	var active []float64
+	for i, chain := range chains {
+		for _, u := range chain {
+			if u.Unit == agentUnit && u.Active > 0 {
+				active = append(active, results["kernel"][i]+u.Active)
+			}
+		}
 	}
+	fmt.Printf("%-15s %s\n", "milestone", "seconds after QEMU started, per run")
+	for _, m := range marks {
+		fmt.Printf("%-15s %v\n", m.name, rounded(results[m.name]))
+	}
+	fmt.Printf("%-15s %v   target < 20 s (TCG)\n", "agent active", rounded(active))
 	// Where the time goes, in place of systemd-analyze critical-chain
 	// (which answers only once the boot has finished, after the
 	// first-boot image import).
