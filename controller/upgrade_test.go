@@ -36,8 +36,8 @@ import (
 // disk's: the VM that has the disk attached reports that member, so that
 // a replacement comes back as the same member only if the disk really
 // moved. A node whose role says Leave reports Left; a VM of a bad image
-// never gets Ready, and with refuse set says it never will. Meanwhile it checks that no data disk is ever on two
-// VMs at once.
+// never gets Ready, and with refuse set says it never will. Meanwhile it
+// checks that no data disk is ever on two VMs at once.
 type fleet struct {
 	e        *clusterEnv
 	cluster  string
@@ -202,11 +202,11 @@ func (f *fleet) tick() {
 			}
 		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage:
 			st.Phase = v1.PhaseConverging
-			st.Components = append(st.Components, v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"})
+			kubeadm := v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"}
 			if f.refuse.Load() {
-				st.Components[len(st.Components)-1] = v1.ComponentStatus{Name: "kubeadm", Phase: v1.ComponentRefused,
-					Message: "kubernetesVersion v1.2.0: this image carries no kubelet of that version"}
+				kubeadm.Phase, kubeadm.Message = v1.ComponentRefused, "kubernetesVersion v1.2.0: this image carries no kubelet of that version"
 			}
+			st.Components = append(st.Components, kubeadm)
 		}
 		_, _ = call(agent, "POST", url+v1.PathNodeStatus, st, nil)
 	}

@@ -47,7 +47,10 @@ WantedBy=multi-user.target
 // the first-boot import beside them.
 const chainUnits = "systemd-journald.service local-fs.target harmony-network.service systemd-networkd.service " +
 	"systemd-networkd-wait-online.service network-online.target harmony-data-disk.service " +
-	"containerd.service harmony-images-import.service harmony-agent.service"
+	"containerd.service harmony-images-import.service " + AgentUnit
+
+// AgentUnit is the agent's unit, the last of chainUnits.
+const AgentUnit = "harmony-agent.service"
 
 const reportUnit = `[Unit]
 Description=Report the node's runtime on the serial console (image boot test)

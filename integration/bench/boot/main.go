@@ -54,8 +54,8 @@ var marks = []struct {
 	{"agent reported", regexp.MustCompile(`harmony-boot-report: harmony-agent is active`)},
 }
 
-// agentUnit is the unit whose activation the benchmark times.
-const agentUnit = "harmony-agent.service"
+// agentUnitReport is the reporter's line for the agent's unit, its last.
+var agentUnitReport = regexp.MustCompile(`harmony-boot-report: unit ` + regexp.QuoteMeta(imageboot.AgentUnit) + ` `)
 
 func run(images string, runs int, timeout time.Duration, keep bool) error {
 	found, _ := filepath.Glob(filepath.Join(images, "harmony-node-*.ova"))
@@ -132,7 +132,7 @@ func run(images string, runs int, timeout time.Duration, keep bool) error {
 		// explain the figure and are not part of it: a boot whose lines
 		// were lost (a console hang-up) still counts.
 		unitsCtx, unitsDone := context.WithTimeout(bootCtx, 2*time.Minute)
-		if _, err := vm.WaitSerial(unitsCtx, regexp.MustCompile(`harmony-boot-report: unit `+regexp.QuoteMeta(agentUnit)+` `)); err != nil {
+		if _, err := vm.WaitSerial(unitsCtx, agentUnitReport); err != nil {
 			fmt.Fprintf(os.Stderr, "run %d: the units' times are incomplete: %v\n", i+1, err)
 		}
 		unitsDone()
@@ -156,7 +156,7 @@ func run(images string, runs int, timeout time.Duration, keep bool) error {
 	var active []float64
 	for i, chain := range chains {
 		for _, u := range chain {
-			if u.Unit == agentUnit && u.Active > 0 {
+			if u.Unit == imageboot.AgentUnit && u.Active > 0 {
 				active = append(active, results["kernel"][i]+u.Active)
 			}
 		}
