@@ -47,6 +47,9 @@ type fleet struct {
 	// refuse: a VM of badImage reports its kubeadm Refused, as an agent
 	// whose image lacks the role's Kubernetes version does.
 	refuse atomic.Bool
+	// workersOnly: badImage fails as a worker only, so that its masters,
+	// replaced first, pass and the surge workers are what fails.
+	workersOnly atomic.Bool
 
 	mu         sync.Mutex
 	url        string                  // the controller's, which a restart changes
@@ -200,7 +203,7 @@ func (f *fleet) tick() {
 				f.handOvers[name] = true
 				f.mu.Unlock()
 			}
-		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage:
+		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage && (!f.workersOnly.Load() || role.Role == v1.RoleWorker):
 			st.Phase = v1.PhaseConverging
 			kubeadm := v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"}
 			if f.refuse.Load() {
@@ -563,6 +566,69 @@ func TestUpgradeRollsBackARefusedReplacementAtOnce(t *testing.T) {
 	}
 	if len(vms) != 3 || fl.diskShared != "" {
 		t.Errorf("VMs after the rollback: %v (want the 3 masters); disk on two VMs: %q", keys(vms), fl.diskShared)
+	}
+}
+
+// A surge worker that does not get Ready stops the upgrade on its own,
+// as a master's replacement does: the surge worker goes, the worker it
+// was to replace serves on, and the upgrade says which and why. A refusal
+// stops it at once; otherwise the node timeout does.
+func TestUpgradeRollsBackASurgeWorkerThatIsNotReady(t *testing.T) {
+	for _, tc := range []struct {
+		cluster     string
+		refuse      bool
+		nodeTimeout time.Duration
+		want        string
+	}{
+		{"sw", false, 5 * time.Second, "the new worker sw-w2 was not Ready within 5s of its power-on"},
+		{"sr", true, time.Hour, "the new worker sr-w2 refused its role: kubeadm: kubernetesVersion v1.2.0"},
+	} {
+		t.Run(tc.cluster, func(t *testing.T) {
+			e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 10 * time.Second; c.UpgradeNodeTimeout = tc.nodeTimeout })
+			bad := e.importImage(nodeOVA(t, "1.2.0-bad"))
+			e.do("POST", v1.PathClusters, e.spec(tc.cluster, 1, 1))
+			fl := e.startFleet(tc.cluster, bad)
+			fl.workersOnly.Store(true)
+			fl.refuse.Store(tc.refuse)
+			e.waitAllReady(tc.cluster)
+			oldWorker := e.vms(tc.cluster)[tc.cluster+"-w1"].Self.Value
+
+			op := e.start("POST", v1.PathClusters+"/"+tc.cluster+"/upgrade", v1.UpgradeRequest{Image: bad})
+			surge := tc.cluster + "-w2"
+			if !tc.refuse {
+				// The node timeout leaves seconds to see the pair.
+				waitFor(t, "the surge worker and the worker it replaces named on each other", func() bool {
+					upgrade := map[string]string{}
+					for _, n := range e.cluster(tc.cluster).Status.Nodes {
+						upgrade[n.Name] = n.Upgrade
+					}
+					return upgrade[surge] == "Replaces "+tc.cluster+"-w1" && upgrade[tc.cluster+"-w1"] == "ReplacedBy "+surge
+				})
+			}
+			got := e.waitOp(op.ID)
+			if got.State != v1.OperationFailed || !strings.Contains(got.Message, tc.want) || !strings.Contains(got.Message, "its surge workers went") {
+				t.Fatalf("upgrade whose surge worker fails: %s: %s", got.State, got.Message)
+			}
+			if u := e.cluster(tc.cluster).Status.Upgrade; u == nil || u.State != v1.UpgradeRolledBack {
+				t.Errorf("upgrade after the surge worker failed: %+v", u)
+			}
+			waitFor(t, "the surge worker's VM gone", func() bool {
+				_, ok := e.vms(tc.cluster)[surge]
+				return !ok
+			})
+			fl.halt()
+			if vm, ok := e.vms(tc.cluster)[tc.cluster+"-w1"]; !ok || vm.Self.Value != oldWorker || vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+				t.Errorf("the old worker after the rollback: present %v, VM %s (want %s), %s", ok, vm.Self.Value, oldWorker, vm.Runtime.PowerState)
+			}
+			if ev := e.event(tc.cluster, surge, "the upgrade stops"); ev.Type != "Warning" || ev.Reason != "UpgradeRollback" {
+				t.Errorf("rollback event %+v", ev)
+			}
+			for _, n := range e.cluster(tc.cluster).Status.Nodes {
+				if n.Name == surge {
+					t.Errorf("the surge worker is still a node of the cluster: %+v", n)
+				}
+			}
+		})
 	}
 }
 

@@ -457,7 +457,8 @@ type ClusterNode struct {
 	Image string `json:"image,omitempty"`
 	// Upgrade is how far the node's replacement got, while an upgrade
 	// replaces it: for a master one of the Swap steps, or "RollingBack
-	// from STEP".
+	// from STEP"; for a worker "ReplacedBy SURGE", and on that surge
+	// worker "Replaces WORKER", until the old worker is gone.
 	Upgrade string `json:"upgrade,omitempty"`
 }
 

@@ -250,7 +250,7 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 		return 10 * time.Second, false, err
 	}
 	switch {
-	case rec.Upgrade.running() && !rec.Deleting && (len(failed) == 0 || rec.Upgrade.Abort):
+	case rec.Upgrade.running() && !rec.Deleting && (len(failed) == 0 || rec.Upgrade.stopping()):
 		p.rec = rec
 		wait, err := e.driveUpgrade(ctx, p, machines)
 		if err != nil {

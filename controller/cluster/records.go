@@ -66,6 +66,9 @@ type machine struct {
 	LastError string    `json:"lastError,omitempty"`
 	Failed    bool      `json:"failed,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	// PoweredOnAt is when its workflow powered the VM on; a surge
+	// worker's node timeout counts from it.
+	PoweredOnAt time.Time `json:"poweredOnAt,omitzero"`
 
 	// LeaveBy is the deadline of the node's leaving its cluster, set when
 	// it is marked for removal from a cluster that stays; zero when the

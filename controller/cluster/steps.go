@@ -160,9 +160,10 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 		return done(stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP)), err
 	case stepBootstrapped:
 		err := vc.PowerOn(ctx, ref)
+		m.PoweredOnAt = e.cfg.Now().UTC()
 		if m.Swap != nil {
 			// The replacement's health is judged from reports after this.
-			m.Swap.PoweredOnAt = e.cfg.Now().UTC()
+			m.Swap.PoweredOnAt = m.PoweredOnAt
 		}
 		return done(stepPoweredOn, fmt.Sprintf("%s: powered on", m.Name)), err
 	}

@@ -36,7 +36,11 @@ type upgradeRecord struct {
 	By        string   `json:"by"`
 	// Abort asks the engine to stop: the replacement under way rolls
 	// back.
-	Abort      bool      `json:"abort,omitempty"`
+	Abort bool `json:"abort,omitempty"`
+	// RollBack says why the engine stops the upgrade on its own: a surge
+	// worker that refused its role or was not Ready in time. As on an
+	// abort, the surge workers not yet serving go first.
+	RollBack   string    `json:"rollBack,omitempty"`
 	State      string    `json:"state"`
 	Message    string    `json:"message,omitempty"`
 	StartedAt  time.Time `json:"startedAt"`
@@ -44,6 +48,10 @@ type upgradeRecord struct {
 }
 
 func (u *upgradeRecord) running() bool { return u != nil && u.State == v1.UpgradeRunning }
+
+// stopping reports whether the running upgrade takes back its surge
+// workers and stops once none is in flight.
+func (u *upgradeRecord) stopping() bool { return u.Abort || u.RollBack != "" }
 
 // upgraded reports whether the machine runs what the cluster's newest
 // upgrade moves to, its replacement done.
@@ -259,8 +267,11 @@ func checkFreshDisk(rec *record, machines []machine, nodes []string) ([]int, err
 // with a new, empty disk.
 func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Operation, error) {
 	return s.changeUpgrade(name, "amend", by, func(tx *store.Tx, rec *record, machines []machine, now time.Time) error {
-		if rec.Upgrade.Abort {
+		switch {
+		case rec.Upgrade.Abort:
 			return refuse(Conflict, "", "cluster %q's upgrade is being aborted", name)
+		case rec.Upgrade.RollBack != "":
+			return refuse(Conflict, "", "cluster %q's upgrade is being rolled back: %s", name, rec.Upgrade.RollBack)
 		}
 		found, err := checkFreshDisk(rec, machines, nodes)
 		if err != nil {
@@ -441,14 +452,17 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 			fmt.Sprintf("%s was rolled back to its old VM: %s", rolledBack.Name, rolledBack.Swap.Why))
 	case swapping != nil:
 		return leavePoll, nil // its machine's own steps move it
-	case u.Abort:
+	case u.stopping():
 		if err := e.abortSurge(p, machines); err != nil {
 			return 0, err
 		}
 		if inflight > 0 {
 			return leavePoll, nil
 		}
-		return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, fmt.Sprintf("aborted by an admin; %d of %d nodes run %s", upgraded, total, u.Image))
+		if u.Abort {
+			return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, fmt.Sprintf("aborted by an admin; %d of %d nodes run %s", upgraded, total, u.Image))
+		}
+		return 0, e.stopUpgrade(p, nil, v1.UpgradeRolledBack, fmt.Sprintf("%s; its surge workers went, and %d of %d nodes run %s", u.RollBack, upgraded, total, u.Image))
 	}
 	if len(masters) > 0 {
 		return e.startSwap(p, pickMaster(masters, first))
@@ -571,6 +585,9 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		}
 		st, reported := e.status(surge.Name)
 		if !reported || st.Phase != v1.PhaseReady || st.KubernetesNode != nil && st.KubernetesNode.Ready != "True" {
+			if why := e.surgeFault(surge, st, reported); why != "" {
+				return false, e.rollBackUpgrade(p, surge.Name, why)
+			}
 			continue
 		}
 		err := e.cfg.Store.Update(func(tx *store.Tx) error {
@@ -647,9 +664,58 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 	return false, nil
 }
 
+// surgeFault says why a surge worker that is not Ready never will be: it
+// refused its role (its image cannot carry it out), or it was not Ready
+// within the node timeout of its power-on. Empty: it may still be.
+func (e *engine) surgeFault(m machine, st v1.Status, reported bool) string {
+	// Its name is new, so every report is its own.
+	if refused := refusedComponents(st.Components); reported && refused != "" {
+		return fmt.Sprintf("the new worker %s refused its role: %s", m.Name, refused)
+	}
+	since := m.PoweredOnAt
+	if since.IsZero() {
+		since = m.CreatedAt // made by a controller that did not record its power-on
+	}
+	if e.cfg.Now().Before(since.Add(e.cfg.UpgradeNodeTimeout)) {
+		return ""
+	}
+	return fmt.Sprintf("the new worker %s was not Ready within %s of its power-on; it reported: %s",
+		m.Name, e.cfg.UpgradeNodeTimeout, agentReport(st, reported))
+}
+
+// rollBackUpgrade makes the running upgrade stop on its own, for why:
+// the next passes take back its surge workers, as an abort does.
+func (e *engine) rollBackUpgrade(p *pass, node, why string) error {
+	name := p.rec.Spec.Name
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		cur, err := loadCluster(tx, name)
+		if err != nil {
+			return err
+		}
+		if !cur.Upgrade.running() || cur.Upgrade.stopping() {
+			return nil
+		}
+		cur.Upgrade.RollBack = why
+		if err := tx.Put(store.Clusters, name, cur); err != nil {
+			return err
+		}
+		_, err = addEvent(tx, name, v1.Event{Time: e.cfg.Now().UTC(), Type: "Warning", Node: node, Reason: "UpgradeRollback",
+			Message: why + "; the upgrade stops: the surge workers not yet serving go, and the workers they were to replace stay"})
+		return err
+	})
+	if err == nil {
+		e.cfg.Notify(NotifyKey(name))
+	}
+	return err
+}
+
 // abortSurge takes back the surge workers whose old worker still serves:
 // they leave and go, and the old one stays.
 func (e *engine) abortSurge(p *pass, machines []machine) error {
+	reason, why := "UpgradeAborted", "the upgrade was aborted"
+	if !p.rec.Upgrade.Abort {
+		reason, why = "UpgradeRollback", "the upgrade is rolled back"
+	}
 	now := e.cfg.Now().UTC()
 	for _, old := range machines {
 		if old.Remove || old.ReplacedBy == "" {
@@ -667,8 +733,8 @@ func (e *engine) abortSurge(p *pass, machines []machine) error {
 			if err := putRoles(tx, p.rec, p.sec); err != nil {
 				return err
 			}
-			_, err := addEvent(tx, p.rec.Spec.Name, v1.Event{Time: now, Type: "Warning", Node: surge, Reason: "UpgradeAborted",
-				Message: fmt.Sprintf("%s: the upgrade was aborted; this surge worker goes and %s stays", surge, old.Name)})
+			_, err := addEvent(tx, p.rec.Spec.Name, v1.Event{Time: now, Type: "Warning", Node: surge, Reason: reason,
+				Message: fmt.Sprintf("%s: %s; this surge worker goes and %s stays", surge, why, old.Name)})
 			return err
 		})
 		if err != nil {

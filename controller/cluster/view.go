@@ -248,6 +248,12 @@ func podNetwork(spec *v1.ClusterSpec) v1.Condition {
 
 func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo) []v1.ClusterNode {
 	out := make([]v1.ClusterNode, 0, len(machines))
+	replaces := map[string]string{} // surge worker → the worker it replaces
+	for _, m := range machines {
+		if m.ReplacedBy != "" {
+			replaces[m.ReplacedBy] = m.Name
+		}
+	}
 	for _, m := range machines {
 		n := v1.ClusterNode{Name: m.Name, Role: m.Role, IP: m.IP, Step: m.Step, VM: m.VM,
 			Attempts: m.Attempts, LastError: m.LastError}
@@ -262,6 +268,8 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 			n.Upgrade = m.Swap.Step
 		case m.ReplacedBy != "":
 			n.Upgrade = "ReplacedBy " + m.ReplacedBy
+		case replaces[m.Name] != "":
+			n.Upgrade = "Replaces " + replaces[m.Name]
 		}
 		if vm, ok := vms[m.Name]; ok {
 			n.Power, n.GuestIP = vm.Power, vm.GuestIP
