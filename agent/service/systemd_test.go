@@ -30,6 +30,7 @@ import (
 
 	"github.com/harmonykaas/harmony/agent/netinfo"
 	"github.com/harmonykaas/harmony/agent/sdnotify"
+	"github.com/harmonykaas/harmony/images/components"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -785,8 +786,12 @@ func TestDetect(t *testing.T) {
 	}
 }
 
-// agentUnit is the shipped unit file of the agent.
-const agentUnit = "../../systemd/harmony-agent.service"
+// agentUnit is the shipped unit file of the agent, and agentTmpfiles
+// the images' configuration that makes the directories it writes.
+const (
+	agentUnit     = "../../systemd/harmony-agent.service"
+	agentTmpfiles = "../../images/rootfs/etc/tmpfiles.d/harmony-agent.conf"
+)
 
 const sandboxEnv = "HARMONY_TEST_AGENT_SANDBOX"
 
@@ -819,6 +824,15 @@ func TestAgentUnitSandboxLetsTheAgentWork(t *testing.T) {
 		"ExecStart=/run/harmony-test/harmony-agent -test.run=^TestHelperAgentSandbox$ -test.count=1\n"+
 			"Environment="+sandboxEnv+"=/run/harmony-test/result\n")
 	writeFile(t, filepath.Join(sd.root, "etc/systemd/system/harmony-agent.service"), unit, 0o644)
+	// The directories the unit lets the agent write, made as at an
+	// image's boot (systemd-tmpfiles-setup) from the images' own
+	// configuration.
+	conf, err := filepath.Abs(agentTmpfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(sd.root, "etc/systemd/system/harmony-test-tmpfiles.service"),
+		"[Service]\nType=oneshot\nExecStart=/usr/bin/systemd-tmpfiles --create "+conf+"\n", 0o644)
 
 	c, err := m.bus(ctx)
 	if err != nil {
@@ -826,6 +840,9 @@ func TestAgentUnitSandboxLetsTheAgentWork(t *testing.T) {
 	}
 	if err := m.daemonReload(ctx, c); err != nil {
 		t.Fatal(err)
+	}
+	if err := m.job(ctx, c, startUnit, "harmony-test-tmpfiles.service"); err != nil {
+		t.Fatalf("systemd-tmpfiles --create %s: %v\n%s", conf, err, sd.log)
 	}
 	// Type=notify: the start job ends when the helper sends READY=1.
 	if err := m.job(ctx, c, startUnit, "harmony-agent.service"); err != nil {
@@ -1111,6 +1128,56 @@ func TestAgentUnitFile(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	t.Logf("systemd-analyze security: %s", lines[len(lines)-1])
+}
+
+// TestAgentDirectoriesExistAtBoot: every directory the agent's unit
+// lets it write but may not find ("-" in ReadWritePaths) is made by the
+// images' tmpfiles configuration, with its mode, by systemd-tmpfiles
+// itself. Only the kubelet link's directory is the image's own.
+func TestAgentDirectoriesExistAtBoot(t *testing.T) {
+	text, err := os.ReadFile(agentUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var optional []string
+	for _, line := range strings.Split(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, "ReadWritePaths="); ok {
+			for _, f := range strings.Fields(v) {
+				if p, ok := strings.CutPrefix(f, "-"); ok && p != filepath.Dir(components.KubeletLink) {
+					optional = append(optional, p)
+				}
+			}
+		}
+	}
+	if len(optional) < 9 {
+		t.Fatalf("found %d optional ReadWritePaths in the unit, want the stack's nine or more: %v", len(optional), optional)
+	}
+	root := t.TempDir()
+	f, err := os.Open(agentTmpfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// From stdin: --root would prefix a configuration file's path too.
+	cmd := exec.Command("systemd-tmpfiles", "--create", "--root="+root, "-")
+	cmd.Stdin = f
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Fatalf("systemd-tmpfiles --create %s: %v\n%s", agentTmpfiles, err, out)
+	}
+	private := map[string]bool{"/var/lib/etcd": true, "/var/contiv": true, "/var/lib/contiv": true}
+	for _, p := range optional {
+		fi, err := os.Stat(filepath.Join(root, p))
+		want := os.FileMode(0o755)
+		if private[p] {
+			want = 0o700
+		}
+		switch {
+		case err != nil:
+			t.Errorf("%s is writable for the agent but not made at boot: %v", p, err)
+		case !fi.IsDir() || fi.Mode().Perm() != want:
+			t.Errorf("%s: mode %s, want a directory %s", p, fi.Mode(), want)
+		}
+	}
 }
 
 // TestShippedUnitFilesVerify has systemd's checker read every unit the

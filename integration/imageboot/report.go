@@ -12,7 +12,8 @@ import (
 // it has enrolled and made its first pass. So two tiny units report on
 // the serial console. The first is ordered after the agent alone (the
 // boot benchmark's clock stops at its line): the agent's state, then when
-// each unit on the agent's way started and became active, in seconds
+// systemd's generators and its loading of the units, and each unit on the
+// agent's way, started and finished (or became active), in seconds
 // since the kernel started, for finding where a boot's time goes
 // (systemd-analyze critical-chain refuses to answer before the boot has
 // finished). The second is ordered after the first-boot import of the
@@ -33,6 +34,9 @@ ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is
 # Each line opens the console anew: agetty, starting on ttyS0 about now,
 # hangs up every descriptor open on it (vhangup), and writes to one opened
 # before are lost.
+# systemd's own stages first: its generators and its loading of the
+# units (a daemon-reload since the boot would move them).
+ExecStart=/bin/sh -c 'for s in Generators UnitsLoad; do echo "harmony-boot-report: unit systemd:$$s $(systemctl show -P $${s}StartTimestampMonotonic) $(systemctl show -P $${s}FinishTimestampMonotonic)" > /dev/ttyS0; done'
 ExecStart=/bin/sh -c 'for u in ` + chainUnits + `; do echo "harmony-boot-report: unit $$u $(systemctl show -P InactiveExitTimestampMonotonic $$u) $(systemctl show -P ActiveEnterTimestampMonotonic $$u)" > /dev/ttyS0; done'
 # The journal on the disk, for a benchmark that keeps it. Last: sync
 # waits for every dirty page, the image import's hundreds of MB among
@@ -45,7 +49,8 @@ WantedBy=multi-user.target
 
 // chainUnits are the units between the kernel and an active agent, and
 // the first-boot import beside them.
-const chainUnits = "systemd-journald.service local-fs.target harmony-network.service systemd-networkd.service " +
+const chainUnits = "systemd-journald.service systemd-udev-trigger.service systemd-fsck-root.service systemd-remount-fs.service " +
+	"local-fs.target systemd-tmpfiles-setup.service harmony-network.service systemd-networkd.service " +
 	"systemd-networkd-wait-online.service network-online.target harmony-data-disk.service " +
 	"containerd.service harmony-images-import.service " + AgentUnit
 

@@ -59,16 +59,27 @@ func TestUnitsFor(t *testing.T) {
 	}
 }
 
-// A bundle whose versions are multi-call binaries and whose control-plane
-// images share archives: the node image gets each version's binary once,
-// every name a link to it, and each archive once; the appliance gets the
-// binary of n with kubectl alone.
-func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
-	pinsFile := filepath.Join("..", "..", "..", "images", "components.yaml")
-	pins, err := components.Load(pinsFile)
+const testPinsFile = "../../../images/components.yaml"
+
+// testBinaries are the names of each Kubernetes version in testPlan's
+// bundle, links to its one multi-call binary "kube".
+var testBinaries = []string{"kubeadm", "kubelet", "kubectl", "kube-proxy"}
+
+func testPins(t *testing.T) *components.Pins {
+	t.Helper()
+	pins, err := components.Load(testPinsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pins
+}
+
+// testPlan is role's plan for a bundle of every pinned component, each
+// Kubernetes version a multi-call binary and the control plane's images
+// of one version sharing one archive.
+func testPlan(t *testing.T, role string) *plan {
+	t.Helper()
+	pins := testPins(t)
 	dir := t.TempDir()
 	write := func(rel string, mode os.FileMode) {
 		t.Helper()
@@ -80,16 +91,15 @@ func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	names := []string{"kubeadm", "kubelet", "kubectl", "kube-proxy"}
 	var bundle components.Bundle
 	for _, k := range pins.Kubernetes {
 		write(filepath.Join("kubernetes", k.Version, "kube"), 0o755)
-		for _, n := range names {
+		for _, n := range testBinaries {
 			if err := os.Symlink("kube", filepath.Join(dir, "kubernetes", k.Version, n)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		bundle.Kubernetes = append(bundle.Kubernetes, components.BundleKubernetes{Version: k.Version, Binaries: names, Multicall: "kube", Source: "module"})
+		bundle.Kubernetes = append(bundle.Kubernetes, components.BundleKubernetes{Version: k.Version, Binaries: testBinaries, Multicall: "kube", Source: "module"})
 	}
 	for i, img := range pins.Images {
 		// The control plane's images by version share one archive.
@@ -113,12 +123,22 @@ func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	p, err := newPlan(&Config{Role: role, ComponentsFile: testPinsFile, BundleDir: dir, AgentBinary: "/bin/true",
+		ControllerBinary: "/bin/true", UnitsDir: filepath.Join("..", "..", "..", "systemd"), StagingDir: "/tmp/s"})
+	if err != nil {
+		t.Fatalf("%s: %v", role, err)
+	}
+	return p
+}
+
+// A bundle whose versions are multi-call binaries and whose control-plane
+// images share archives: the node image gets each version's binary once,
+// every name a link to it, and each archive once; the appliance gets the
+// binary of n with kubectl alone.
+func TestPlanInstallsAMulticallVersionOnce(t *testing.T) {
+	pins, names := testPins(t), testBinaries
 	for _, role := range []string{RoleNode, RoleControlPlane} {
-		p, err := newPlan(&Config{Role: role, ComponentsFile: pinsFile, BundleDir: dir, AgentBinary: "/bin/true",
-			ControllerBinary: "/bin/true", UnitsDir: filepath.Join("..", "..", "..", "systemd"), StagingDir: "/tmp/s"})
-		if err != nil {
-			t.Fatalf("%s: %v", role, err)
-		}
+		p := testPlan(t, role)
 		dests := map[string]int{}
 		for _, f := range p.Files {
 			dests[f.Dest]++
@@ -214,5 +234,34 @@ func TestPruneKeepsWhatANodeRuns(t *testing.T) {
 	}
 	if out, err := run(); err == nil || !strings.Contains(out, "portmap is missing") {
 		t.Errorf("with portmap missing: %v\n%s", err, out)
+	}
+}
+
+// Each image masks systemd's generators that have nothing to find on it,
+// by names systemd really has (a misspelt mask masks nothing; the build
+// machine's systemd is the images' Debian release's), and keeps those a
+// boot needs: the fstab generator mounts the ESP, the getty generator
+// starts the serial console's login.
+func TestPlanMasksUnneededGenerators(t *testing.T) {
+	for _, role := range []string{RoleNode, RoleControlPlane} {
+		links := map[string]string{}
+		for _, l := range testPlan(t, role).Links {
+			links[l.Path] = l.Target
+		}
+		for _, g := range maskedGenerators {
+			if links[path.Join(generatorDir, g)] != "/dev/null" {
+				t.Errorf("%s: %s is not masked", role, g)
+			}
+		}
+	}
+	for _, g := range maskedGenerators {
+		if _, err := os.Stat(path.Join("/usr/lib/systemd/system-generators", g)); err != nil {
+			t.Errorf("masked generator %s is not one of systemd's: %v", g, err)
+		}
+	}
+	for _, keep := range []string{"systemd-fstab-generator", "systemd-getty-generator", "systemd-debug-generator"} {
+		if slices.Contains(maskedGenerators, keep) {
+			t.Errorf("%s is masked; a boot needs it", keep)
+		}
 	}
 }
