@@ -169,10 +169,6 @@ func (e *engine) verifySwap(m *machine) stepResult {
 	if fresh && !s.FreshDisk && s.MemberID != "" && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID {
 		return e.startRollback(m, fmt.Sprintf("the new VM came up as etcd member %s, not %s", st.EtcdMemberID, s.MemberID))
 	}
-	// Its image cannot do what the role asks: waiting changes nothing.
-	if refused := refusedComponents(st.Components); fresh && refused != "" {
-		return e.startRollback(m, "the new VM refused its role: "+refused)
-	}
 	// On the fresh-disk path the node is a new member (its agent removed
 	// the old one before it joined).
 	member := s.MemberID == "" || st.EtcdMemberID == s.MemberID
@@ -183,15 +179,24 @@ func (e *engine) verifySwap(m *machine) stepResult {
 	if fresh && st.Phase == v1.PhaseReady && kubeReady && member {
 		return swapDone(m, swapVerified, "Upgrade", "the new VM serves: %s", agentReport(st, reported))
 	}
-	deadline := s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout)
-	if !e.cfg.Now().Before(deadline) {
-		if !fresh {
-			st, reported = v1.Status{}, false
-		}
-		return e.startRollback(m, fmt.Sprintf("the new VM was not Ready within %s of its power-on; it reported: %s",
-			e.cfg.UpgradeNodeTimeout, agentReport(st, reported)))
+	if why := e.newVMFault(s.PoweredOnAt, st, fresh); why != "" {
+		return e.startRollback(m, "the new VM "+why)
 	}
-	return stepResult{wait: min(deadline.Sub(e.cfg.Now()), leavePoll)}
+	return stepResult{wait: min(s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout).Sub(e.cfg.Now()), leavePoll)}
+}
+
+// newVMFault says why a new VM of an upgrade, powered on at poweredOn and
+// not serving yet, never will: it refused its role (its image cannot do
+// what the role asks, so waiting changes nothing), or the node timeout
+// has passed. Empty: it may still. fresh: st is the new VM's own report.
+func (e *engine) newVMFault(poweredOn time.Time, st v1.Status, fresh bool) string {
+	if refused := refusedComponents(st.Components); fresh && refused != "" {
+		return "refused its role: " + refused
+	}
+	if e.cfg.Now().Before(poweredOn.Add(e.cfg.UpgradeNodeTimeout)) {
+		return ""
+	}
+	return fmt.Sprintf("was not Ready within %s of its power-on; it reported: %s", e.cfg.UpgradeNodeTimeout, agentReport(st, fresh))
 }
 
 // startRollback turns the replacement around.

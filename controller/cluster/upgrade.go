@@ -664,23 +664,18 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 	return false, nil
 }
 
-// surgeFault says why a surge worker that is not Ready never will be: it
-// refused its role (its image cannot carry it out), or it was not Ready
-// within the node timeout of its power-on. Empty: it may still be.
+// surgeFault says why a surge worker that is not Ready never will be
+// (newVMFault), its node timeout counted from its power-on.
 func (e *engine) surgeFault(m machine, st v1.Status, reported bool) string {
-	// Its name is new, so every report is its own.
-	if refused := refusedComponents(st.Components); reported && refused != "" {
-		return fmt.Sprintf("the new worker %s refused its role: %s", m.Name, refused)
-	}
 	since := m.PoweredOnAt
 	if since.IsZero() {
 		since = m.CreatedAt // made by a controller that did not record its power-on
 	}
-	if e.cfg.Now().Before(since.Add(e.cfg.UpgradeNodeTimeout)) {
-		return ""
+	// Its name is new, so every report is its own.
+	if why := e.newVMFault(since, st, reported); why != "" {
+		return "the new worker " + m.Name + " " + why
 	}
-	return fmt.Sprintf("the new worker %s was not Ready within %s of its power-on; it reported: %s",
-		m.Name, e.cfg.UpgradeNodeTimeout, agentReport(st, reported))
+	return ""
 }
 
 // rollBackUpgrade makes the running upgrade stop on its own, for why:
