@@ -50,6 +50,9 @@ type fleet struct {
 	// workersOnly: badImage fails as a worker only, so that its masters,
 	// replaced first, pass and the surge workers are what fails.
 	workersOnly atomic.Bool
+	// held: nodes that, whatever their image, report as a VM of badImage
+	// does (with refuse, Refused).
+	held sync.Map
 
 	mu         sync.Mutex
 	url        string                  // the controller's, which a restart changes
@@ -203,7 +206,8 @@ func (f *fleet) tick() {
 				f.handOvers[name] = true
 				f.mu.Unlock()
 			}
-		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage && (!f.workersOnly.Load() || role.Role == v1.RoleWorker):
+		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage && (!f.workersOnly.Load() || role.Role == v1.RoleWorker),
+			isHeld(&f.held, name):
 			st.Phase = v1.PhaseConverging
 			kubeadm := v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"}
 			if f.refuse.Load() {
@@ -629,6 +633,49 @@ func TestUpgradeRollsBackASurgeWorkerThatIsNotReady(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func isHeld(held *sync.Map, name string) bool {
+	_, ok := held.Load(name)
+	return ok
+}
+
+// Surge workers that are Ready take over from their old workers before a
+// failing one stops the upgrade: with two surging at once, the Ready one
+// stays and its old worker goes; the refusing one goes and its old
+// worker stays.
+func TestUpgradeKeepsReadySurgeWorkersWhenAnotherFails(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 10 * time.Second; c.UpgradeNodeTimeout = time.Hour })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("mx", 1, 2))
+	fl := e.startFleet("mx", "")
+	fl.held.Store("mx-w4", true) // the surge worker for mx-w2
+	e.waitAllReady("mx")
+
+	op := e.start("POST", v1.PathClusters+"/mx/upgrade", v1.UpgradeRequest{Image: newImage, MaxSurge: 2})
+	// Only once mx-w3 has taken over does mx-w4 say it never will.
+	waitFor(t, "mx-w3 Ready in place of mx-w1", func() bool {
+		return slices.ContainsFunc(e.cluster("mx").Status.Events, func(ev v1.Event) bool {
+			return ev.Node == "mx-w1" && strings.Contains(ev.Message, "its replacement mx-w3")
+		})
+	})
+	fl.refuse.Store(true)
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "the new worker mx-w4 refused its role") {
+		t.Fatalf("upgrade with a refusing surge worker: %s: %s", got.State, got.Message)
+	}
+	waitFor(t, "mx-w1 and mx-w4 gone, mx-w2 and mx-w3 kept", func() bool {
+		vms := e.vms("mx")
+		_, w1 := vms["mx-w1"]
+		_, w2 := vms["mx-w2"]
+		_, w3 := vms["mx-w3"]
+		_, w4 := vms["mx-w4"]
+		return !w1 && w2 && w3 && !w4
+	})
+	fl.halt()
+	if u := e.cluster("mx").Status.Upgrade; u == nil || u.State != v1.UpgradeRolledBack {
+		t.Errorf("upgrade after the refusal: %+v", u)
 	}
 }
 

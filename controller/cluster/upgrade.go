@@ -575,6 +575,9 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		byName[m.Name] = m
 	}
 	now := e.cfg.Now().UTC()
+	// A surge worker that will never be Ready stops the upgrade, once
+	// the Ready ones have taken over from their old workers.
+	var fault, faulty string
 	for _, old := range machines {
 		if old.Remove || old.ReplacedBy == "" {
 			continue
@@ -585,8 +588,8 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		}
 		st, reported := e.status(surge.Name)
 		if !reported || st.Phase != v1.PhaseReady || st.KubernetesNode != nil && st.KubernetesNode.Ready != "True" {
-			if why := e.surgeFault(surge, st, reported); why != "" {
-				return false, e.rollBackUpgrade(p, surge.Name, why)
+			if why := e.surgeFault(surge, st, reported); why != "" && fault == "" {
+				fault, faulty = why, surge.Name
 			}
 			continue
 		}
@@ -605,6 +608,9 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 			return false, err
 		}
 		e.cfg.Notify(NotifyKey(rec.Spec.Name))
+	}
+	if fault != "" {
+		return false, e.rollBackUpgrade(p, faulty, fault)
 	}
 	slots := u.MaxSurge - inflight
 	if slots <= 0 || len(oldWorkers) == 0 {
