@@ -50,9 +50,6 @@ type fleet struct {
 	// workersOnly: badImage fails as a worker only, so that its masters,
 	// replaced first, pass and the surge workers are what fails.
 	workersOnly atomic.Bool
-	// held: nodes that, whatever their image, report as a VM of badImage
-	// does (with refuse, Refused).
-	held sync.Map
 
 	mu         sync.Mutex
 	url        string                  // the controller's, which a restart changes
@@ -62,6 +59,7 @@ type fleet struct {
 	order      []string                // the nodes that handed over, in order
 	diskShared string                  // the first disk seen on two VMs
 	stuck      map[string]bool         // leaving nodes whose pods cannot move
+	held       map[string]bool         // nodes that report as a VM of badImage does, whatever their image
 	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
 	stop       context.CancelFunc
 	done       chan struct{}
@@ -74,7 +72,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, keepPods: map[string]bool{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -186,7 +184,7 @@ func (f *fleet) tick() {
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
 		}
 		f.mu.Lock()
-		stuck := f.stuck[name]
+		stuck, held := f.stuck[name], f.held[name]
 		if role.Leave != nil && role.Leave.KeepPods {
 			f.keepPods[name] = true
 		}
@@ -206,8 +204,7 @@ func (f *fleet) tick() {
 				f.handOvers[name] = true
 				f.mu.Unlock()
 			}
-		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage && (!f.workersOnly.Load() || role.Role == v1.RoleWorker),
-			isHeld(&f.held, name):
+		case f.badImage != "" && extraConfig(vm, vsphere.TagImage) == f.badImage && (!f.workersOnly.Load() || role.Role == v1.RoleWorker), held:
 			st.Phase = v1.PhaseConverging
 			kubeadm := v1.ComponentStatus{Name: "kubeadm", Phase: "Failed", Message: "role check refused the new image"}
 			if f.refuse.Load() {
@@ -636,11 +633,6 @@ func TestUpgradeRollsBackASurgeWorkerThatIsNotReady(t *testing.T) {
 	}
 }
 
-func isHeld(held *sync.Map, name string) bool {
-	_, ok := held.Load(name)
-	return ok
-}
-
 // Surge workers that are Ready take over from their old workers before a
 // failing one stops the upgrade: with two surging at once, the Ready one
 // stays and its old worker goes; the refusing one goes and its old
@@ -650,7 +642,7 @@ func TestUpgradeKeepsReadySurgeWorkersWhenAnotherFails(t *testing.T) {
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("mx", 1, 2))
 	fl := e.startFleet("mx", "")
-	fl.held.Store("mx-w4", true) // the surge worker for mx-w2
+	fl.hold("mx-w4") // the surge worker for mx-w2
 	e.waitAllReady("mx")
 
 	op := e.start("POST", v1.PathClusters+"/mx/upgrade", v1.UpgradeRequest{Image: newImage, MaxSurge: 2})
@@ -800,6 +792,13 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 		t.Errorf("upgrade after the abort: %+v", u)
 	}
 	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+}
+
+// hold makes a node report as a VM of the bad image does.
+func (f *fleet) hold(node string) {
+	f.mu.Lock()
+	f.held[node] = true
+	f.mu.Unlock()
 }
 
 // setStuck makes a node's pods unable to move, or lets them.
