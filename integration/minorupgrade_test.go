@@ -36,9 +36,12 @@ func TestLabKubernetesMinorUpgrade(t *testing.T) {
 	pins := kubernetesPins(t)
 	n, prev := pins[0].Version, pins[1].Version
 	l := upLab(t, lab.Config{Masters: 1, Workers: 1, Subnet: minorLabSubnet, KubernetesVersion: prev,
-		// The bound on the bad image's VM; its agent's refusal should
-		// roll it back well before.
-		UpgradeNodeTimeout: 4 * time.Minute,
+		// The bound on the bad image's VM, whose agent's refusal should
+		// roll it back well before, and on each new VM of the good
+		// upgrade, the surge worker too (Ready about a minute after its
+		// power-on when the machine is idle; CI runs other packages'
+		// tests beside it).
+		UpgradeNodeTimeout: 10 * time.Minute,
 	})
 	seen := l.names()
 	t.Run("every node at n-1", func(t *testing.T) {
