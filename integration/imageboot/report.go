@@ -25,12 +25,12 @@ import (
 // add them to their copy of the disk; images never carry them.
 const agentReportUnit = `[Unit]
 Description=Report harmony-agent's state on the serial console (image boot test)
-Wants=harmony-agent.service
-After=harmony-agent.service
+Wants=` + AgentUnit + `
+After=` + AgentUnit + `
 
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active harmony-agent.service)" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'echo "harmony-boot-report: harmony-agent is $(systemctl is-active ` + AgentUnit + `)" > /dev/ttyS0'
 # Each line opens the console anew: agetty, starting on ttyS0 about now,
 # hangs up every descriptor open on it (vhangup), and writes to one opened
 # before are lost.
@@ -54,12 +54,13 @@ const chainUnits = "systemd-journald.service systemd-udev-trigger.service system
 	"systemd-networkd-wait-online.service network-online.target harmony-data-disk.service " +
 	"containerd.service harmony-images-import.service " + AgentUnit
 
-// AgentUnit is the agent's unit, the last of chainUnits.
+// AgentUnit is the agent's unit: the last of chainUnits, and what both
+// reporters wait for.
 const AgentUnit = "harmony-agent.service"
 
 const reportUnit = `[Unit]
 Description=Report the node's runtime on the serial console (image boot test)
-After=harmony-agent.service harmony-images-import.service containerd.service
+After=` + AgentUnit + ` harmony-images-import.service containerd.service
 
 [Service]
 Type=oneshot
