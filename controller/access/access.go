@@ -268,6 +268,31 @@ func deleteRecords[T any](tx *store.Tx, b store.Bucket, match func(T) bool) (int
 	})
 }
 
+// checkSetup refuses a setup whose token is not the setup token's, or
+// that comes after the first admin.
+func checkSetup(tx *store.Tx, req v1.SetupRequest) error {
+	var rec setupRecord
+	if err := tx.Get(store.Secrets, secretSetupToken, &rec); errors.Is(err, store.ErrNotFound) {
+		return ErrSetupDone
+	} else if err != nil {
+		return err
+	}
+	if subtle.ConstantTimeCompare([]byte(hashToken(req.Token)), []byte(rec.SHA256)) != 1 {
+		return ErrBadCredentials
+	}
+	if tx.Has(store.Users, req.Name) {
+		return fmt.Errorf("user %q: %w", req.Name, store.ErrExists)
+	}
+	admin, err := hasAdmin(tx)
+	if err != nil {
+		return err
+	}
+	if admin {
+		return ErrSetupDone
+	}
+	return nil
+}
+
 // normalName is a sign-in name as users are keyed: "Alice" is "alice".
 func normalName(name string) string { return strings.ToLower(name) }
 
@@ -279,12 +304,18 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 	now := s.now()
 	name = normalName(name)
 	addrKey := remote.Unmap().String()
-	if wait := s.addresses.wait(addrKey, now); wait > 0 {
+	if wait := s.addresses.begin(addrKey, now); wait > 0 {
 		return v1.Session{}, &ThrottledError{RetryAfter: wait, Of: "address"}
 	}
-	if wait := s.users.wait(name, now); wait > 0 {
+	if wait := s.users.begin(name, now); wait > 0 {
+		s.addresses.end(addrKey, false, now)
 		return v1.Session{}, &ThrottledError{RetryAfter: wait, Of: "user"}
 	}
+	failed := false
+	defer func() {
+		s.users.end(name, failed, now)
+		s.addresses.end(addrKey, failed, now)
+	}()
 	var u userRecord
 	err := s.cfg.Store.View(func(tx *store.Tx) error { return tx.Get(store.Users, name, &u) })
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -300,8 +331,7 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 		return v1.Session{}, err
 	}
 	if !ok || u.Disabled {
-		s.users.fail(name, now)
-		s.addresses.fail(addrKey, now)
+		failed = true
 		s.log.Warn("login refused", "user", name, "remote", addrKey, "known", u.Name != "", "source", u.Source, "disabled", u.Disabled)
 		return v1.Session{}, ErrBadCredentials
 	}
@@ -599,30 +629,20 @@ func hashToken(token string) string {
 
 // Setup creates the first admin with the setup token, which it uses up.
 func (s *Service) Setup(ctx context.Context, req v1.SetupRequest) (v1.User, error) {
+	// The token first: the endpoint is open to anyone, and a password
+	// hash is the costliest thing a request can ask of the controller.
+	if err := s.cfg.Store.View(func(tx *store.Tx) error { return checkSetup(tx, req) }); err != nil {
+		return v1.User{}, err
+	}
 	hash, err := s.hasher.hash(ctx, req.Password)
 	if err != nil {
 		return v1.User{}, err
 	}
 	u := userRecord{User: v1.User{Name: req.Name, Role: v1.UserRoleAdmin, Source: v1.UserSourceLocal, CreatedAt: s.now().UTC()}, PasswordHash: hash}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
-		var rec setupRecord
-		if err := tx.Get(store.Secrets, secretSetupToken, &rec); errors.Is(err, store.ErrNotFound) {
-			return ErrSetupDone
-		} else if err != nil {
+		// Again: another setup may have won while this one hashed.
+		if err := checkSetup(tx, req); err != nil {
 			return err
-		}
-		if subtle.ConstantTimeCompare([]byte(hashToken(req.Token)), []byte(rec.SHA256)) != 1 {
-			return ErrBadCredentials
-		}
-		if tx.Has(store.Users, u.Name) {
-			return fmt.Errorf("user %q: %w", u.Name, store.ErrExists)
-		}
-		admin, err := hasAdmin(tx)
-		if err != nil {
-			return err
-		}
-		if admin {
-			return ErrSetupDone
 		}
 		if err := tx.Delete(store.Secrets, secretSetupToken); err != nil {
 			return err

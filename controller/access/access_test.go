@@ -7,11 +7,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,22 +163,64 @@ func TestAddressIsThrottled(t *testing.T) {
 	}
 }
 
+// Guesses sent at once get no more password checks than guesses sent one
+// after another: an attempt being checked counts until it is judged.
+func TestConcurrentGuessesAreThrottledLikeSequentialOnes(t *testing.T) {
+	s, _ := newTestService(t)
+	addUser(t, s, "alice", v1.UserRoleAdmin)
+	const burst = 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	checked, throttled := 0, 0
+	for i := range burst {
+		wg.Go(func() {
+			_, err := s.Login(context.Background(), "alice", fmt.Sprintf("wrong password %d", i), client)
+			var te *ThrottledError
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, ErrBadCredentials):
+				checked++
+			case errors.As(err, &te) && te.RetryAfter > 0:
+				throttled++
+			default:
+				t.Errorf("login: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if checked > userFreeFailures+1 || checked+throttled != burst {
+		t.Errorf("%d guesses at once: %d checked, %d throttled; at most %d may be checked", burst, checked, throttled, userFreeFailures+1)
+	}
+	// The checked ones failed: the user is locked now, whatever comes.
+	var te *ThrottledError
+	if _, err := s.Login(context.Background(), "alice", goodPassword, client); !errors.As(err, &te) || te.Of != "user" {
+		t.Errorf("the right password after the burst: %v", err)
+	}
+}
+
 func TestThrottleForgetsAndIsBounded(t *testing.T) {
 	th := newThrottle(1, time.Second, time.Minute)
 	th.capacity = 3
 	now := time.Unix(1000, 0)
+	fail := func(k string, at time.Time) {
+		if wait := th.begin(k, at); wait > 0 {
+			t.Fatalf("%s throttled for %s", k, wait)
+		}
+		th.end(k, true, at)
+	}
 	for _, k := range []string{"a", "b", "c", "d"} {
-		th.fail(k, now)
-		th.fail(k, now)
+		fail(k, now)
+		fail(k, now)
 		now = now.Add(time.Millisecond)
 	}
 	if len(th.strikes) != 3 || th.strikes["a"] != nil {
 		t.Errorf("at capacity the key idle longest goes: %d keys, a kept: %v", len(th.strikes), th.strikes["a"] != nil)
 	}
-	if th.wait("d", now) == 0 {
+	if th.begin("d", now) == 0 {
 		t.Errorf("d failed twice with one free failure and is not locked")
 	}
-	th.fail("d", now.Add(3*time.Minute))
+	fail("d", now.Add(3*time.Minute))
 	if s := th.strikes["d"]; s.failures != 1 {
 		t.Errorf("failures long after the lock ended count afresh: %d", s.failures)
 	}
@@ -417,6 +461,43 @@ func TestSetupToken(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the setup token file stays with an admin present: %v", err)
+	}
+}
+
+// The setup endpoint is open to anyone: a refused setup is answered
+// without a password hash, so it cannot keep the hash slots busy that
+// logins wait for. With every slot taken, refusals still come at once.
+func TestRefusedSetupHashesNothing(t *testing.T) {
+	s, _ := newTestService(t)
+	path, err := s.PrepareSetup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := func(taken bool) {
+		for range cap(s.hasher.slots) {
+			if taken {
+				s.hasher.slots <- struct{}{}
+			} else {
+				<-s.hasher.slots
+			}
+		}
+	}
+	busy(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Setup(ctx, v1.SetupRequest{Token: "not-the-token", Name: "mallory", Password: goodPassword}); !errors.Is(err, ErrBadCredentials) {
+		t.Errorf("a wrong setup token, with the hash slots busy: %v", err)
+	}
+	busy(false)
+	addUser(t, s, "root", v1.UserRoleAdmin)
+	busy(true)
+	req := v1.SetupRequest{Token: strings.TrimSpace(string(token)), Name: "mallory", Password: goodPassword}
+	if _, err := s.Setup(ctx, req); !errors.Is(err, ErrSetupDone) {
+		t.Errorf("the setup token after the first admin, with the hash slots busy: %v", err)
 	}
 }
 

@@ -24,7 +24,9 @@ type throttle struct {
 }
 
 type strikes struct {
-	failures    int
+	failures int
+	// inflight are attempts begun and not yet judged.
+	inflight    int
 	last        time.Time
 	lockedUntil time.Time
 }
@@ -33,30 +35,43 @@ func newThrottle(free int, base, max time.Duration) *throttle {
 	return &throttle{free: free, base: base, max: max, forget: 2 * max, capacity: 10000, strikes: map[string]*strikes{}}
 }
 
-// wait is how long key must still wait before it may try; 0 if it may.
-func (t *throttle) wait(key string, now time.Time) time.Duration {
+// begin reserves an attempt of key: it returns how long key must wait
+// instead, or 0, and then end must be called once the attempt is judged.
+// Attempts still being checked count as failures to come, so concurrent
+// guesses get no more checks than sequential ones: one more is begun only
+// if the key would be unlocked were all of them to fail.
+func (t *throttle) begin(key string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.strikes[key]
-	if s == nil || !now.Before(s.lockedUntil) {
-		return 0
+	s := t.current(key, now)
+	if now.Before(s.lockedUntil) {
+		return s.lockedUntil.Sub(now)
 	}
-	return s.lockedUntil.Sub(now)
+	if s.inflight > 0 && s.failures+s.inflight > t.free {
+		return t.base
+	}
+	s.inflight++
+	s.last = now
+	return 0
 }
 
-// fail records a failed attempt of key.
-func (t *throttle) fail(key string, now time.Time) {
+// end closes an attempt begun at now; a failed one counts.
+func (t *throttle) end(key string, failed bool, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.strikes[key]
 	if s == nil {
-		if len(t.strikes) >= t.capacity {
-			t.evict(now)
+		// Forgotten meanwhile: by a success, or evicted.
+		if !failed {
+			return
 		}
-		s = &strikes{}
-		t.strikes[key] = s
-	} else if now.Sub(s.last) > t.forget && !now.Before(s.lockedUntil) {
-		*s = strikes{}
+		s = t.current(key, now)
+	}
+	if s.inflight > 0 {
+		s.inflight--
+	}
+	if !failed {
+		return
 	}
 	s.failures++
 	s.last = now
@@ -67,6 +82,21 @@ func (t *throttle) fail(key string, now time.Time) {
 		}
 		s.lockedUntil = now.Add(lock)
 	}
+}
+
+// current is key's record, made or reset as needed; t.mu is held.
+func (t *throttle) current(key string, now time.Time) *strikes {
+	s := t.strikes[key]
+	if s == nil {
+		if len(t.strikes) >= t.capacity {
+			t.evict(now)
+		}
+		s = &strikes{last: now}
+		t.strikes[key] = s
+	} else if now.Sub(s.last) > t.forget && !now.Before(s.lockedUntil) {
+		*s = strikes{inflight: s.inflight, last: now}
+	}
+	return s
 }
 
 // succeed forgets key's failures.
@@ -80,7 +110,7 @@ func (t *throttle) succeed(key string) {
 func (t *throttle) evict(now time.Time) {
 	var oldest string
 	for k, s := range t.strikes {
-		if now.Sub(s.last) > t.forget && !now.Before(s.lockedUntil) {
+		if s.inflight == 0 && now.Sub(s.last) > t.forget && !now.Before(s.lockedUntil) {
 			delete(t.strikes, k)
 			continue
 		}
