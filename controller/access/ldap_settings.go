@@ -53,8 +53,9 @@ func (s *Service) directory() (*directory, error) {
 
 // ApplyLDAP checks settings against the directory (a TLS connection, the
 // service account's bind, both search bases) and stores them. Without a
-// bind password it keeps the stored one, unless the URL or the bind DN
-// changed: the password is never sent where it was not given for.
+// bind password it keeps the stored one, unless the URL, the bind DN, the
+// CA or StartTLS changed: the password is never sent where it was not
+// given for.
 func (s *Service) ApplyLDAP(ctx context.Context, l v1.LDAP) (v1.LDAP, bool, error) {
 	old, err := s.directory()
 	if err != nil {
@@ -62,11 +63,11 @@ func (s *Service) ApplyLDAP(ctx context.Context, l v1.LDAP) (v1.LDAP, bool, erro
 	}
 	existed := old != nil
 	if l.BindPassword == "" {
-		switch {
-		case !existed:
+		if !existed {
 			return v1.LDAP{}, false, &v1.FieldError{Field: "bindPassword", Problem: "is required when LDAP is first applied"}
-		case old.cfg.URL != l.URL || old.cfg.BindDN != l.BindDN:
-			return v1.LDAP{}, false, &v1.FieldError{Field: "bindPassword", Problem: "url or bindDN changed: give bindPassword again"}
+		}
+		if changed := destinationChange(old.cfg, l); changed != "" {
+			return v1.LDAP{}, false, &v1.FieldError{Field: "bindPassword", Problem: changed + " changed: give bindPassword again"}
 		}
 		l.BindPassword = old.cfg.BindPassword
 	}
@@ -89,6 +90,23 @@ func (s *Service) ApplyLDAP(ctx context.Context, l v1.LDAP) (v1.LDAP, bool, erro
 	}
 	s.log.Info("ldap applied", "url", l.URL, "bind_dn", l.BindDN, "group_roles", len(l.GroupRoles), "created", !existed)
 	return l.Redacted(), !existed, nil
+}
+
+// destinationChange names the first setting that decides where the bind
+// password goes, or whom it trusts there, that differs between old and l;
+// "" when none does. A new CA could vouch for any server at the same URL.
+func destinationChange(old, l v1.LDAP) string {
+	switch {
+	case old.URL != l.URL:
+		return "url"
+	case old.BindDN != l.BindDN:
+		return "bindDN"
+	case old.CA != l.CA:
+		return "ca"
+	case old.StartTLS != l.StartTLS:
+		return "startTLS"
+	}
+	return ""
 }
 
 // DeleteLDAP removes the settings and ends every directory user's

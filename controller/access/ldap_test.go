@@ -222,6 +222,41 @@ func TestDirectoryDown(t *testing.T) {
 	directoryLogin(t, s, "bob")
 }
 
+// Without bindPassword an apply keeps the stored one only for the same
+// destination: a new CA could vouch for any server at the same URL, and
+// the stored password would be sent there by the apply's own check.
+func TestApplyLDAPKeepsTheBindPasswordOnlyForTheSameDestination(t *testing.T) {
+	d := startSlapd(t)
+	s, _ := newTestService(t)
+	ctx := context.Background()
+	if _, _, err := s.ApplyLDAP(ctx, d.Settings(d.URL)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what   string
+		change func(*v1.LDAP)
+	}{
+		{"ca", func(l *v1.LDAP) { l.CA = otherCA(t) }},
+		{"startTLS", func(l *v1.LDAP) { l.StartTLS = !l.StartTLS }},
+		{"bindDN", func(l *v1.LDAP) { l.BindDN = "cn=other," + testutil.SlapdBase }},
+		{"url", func(l *v1.LDAP) { l.URL = "ldaps://198.18.0.1:636" }},
+	} {
+		l := d.Settings(d.URL)
+		l.BindPassword = ""
+		c.change(&l)
+		var fe *v1.FieldError
+		if _, _, err := s.ApplyLDAP(ctx, l); !errors.As(err, &fe) || fe.Field != "bindPassword" || !strings.HasPrefix(fe.Problem, c.what+" changed") {
+			t.Errorf("%s changed without the bind password: %v, want a field error on bindPassword naming %s", c.what, err, c.what)
+		}
+	}
+	l := d.Settings(d.URL)
+	l.BindPassword = ""
+	l.TimeoutSeconds = 7
+	if _, _, err := s.ApplyLDAP(ctx, l); err != nil {
+		t.Errorf("the same destination without the bind password: %v", err)
+	}
+}
+
 func TestApplyLDAPChecksTheDirectory(t *testing.T) {
 	d := startSlapd(t)
 	s, _ := newTestService(t)
