@@ -373,3 +373,45 @@ func TestClusterAnswersSayTheCallersAccess(t *testing.T) {
 		t.Errorf("vera's access: %v, want a: view, b: admin", got)
 	}
 }
+
+// A cluster admin ends the sessions of their cluster's users only:
+// sessions are controller-wide, so someone they granted a role to a
+// moment ago, a controller admin or a user of another cluster too, is a
+// controller admin's to log out.
+func TestClusterAdminEndsOnlyTheirClustersUsersSessions(t *testing.T) {
+	tc := startController(t, t.TempDir())
+	tc.putClusterRecord("x")
+	tc.putClusterRecord("y")
+	root := tc.userClient("root", v1.UserRoleAdmin)
+	bob := tc.userClient("bob", v1.UserRoleUser)
+	carol := tc.userClient("carol", v1.UserRoleUser)
+	dave := tc.userClient("dave", v1.UserRoleUser)
+	grant := func(by *http.Client, cluster, user string, role v1.GrantRole) {
+		t.Helper()
+		if r := doJSON(t, by, "POST", tc.url+v1.PathClusters+"/"+cluster+"/grants", v1.GrantRequest{User: user, Role: role}); r.status != http.StatusCreated {
+			t.Fatalf("grant %s %s on %s: %d %s", user, role, cluster, r.status, r.body)
+		}
+	}
+	grant(tc.admin, "x", "bob", v1.GrantAdmin)
+	grant(tc.admin, "y", "carol", v1.GrantView)
+	grant(bob, "x", "root", v1.GrantView)
+	grant(bob, "x", "carol", v1.GrantView)
+	grant(bob, "x", "dave", v1.GrantView)
+	for user, client := range map[string]*http.Client{"root": root, "carol": carol} {
+		r := doJSON(t, bob, "POST", tc.url+v1.PathClusters+"/x/revoke-sessions", v1.RevokeSessionsRequest{User: user})
+		if r.status != http.StatusForbidden || r.err.Code != v1.CodeForbidden {
+			t.Errorf("a cluster admin ends %s's sessions: %d %s, want 403", user, r.status, r.body)
+		}
+		if r := doJSON(t, client, "GET", tc.url+v1.PathClusters, nil); r.status != http.StatusOK {
+			t.Errorf("%s after the refused revoke-sessions: %d %s", user, r.status, r.body)
+		}
+	}
+	var ended v1.SessionsEnded
+	doJSON(t, bob, "POST", tc.url+v1.PathClusters+"/x/revoke-sessions", v1.RevokeSessionsRequest{User: "dave"}).decode(t, &ended)
+	if ended.Ended != 1 {
+		t.Errorf("dave, a user of x alone: %d sessions ended, want 1", ended.Ended)
+	}
+	if r := doJSON(t, dave, "GET", tc.url+v1.PathClusters, nil); r.status != http.StatusUnauthorized {
+		t.Errorf("dave after revoke-sessions: %d %s, want 401", r.status, r.body)
+	}
+}

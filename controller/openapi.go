@@ -149,7 +149,7 @@ var adminAPIDocs = []apiDoc{
 		body: v1.GrantRequest{}, answers: []answer{{201, v1.Grant{}, "the grant"}}},
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}", summary: "Revoke a user's (kind user) or a group's (kind group) grant on the cluster",
 		answers: []answer{{204, nil, "revoked"}}},
-	{pattern: "POST " + v1.PathClusters + "/{name}/revoke-sessions", summary: "End every session of a user who holds a grant on the cluster (directly or through a group), so that no new credential is issued to them; certificates already issued end within their 5 minutes",
+	{pattern: "POST " + v1.PathClusters + "/{name}/revoke-sessions", summary: "End every session of a user who holds a grant on the cluster (directly or through a group) and on no other, so that no new credential is issued to them; refused (403) for a controller admin or a user of other clusters too, whose sessions a controller admin ends; certificates already issued end within their 5 minutes",
 		body: v1.RevokeSessionsRequest{}, answers: []answer{{200, v1.SessionsEnded{}, "how many sessions were ended"}}},
 	{pattern: "POST " + v1.PathSetup, summary: "Create the first admin with the one-time setup token a new controller wrote into its data directory",
 		body: v1.SetupRequest{}, answers: []answer{{201, v1.User{}, "the admin user; the token is used up"}}},

@@ -263,6 +263,9 @@ func (c *Controller) handleRevokeSessions(w http.ResponseWriter, r *http.Request
 	if errors.Is(err, store.ErrNotFound) {
 		return refuse(http.StatusNotFound, v1.CodeNotFound, "%v", err)
 	}
+	if errors.Is(err, access.ErrBeyondCluster) {
+		return refuse(http.StatusForbidden, v1.CodeForbidden, "%v", err)
+	}
 	if err != nil {
 		return internalError("sessions", err)
 	}

@@ -143,20 +143,34 @@ func deleteUserGrants(tx *store.Tx, user string) error {
 	return err
 }
 
+// ErrBeyondCluster refuses a cluster-scoped action on a user whose access
+// reaches past that cluster.
+var ErrBeyondCluster = errors.New("reaches beyond this cluster")
+
 // EndSessionsOn ends every session of a user who holds a grant on cluster,
-// directly or through a group: what a cluster admin may do to the users
-// of their cluster, and no one else.
+// directly or through a group, and on no other cluster: what a cluster
+// admin may do to the users of their cluster, and no one else. Sessions
+// are controller-wide, so ending those of a controller admin, or of a
+// user of other clusters too, is for a controller admin (EndSessions).
 func (s *Service) EndSessionsOn(cluster, user string) (int, error) {
 	u, err := s.User(user)
 	if err != nil {
 		return 0, fmt.Errorf("user %q: %w", user, err)
 	}
-	role, err := s.RoleOn(user, u.Groups, cluster)
+	roles, err := s.Roles(user, u.Groups)
 	if err != nil {
 		return 0, err
 	}
-	if role == "" {
+	if roles[cluster] == "" {
 		return 0, fmt.Errorf("user %q with a grant on cluster %q: %w", user, cluster, store.ErrNotFound)
+	}
+	if u.Role == v1.UserRoleAdmin {
+		return 0, fmt.Errorf("user %q is a controller admin, whose access %w; a controller admin may end their sessions", user, ErrBeyondCluster)
+	}
+	for other := range roles {
+		if other != cluster {
+			return 0, fmt.Errorf("user %q also has a role on cluster %q: their access %w; a controller admin may end their sessions", user, other, ErrBeyondCluster)
+		}
 	}
 	n := 0
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
