@@ -55,28 +55,17 @@ func cookieValue(r *http.Request, name string) string {
 
 // checkBrowserRequest holds a request that a session cookie authenticates
 // (or that starts or ends such a session) to the CSRF rules: if it
-// changes anything, HeaderCSRF must equal CookieCSRF, and a browser's
-// Origin, when sent, must be this controller. A page of another site can
-// make the browser send the cookies, but cannot read CookieCSRF nor set a
-// header without a CORS preflight, which the API never answers.
+// changes anything, HeaderCSRF must equal CookieCSRF. A page of another
+// site can make the browser send the cookies, but cannot read CookieCSRF
+// nor set a header without a CORS preflight, which the API never
+// answers; and authorize has refused its cross-origin changes already.
 func checkBrowserRequest(r *http.Request) *apiError {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return nil
 	}
-	if e := checkOrigin(r); e != nil {
-		return e
-	}
 	want, got := cookieValue(r, v1.CookieCSRF), r.Header.Get(v1.HeaderCSRF)
 	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(got)) != 1 {
 		return refuse(http.StatusForbidden, v1.CodeCSRF, "a browser session's change needs the %s header equal to the %s cookie", v1.HeaderCSRF, v1.CookieCSRF)
-	}
-	return nil
-}
-
-// checkOrigin refuses a browser's request that another site's page made.
-func checkOrigin(r *http.Request) *apiError {
-	if o := r.Header.Get("Origin"); o != "" && o != "https://"+r.Host {
-		return refuse(http.StatusForbidden, v1.CodeCSRF, "a browser request from %q, not from this controller's console", o)
 	}
 	return nil
 }

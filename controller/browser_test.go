@@ -69,6 +69,33 @@ func (b *browser) cookie(name string) string {
 
 func (b *browser) csrf() string { return v1.HeaderCSRF + ": " + b.cookie(v1.CookieCSRF) }
 
+// A browser may hold the admin's client certificate too: another site's
+// page that makes it send a change is refused, whether the browser tells
+// by Origin or by Sec-Fetch-Site, however the body is typed. The CLI,
+// which sends neither header, is not affected.
+func TestCrossSiteChangesAreRefusedForCertificateCallers(t *testing.T) {
+	tc := startController(t, t.TempDir())
+	// What <form enctype="text/plain" method="POST"> on another site can
+	// send: its one "=" hidden inside a JSON string.
+	body := `{"name":"mallory","role":"admin","password":"aaaaaaaaaaaaaaaa=bbbb"}`
+	for _, h := range [][2]string{{"Origin", "https://evil.example"}, {"Sec-Fetch-Site", "cross-site"}} {
+		req, _ := http.NewRequest("POST", tc.url+v1.PathUsers, strings.NewReader(body))
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set(h[0], h[1])
+		resp, err := tc.admin.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readResponse(t, req, resp).wantStatus(t, http.StatusForbidden, v1.CodeCSRF)
+	}
+	if r := doJSON(t, tc.admin, "GET", tc.url+v1.PathUsers+"/mallory", nil); r.status != http.StatusNotFound {
+		t.Fatalf("a refused cross-site change made the user: %d %s", r.status, r.body)
+	}
+	if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: "mallory", Role: v1.UserRoleUser, Password: "aaaaaaaaaaaaaaaa=bbbb"}); r.status != http.StatusCreated {
+		t.Errorf("the CLI's own change: %d %s", r.status, r.body)
+	}
+}
+
 // A browser's session is in cookies its script cannot read, and every
 // change it makes needs the CSRF token: one check per attack.
 func TestBrowserSessionCookiesAndCSRF(t *testing.T) {

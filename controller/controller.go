@@ -111,6 +111,10 @@ type Controller struct {
 	patterns    []string
 	permissions map[string]permission
 	openAPI     func() []byte
+	// crossOrigin refuses changes a page of another site makes a browser
+	// send, whatever authenticates them: a cookie, or a client
+	// certificate the browser holds.
+	crossOrigin *http.CrossOriginProtection
 
 	listener      net.Listener
 	metricsLn     net.Listener
@@ -161,7 +165,8 @@ func New(cfg Config) (*Controller, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions(), permissions: map[string]permission{}}
+	c := &Controller{cfg: cfg, log: cfg.Logger, now: cfg.Now, hub: newHub(), sessions: newSessions(), permissions: map[string]permission{},
+		crossOrigin: http.NewCrossOriginProtection()}
 	c.openAPI = sync.OnceValue(func() []byte {
 		doc, _ := json.MarshalIndent(openAPIDocument(c.permissions), "", "  ")
 		return doc

@@ -66,6 +66,9 @@ var permOperationView = permission{name: "cluster:view", doc: permClusterView.do
 // permission is enforced. A caller it knows but refuses is returned with
 // the refusal, for the audit.
 func (c *Controller) authorize(r *http.Request, perm permission) (principal, *apiError) {
+	if err := c.crossOrigin.Check(r); err != nil {
+		return principal{}, refuse(http.StatusForbidden, v1.CodeCSRF, "a browser request that another site's page made (Origin %q): %v", r.Header.Get("Origin"), err)
+	}
 	if perm.allows == nil {
 		return principal{}, nil
 	}
