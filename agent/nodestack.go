@@ -278,7 +278,7 @@ func (ns *nodeStack) report(st *v1.Status) {
 	}
 	for _, s := range ns.statuses {
 		st.Components = append(st.Components, v1.ComponentStatus{
-			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: truncate(s.Message, 1024),
+			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: v1.ClipMessage(s.Message),
 		})
 		if !s.Healthy || s.Phase == reconcile.PhaseFailed {
 			st.Phase = v1.PhaseDegraded
@@ -292,17 +292,10 @@ func (ns *nodeStack) reportLeave(st *v1.Status) {
 	st.Phase = v1.PhaseLeft
 	for _, s := range ns.statuses {
 		st.Components = append(st.Components, v1.ComponentStatus{
-			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: truncate(s.Message, 1024),
+			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: v1.ClipMessage(s.Message),
 		})
 		if s.Phase != reconcile.PhaseLeft {
 			st.Phase = v1.PhaseLeaving
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

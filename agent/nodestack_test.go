@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
@@ -29,5 +32,24 @@ func TestReportWhileLeaving(t *testing.T) {
 		if err := st.Validate(); err != nil {
 			t.Errorf("the report does not validate: %v", err)
 		}
+	}
+}
+
+// A component's long message is clipped between characters: cut inside
+// one, it would travel as a longer U+FFFD and the controller would refuse
+// the whole report at every interval while the message stands.
+func TestStatusReportClipsMessagesTheControllerAccepts(t *testing.T) {
+	ns := &nodeStack{statuses: []reconcile.Status{{
+		Component: "kubeadm", Phase: reconcile.PhaseFailed,
+		Message: strings.Repeat("a", 1023) + "é and more",
+	}}}
+	st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseEnrolled}
+	ns.report(&st)
+	body, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v1.DecodeStatus(bytes.NewReader(body)); err != nil {
+		t.Errorf("the controller refuses the report: %v", err)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
@@ -100,9 +102,25 @@ func (n *KubernetesNodeStatus) Clamp() {
 	if !shortText.MatchString(n.KubeletVersion) {
 		n.KubeletVersion = ""
 	}
-	if len(n.Message) > 1024 {
-		n.Message = n.Message[:1024]
+	n.Message = ClipMessage(n.Message)
+}
+
+// MaxMessageBytes bounds a status report's messages.
+const MaxMessageBytes = 1024
+
+// ClipMessage makes s a message Validate accepts: valid UTF-8 (an invalid
+// byte would travel as U+FFFD, three bytes) of at most MaxMessageBytes,
+// cut between characters.
+func ClipMessage(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= MaxMessageBytes {
+		return s
 	}
+	n := MaxMessageBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 var shortText = lazyregexp.New(`^[A-Za-z0-9_.:+-]{0,64}$`)
@@ -169,8 +187,8 @@ func (s *Status) Validate() error {
 		if !shortText.MatchString(n.KubeletVersion) {
 			return fieldErr("kubernetesNode.kubeletVersion", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
 		}
-		if len(n.Message) > 1024 {
-			return fieldErr("kubernetesNode.message", "must be at most 1024 bytes")
+		if len(n.Message) > MaxMessageBytes {
+			return fieldErr("kubernetesNode.message", "must be at most %d bytes", MaxMessageBytes)
 		}
 	}
 	if len(s.Components) > maxComponents {
@@ -187,8 +205,8 @@ func (s *Status) Validate() error {
 		if !shortText.MatchString(c.Version) {
 			return fieldErr(f+".version", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
 		}
-		if len(c.Message) > 1024 {
-			return fieldErr(f+".message", "must be at most 1024 bytes")
+		if len(c.Message) > MaxMessageBytes {
+			return fieldErr(f+".message", "must be at most %d bytes", MaxMessageBytes)
 		}
 	}
 	return nil

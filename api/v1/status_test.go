@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
@@ -110,5 +111,31 @@ func TestDecodeStatusKeepsFields(t *testing.T) {
 	}
 	if !semanticEqual(got, want) {
 		t.Errorf("decoded %+v\nwant %+v", got, want)
+	}
+}
+
+// A clipped message is one the controller accepts: cut between
+// characters, and invalid bytes (which JSON would send as three-byte
+// U+FFFD) replaced, so a long message cannot get the whole report refused.
+func TestClippedMessagesPassValidation(t *testing.T) {
+	for _, msg := range []string{
+		strings.Repeat("a", 1023) + "é and more",
+		strings.Repeat("x", 1022) + "“quoted”",
+		strings.Repeat("\xff", 400) + strings.Repeat("b", 800),
+	} {
+		n := &v1.KubernetesNodeStatus{Ready: "False", Message: msg}
+		n.Clamp()
+		clipped := v1.ClipMessage(msg)
+		st := validStatus()
+		st.KubernetesNode = n
+		st.Components = []v1.ComponentStatus{{Name: "kubeadm", Phase: "Failed", Message: clipped}}
+		if _, err := v1.DecodeStatus(bytes.NewReader(mustJSON(t, st))); err != nil {
+			t.Errorf("a clipped message of %d bytes: %v", len(msg), err)
+		}
+		// A valid message loses no more than the character cut in two.
+		short := utf8.ValidString(msg) && (len(clipped) < v1.MaxMessageBytes-3 || !strings.HasPrefix(msg, clipped))
+		if !utf8.ValidString(clipped) || len(clipped) > v1.MaxMessageBytes || short {
+			t.Errorf("clipped to %d bytes, valid UTF-8 %v", len(clipped), utf8.ValidString(clipped))
+		}
 	}
 }
