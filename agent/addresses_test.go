@@ -4,12 +4,16 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -74,5 +78,31 @@ func TestCertificateAddressesGiveUpAfterTheWait(t *testing.T) {
 	a.cfg.Addresses = []string{"198.18.30.9"}
 	if ips := addressesIn(t, a, ns); len(ips) != 1 || !ips[0].Equal(net.ParseIP("198.18.30.9")) {
 		t.Fatalf("configured addresses came back as %v", ips)
+	}
+}
+
+// A master whose keepalived holds the API VIP enrolls again (a new token
+// after an outage that outlasted its certificate) without naming the VIP:
+// it is the cluster's address, in no node's inventory, and a CSR with it
+// is refused along with the token.
+func TestCertificateAddressesLeaveOutTheVIP(t *testing.T) {
+	ns := testutil.VethNetns(t, "vip")
+	for _, a := range []string{"198.18.30.2/24", "198.18.30.10/32"} {
+		if out, err := exec.Command("ip", "-n", ns, "addr", "add", a, "dev", "eth0").CombinedOutput(); err != nil {
+			t.Fatalf("add %s: %v: %s", a, err, out)
+		}
+	}
+	a := newAddressAgent(t, time.Minute)
+	role := v1.Role{APIVersion: v1.APIVersion, Kind: "Role", Revision: 3, Cluster: v1.ClusterSettings{Name: "c", VIP: "198.18.30.10"}}
+	data, err := json.Marshal(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.cfg.StateDir, RoleFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ips := addressesIn(t, a, ns)
+	if len(ips) != 1 || !ips[0].Equal(net.ParseIP("198.18.30.2")) {
+		t.Fatalf("certificate addresses %v, want only the node's own 198.18.30.2", ips)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"net/http"
 	"net/url"
 	"os"
@@ -586,10 +587,18 @@ func (a *Agent) addresses(ctx context.Context) []net.IP {
 		case <-poll.C:
 		}
 	}
+	// A master's keepalived may hold the cluster's API VIP on this
+	// interface. It is not this node's: no inventory lists it, and the
+	// controller would refuse the CSR, and with it the token, for good.
+	vip, _ := netip.ParseAddr(a.cachedRole().Cluster.VIP)
+	var own []netip.Addr
 	for _, addr := range addrs {
-		ips = append(ips, net.IP(addr.AsSlice()))
+		if addr != vip.Unmap() {
+			own = append(own, addr)
+			ips = append(ips, net.IP(addr.AsSlice()))
+		}
 	}
-	a.log.Info("certificate addresses from the primary interface", "interface", iface, "addresses", addrs)
+	a.log.Info("certificate addresses from the primary interface", "interface", iface, "addresses", own)
 	return ips
 }
 
@@ -783,16 +792,18 @@ func (a *Agent) reportStatusSoon() {
 	}
 }
 
-func (a *Agent) cachedRevision() int64 {
-	data, err := os.ReadFile(filepath.Join(a.cfg.StateDir, RoleFile))
-	if err != nil {
-		return 0
-	}
+func (a *Agent) cachedRevision() int64 { return a.cachedRole().Revision }
+
+// cachedRole is the role last accepted, from the state directory; the
+// zero Role when there is none or it cannot be read.
+func (a *Agent) cachedRole() v1.Role {
 	var r v1.Role
-	if json.Unmarshal(data, &r) != nil {
-		return 0
+	if data, err := os.ReadFile(filepath.Join(a.cfg.StateDir, RoleFile)); err == nil {
+		if json.Unmarshal(data, &r) != nil {
+			return v1.Role{}
+		}
 	}
-	return r.Revision
+	return r
 }
 
 // capabilities are the role fields this agent acts on beyond the first
