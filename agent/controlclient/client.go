@@ -193,6 +193,9 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			return 0, fmt.Errorf("encode request: %w", err)
 		}
 	}
+	if len(c.urls) == 0 {
+		return 0, errors.New("no controller URL to send the request to")
+	}
 	start := int(c.preferred.Load())
 	var lastErr error
 	for i := range c.urls {

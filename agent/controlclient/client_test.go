@@ -62,3 +62,14 @@ func TestPermanentRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A client with no controller URL fails its requests: it once answered
+// status 0 and no error, so the role watch, which backs off on errors,
+// spun a CPU.
+func TestDoWithoutControllersFails(t *testing.T) {
+	c := New(nil, x509.NewCertPool(), nil)
+	defer c.Close()
+	if status, err := c.Do(context.Background(), "GET", v1.PathNodeRole, nil, nil, nil); err == nil {
+		t.Errorf("a request with no controller URL: status %d, no error", status)
+	}
+}

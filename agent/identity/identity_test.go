@@ -89,6 +89,35 @@ func TestSaveLoadRoundTripWithSecretMode(t *testing.T) {
 	}
 }
 
+// An enrollment record without a usable controller URL (damaged, or
+// edited by hand) is refused by name: the agent would have nothing to talk
+// to, and its loops nothing to back off from.
+func TestLoadRefusesAnEnrollmentWithoutControllers(t *testing.T) {
+	ca := newTestCA(t)
+	key, _ := NewKey()
+	chain := ca.sign(t, &key.PublicKey, "w1", time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	for _, c := range []struct {
+		controllers []string
+		want        string
+	}{
+		{nil, "controllers: none"},
+		{[]string{}, "controllers: none"},
+		{[]string{"https://198.18.0.2:9443", "http://198.18.0.3:9443"}, "controllers[1]"},
+	} {
+		id, err := New(Enrollment{NodeName: "w1", Controllers: c.controllers, TokenID: "0123456789abcdef"}, key, chain, ca.pem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Store{Dir: t.TempDir()}
+		if err := s.Save(id, key, chain); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Load(); err == nil || !strings.Contains(err.Error(), EnrollmentFile+": "+c.want) {
+			t.Errorf("controllers %q: %v, want an error naming %s", c.controllers, err, c.want)
+		}
+	}
+}
+
 func TestNewRefusesForeignAnswers(t *testing.T) {
 	ca, other := newTestCA(t), newTestCA(t)
 	key, _ := NewKey()
