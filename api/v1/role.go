@@ -480,11 +480,14 @@ func (c *ClusterSettings) validate(f string) error {
 	return nil
 }
 
-var vrrpPasswordPattern = lazyregexp.New(`^[!-~]{1,8}$`)
+// vrrpPasswordPattern keeps to characters keepalived's configuration
+// reads as they are: '#' and '!' start a comment anywhere on a line, and
+// quotes, braces and '$' are its syntax too.
+var vrrpPasswordPattern = lazyregexp.New(`^[A-Za-z0-9._+-]{1,8}$`)
 
 func (lb *LoadBalancerSettings) validate(f string) error {
 	if lb.VRRPPassword != "" && !vrrpPasswordPattern.MatchString(lb.VRRPPassword) {
-		return fieldErr(f+".vrrpPassword", "must be 1 to 8 printable ASCII characters without spaces")
+		return fieldErr(f+".vrrpPassword", "must be 1 to 8 of A-Z, a-z, 0-9 and . _ + -")
 	}
 	switch lb.VRRPVersion {
 	case 0, 2, 3:

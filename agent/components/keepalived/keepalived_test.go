@@ -41,7 +41,7 @@ func masterRole(name string) *v1.Role {
 	return &v1.Role{
 		APIVersion: v1.APIVersion, Kind: "Role", NodeName: name, Role: v1.RoleMaster, Revision: 1,
 		Cluster: v1.ClusterSettings{Name: "demo", VIP: "198.18.0.10", VRID: 51,
-			LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: "s3cr3t"}},
+			LoadBalancer: v1.LoadBalancerSettings{VRRPPassword: "S3c._+-r"}}, // every kind of character a password may have
 		Peers: []v1.Peer{
 			{Name: "m3", Role: v1.RoleMaster, Address: "198.18.0.13", Rank: 2},
 			{Name: "m1", Role: v1.RoleMaster, Address: "198.18.0.11", Rank: 0},
@@ -86,7 +86,7 @@ func TestRendersUnicastVRRPByRankAndPassesKeepalivedCheck(t *testing.T) {
 		"priority 190", // rank 1
 		"unicast_src_ip 198.18.0.12",
 		"unicast_peer {\n        198.18.0.11\n        198.18.0.13\n    }", // the other masters, by rank
-		"auth_pass s3cr3t",
+		"auth_pass S3c._+-r\n", // all of it: nothing keepalived reads as syntax
 		"198.18.0.10/32 dev eth0",
 		`script "/bin/true"`,
 		"interface eth0",
