@@ -91,7 +91,7 @@ func TestDecodeRole(t *testing.T) {
 			r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "41s"
 		}, field: "cluster.loadBalancer.advertInterval"},
 		{name: "load balancer settings", mut: func(r *v1.Role) {
-			r.Cluster.LoadBalancer = v1.LoadBalancerSettings{VRRPPassword: "s3cr3t!", ClientTimeout: "4h", ServerTimeout: "4h", TunnelTimeout: "8h", CheckInterval: "2s"}
+			r.Cluster.LoadBalancer = v1.LoadBalancerSettings{VRRPPassword: "s3cr3t-1", ClientTimeout: "4h", ServerTimeout: "4h", TunnelTimeout: "8h", CheckInterval: "2s"}
 		}, field: okField},
 		{name: "VRRPv3 every 300ms", mut: func(r *v1.Role) {
 			r.Cluster.LoadBalancer.VRRPVersion, r.Cluster.LoadBalancer.AdvertInterval = 3, "300ms"
