@@ -109,7 +109,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if !slices.Contains(img.KubernetesVersions, version) {
 		return v1.Operation{}, refuse(Invalid, "kubernetesVersion", "image %s carries %v, not %s; give --kubernetes-version", img.Name, img.KubernetesVersions, version)
 	}
-	if err := checkSkew(rec.Spec.KubernetesVersion, version); err != nil {
+	if err := checkVersionSkew(rec, machines, version); err != nil {
 		return v1.Operation{}, err
 	}
 	if img.Name == rec.Spec.Image && version == rec.Spec.KubernetesVersion {
@@ -358,18 +358,36 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 
 // checkSkew applies Kubernetes' version skew policy to an upgrade: the
 // same minor or the next one, never down.
-func checkSkew(from, to string) error {
+// checkVersionSkew holds an upgrade to version against the cluster's and
+// each node's: an upgrade that stopped part-way left those it had
+// replaced on its newer version, which no upgrade may take back down.
+func checkVersionSkew(rec *record, machines []machine, version string) error {
+	if err := checkSkew(rec.Spec.KubernetesVersion, version, "the cluster's"); err != nil {
+		return err
+	}
+	for _, m := range machines {
+		if m.Remove || m.KubernetesVersion == "" {
+			continue
+		}
+		if err := checkSkew(m.KubernetesVersion, version, fmt.Sprintf("node %s's", m.Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkSkew(from, to, whose string) error {
 	fm, fn, ok1 := minorOf(from)
 	tm, tn, ok2 := minorOf(to)
 	switch {
 	case !ok1 || !ok2:
 		return refuse(Invalid, "kubernetesVersion", "cannot compare %q with %q", from, to)
 	case tm != fm || tn < fn:
-		return refuse(Invalid, "kubernetesVersion", "%s is older than the cluster's %s: Kubernetes never goes down", to, from)
+		return refuse(Invalid, "kubernetesVersion", "%s is older than %s %s: Kubernetes never goes down", to, whose, from)
 	case tn > fn+1:
-		return refuse(Invalid, "kubernetesVersion", "%s skips a minor from %s: upgrade one minor at a time", to, from)
+		return refuse(Invalid, "kubernetesVersion", "%s skips a minor from %s %s: upgrade one minor at a time", to, whose, from)
 	case tn == fn && patchOf(to) < patchOf(from):
-		return refuse(Invalid, "kubernetesVersion", "%s is older than the cluster's %s: Kubernetes never goes down", to, from)
+		return refuse(Invalid, "kubernetesVersion", "%s is older than %s %s: Kubernetes never goes down", to, whose, from)
 	}
 	return nil
 }

@@ -24,13 +24,42 @@ func TestUpgradeVersionSkew(t *testing.T) {
 		{"v1.34.2", "v2.0.0", "never goes down"},
 		{"v1.34.2", "latest", "cannot compare"},
 	} {
-		err := checkSkew(c.from, c.to)
+		err := checkSkew(c.from, c.to, "the cluster's")
 		var ce *Error
 		switch {
 		case c.refusal == "" && err != nil:
 			t.Errorf("%s to %s refused: %v", c.from, c.to, err)
 		case c.refusal != "" && (!errors.As(err, &ce) || ce.Field != "kubernetesVersion" || !strings.Contains(ce.Message, c.refusal)):
 			t.Errorf("%s to %s: %v, want a kubernetesVersion refusal saying %q", c.from, c.to, err, c.refusal)
+		}
+	}
+}
+
+// An upgrade that stopped part-way left the nodes it replaced on the newer
+// version: the next may go to that version again, never below it.
+func TestUpgradeVersionSkewCountsEachNode(t *testing.T) {
+	rec := testRecord()
+	rec.Spec.KubernetesVersion = "v1.33.4"
+	machines := []machine{
+		{Name: "c1-m1", Role: v1.RoleMaster},
+		{Name: "c1-m2", Role: v1.RoleMaster, KubernetesVersion: "v1.34.2"},
+		{Name: "c1-m3", Role: v1.RoleMaster, KubernetesVersion: "v1.34.2"},
+		{Name: "c1-m4", Role: v1.RoleMaster, KubernetesVersion: "v1.35.0", Remove: true},
+	}
+	for _, c := range []struct{ to, refusal string }{
+		{"v1.34.2", ""},
+		{"v1.34.3", ""},
+		{"v1.33.4", "v1.33.4 is older than node c1-m2's v1.34.2"},
+		{"v1.34.1", "v1.34.1 is older than node c1-m2's v1.34.2"},
+		{"v1.35.0", "skips a minor from the cluster's v1.33.4"},
+	} {
+		err := checkVersionSkew(rec, machines, c.to)
+		var ce *Error
+		switch {
+		case c.refusal == "" && err != nil:
+			t.Errorf("to %s refused: %v", c.to, err)
+		case c.refusal != "" && (!errors.As(err, &ce) || ce.Field != "kubernetesVersion" || !strings.Contains(ce.Message, c.refusal)):
+			t.Errorf("to %s: %v, want a kubernetesVersion refusal saying %q", c.to, err, c.refusal)
 		}
 	}
 }
