@@ -35,6 +35,15 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 // writes a candidate next to path, runs validate on it (if not nil), and
 // renames it into place only if validate accepts it.
 func Write(path string, data []byte, perm os.FileMode, validate Validator) (changed bool, err error) {
+	return WriteOwing(path, data, perm, validate, nil)
+}
+
+// WriteOwing is Write for a file that a running program reads: once
+// validate has accepted the candidate, and before the candidate replaces
+// path, owe (if not nil) records that the program must read it again
+// (reconcile.Host.OweReload). An agent that dies between the two leaves
+// that debt to the next one, not a changed file nothing will re-read.
+func WriteOwing(path string, data []byte, perm os.FileMode, validate Validator, owe func() error) (changed bool, err error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		if info, err := os.Stat(path); err == nil && info.Mode().Perm() == perm {
 			return false, nil
@@ -45,14 +54,16 @@ func Write(path string, data []byte, perm os.FileMode, validate Validator) (chan
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
-	var check func(string) error
-	if validate != nil {
-		check = func(tmp string) error {
+	check := func(tmp string) error {
+		if validate != nil {
 			if err := validate(tmp); err != nil {
 				return &ValidationError{Path: path, Err: err}
 			}
-			return nil
 		}
+		if owe != nil {
+			return owe()
+		}
+		return nil
 	}
 	if err := atomicfile.WriteChecked(path, data, perm, check); err != nil {
 		return false, err

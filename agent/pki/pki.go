@@ -165,9 +165,10 @@ func (ca *CA) current(certPath, keyPath string, leaf Leaf) bool {
 }
 
 // WriteCACert makes path hold the CA certificate alone (no key), for
-// daemons that verify peers.
-func (ca *CA) WriteCACert(path string) (changed bool, err error) {
-	return files.Write(path, ca.CertPEM, 0o644, nil)
+// daemons that verify peers; owe, if not nil, records that they must read
+// it again before it is replaced (files.WriteOwing).
+func (ca *CA) WriteCACert(path string, owe func() error) (changed bool, err error) {
+	return files.WriteOwing(path, ca.CertPEM, 0o644, nil, owe)
 }
 
 // NewCA makes a self-signed ECDSA P-256 CA, as the role carries it. The

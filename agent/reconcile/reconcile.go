@@ -183,6 +183,19 @@ func (h *Host) RunUnit(ctx context.Context, u service.Unit, filesChanged bool) (
 	return nil, nil
 }
 
+// OweReload is files.WriteOwing's owe for the named units: it records
+// their reloads as owed, for RunUnit to do.
+func (h *Host) OweReload(units ...string) func() error {
+	return func() error {
+		for _, u := range units {
+			if err := h.ReloadMarker(u).Set(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // StopUnit stops a unit this node no longer needs, asking the manager
 // rather than remembering, so that a unit left by an earlier agent is
 // stopped too, and drops any reload owed. A unit that is not there is not

@@ -129,15 +129,12 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 
 	var missing []string
 	for _, f := range plan.Files {
-		changed, err := files.Write(host.Path(f.Path), f.Data, f.Mode, f.Validate)
+		changed, err := files.WriteOwing(host.Path(f.Path), f.Data, f.Mode, f.Validate, host.OweReload(f.Units...))
 		if err != nil {
 			return st.Failed(fmt.Errorf("%s: %w", f.Path, err))
 		}
 		if changed {
 			st.Actions = append(st.Actions, "wrote "+f.Path)
-			if err := owe(host, f.Units); err != nil {
-				return st.Failed(err)
-			}
 		}
 	}
 	for _, cert := range plan.Certs {
@@ -150,7 +147,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		}
 		if issued {
 			st.Actions = append(st.Actions, "issued "+cert.CertPath)
-			if err := owe(host, cert.Units); err != nil {
+			if err := host.OweReload(cert.Units...)(); err != nil {
 				return st.Failed(err)
 			}
 		}
@@ -245,16 +242,6 @@ func (c *Component) renderOnly(st reconcile.Status, p plugin.Plugin, absent, mis
 		st.Message = fmt.Sprintf("%s binaries not installed on this host; configuration rendered and validated only (missing %s; the node also lacks %s)", p.Name(), strings.Join(absent, ", "), strings.Join(missing, "; "))
 	}
 	return st
-}
-
-// owe records that units must re-read their files.
-func owe(host *reconcile.Host, units []string) error {
-	for _, u := range units {
-		if err := host.ReloadMarker(u).Set(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // removeStale stops the units and removes the files that any plugin owns

@@ -146,7 +146,7 @@ func startEtcd(t *testing.T, ns, ipPath string, ca *pki.CA, dir string) {
 	if _, err := ca.Ensure(crt, key, server); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.WriteCACert(caFile); err != nil {
+	if _, err := ca.WriteCACert(caFile, nil); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))

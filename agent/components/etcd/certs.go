@@ -21,7 +21,8 @@ const ClientCommonName = "harmony-agent"
 // CA file changed, which etcd reads only at start.
 func ensureCerts(host *reconcile.Host, s settings) (caChanged bool, actions []string, err error) {
 	dir := host.Path(PKIDir)
-	caChanged, err = s.ca.WriteCACert(filepath.Join(dir, caFile))
+	// etcd reads the trusted CA only at start: a new one owes a restart.
+	caChanged, err = s.ca.WriteCACert(filepath.Join(dir, caFile), host.OweReload(UnitName))
 	if err != nil {
 		return false, nil, fmt.Errorf("write %s/%s: %w", PKIDir, caFile, err)
 	}

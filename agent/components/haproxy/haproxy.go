@@ -142,10 +142,12 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 
 	var filesChanged bool
+	unit := c.Unit(host)
+	owe := host.OweReload(unit.Name)
 	if caPEM != nil {
 		// The CA is checked with the config that will use it, so that a
 		// CA HAProxy cannot load never replaces one it can.
-		changed, err := files.Write(p.CAFile, caPEM, 0o644, func(candidate string) error {
+		changed, err := files.WriteOwing(p.CAFile, caPEM, 0o644, func(candidate string) error {
 			q := p
 			q.CAFile = candidate
 			body, err := c.render(role, q)
@@ -153,7 +155,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 				return err
 			}
 			return c.checkConfigBytes(ctx, host.Path(ConfigFile), body)
-		})
+		}, owe)
 		if err != nil {
 			return fail(writeErr(CAFile, err))
 		}
@@ -162,9 +164,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			st.Actions = append(st.Actions, "wrote "+CAFile)
 		}
 	}
-	changed, err := files.Write(host.Path(ConfigFile), cfg, 0o644, func(candidate string) error {
+	changed, err := files.WriteOwing(host.Path(ConfigFile), cfg, 0o644, func(candidate string) error {
 		return c.check(ctx, candidate)
-	})
+	}, owe)
 	if err != nil {
 		return fail(writeErr(ConfigFile, err))
 	}
@@ -180,7 +182,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return fail(fmt.Errorf("remove stale %s: %w", CAFile, err))
 		}
 	}
-	actions, err := host.RunUnit(ctx, c.Unit(host), filesChanged)
+	actions, err := host.RunUnit(ctx, unit, filesChanged)
 	if err != nil {
 		return fail(err)
 	}

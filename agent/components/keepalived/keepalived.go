@@ -150,7 +150,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	}
 	path := host.Path(ConfigPath)
 	// The config holds the VRRP password.
-	written, err := files.Write(path, conf, 0o600, c.validate(ctx))
+	written, err := files.WriteOwing(path, conf, 0o600, c.validate(ctx), host.OweReload(unitName))
 	if err != nil {
 		return failed(st, "%v", err)
 	}

@@ -243,7 +243,7 @@ func startEtcd(t *testing.T, sup *service.Supervisor, root string, caPair *v1.Ke
 		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.WriteCACert(caFile); err != nil {
+	if _, err := ca.WriteCACert(caFile, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = sup.Ensure(context.Background(), service.Unit{Name: "etcd", Command: []string{

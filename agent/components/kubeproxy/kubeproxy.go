@@ -170,15 +170,12 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return st.Failed(err)
 	}
-	changed, err := files.Write(host.Path(ConfigFile), data, 0o644, check)
+	changed, err := files.WriteOwing(host.Path(ConfigFile), data, 0o644, check, host.OweReload(Name))
 	if err != nil {
 		return st.Failed(fmt.Errorf("%s: %w", ConfigFile, err))
 	}
 	if changed {
 		st.Actions = append(st.Actions, "wrote "+ConfigFile)
-		if err := host.ReloadMarker(Name).Set(); err != nil {
-			return st.Failed(err)
-		}
 	}
 	bin := c.binary(role)
 	if !exists(bin) {
