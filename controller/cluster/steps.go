@@ -368,9 +368,12 @@ func agentReport(st v1.Status, reported bool) string {
 // recordWait stores when a waiting machine is looked at again, with no
 // event and no attempt counted.
 func (e *engine) recordWait(m *machine, wait time.Duration) {
+	// Scheduling is in the machine's own time, as engine.go's; events in
+	// the controller's.
 	m.NextTry = time.Now().Add(wait)
+	now := e.cfg.Now().UTC()
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := mergeProgress(tx, m); err != nil {
+		if err := mergeProgress(tx, m, now); err != nil {
 			return err
 		}
 		return putMachine(tx, m)
@@ -409,7 +412,7 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 	}
 	m.Attempts, m.NextTry, m.LastError = 0, time.Time{}, ""
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := mergeProgress(tx, m); err != nil {
+		if err := mergeProgress(tx, m, now); err != nil {
 			return err
 		}
 		switch r.next {
@@ -457,10 +460,9 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 }
 
 // mergeProgress takes what an admin changed on the stored machine while
-// the workflow worked on it (removal, keep-VM, an aborted replacement)
-// into m, so that writing m
-// back keeps both.
-func mergeProgress(tx *store.Tx, m *machine) error {
+// the workflow worked on it (removal, keep-VM, an aborted replacement, the
+// fresh-disk path) into m, so that writing m back keeps both.
+func mergeProgress(tx *store.Tx, m *machine, now time.Time) error {
 	var cur machine
 	if err := tx.Get(store.Machines, machineKey(m.Cluster, m.Name), &cur); err != nil {
 		return fmt.Errorf("machine %s: %w", m.Name, err)
@@ -474,6 +476,17 @@ func mergeProgress(tx *store.Tx, m *machine) error {
 		// An abort turned the replacement around meanwhile.
 		m.Swap.Rollback, m.Swap.Why = true, cur.Swap.Why
 		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	}
+	if cur.Swap != nil && cur.Swap.FreshDisk && m.Swap != nil && !m.Swap.FreshDisk {
+		// An admin chose the fresh-disk path meanwhile (amend).
+		if !m.pastDataDisk() {
+			m.Swap.FreshDisk, m.DataDisk = true, cur.DataDisk
+			return nil
+		}
+		// Too late: the step that just ended gave the new VM the old disk.
+		_, err := addEvent(tx, m.Cluster, v1.Event{Time: now, Type: "Warning", Node: m.Name, Reason: "UpgradeFreshDisk",
+			Message: fmt.Sprintf("%s: the fresh-disk path was chosen while its new VM was taking the old data disk %s, which it has now: it goes on with that disk; abort the upgrade to start afresh", m.Name, m.DataDisk)})
+		return err
 	}
 	return nil
 }
@@ -525,7 +538,7 @@ func (e *engine) recordFailure(p *pass, m *machine, stepErr error) {
 	}
 	e.cfg.Log.Warn("cluster step failed", "cluster", m.Cluster, "node", m.Name, "step_done", m.Step, "attempt", m.Attempts, "failed", m.Failed, "err", stepErr)
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		if err := mergeProgress(tx, m); errors.Is(err, store.ErrNotFound) {
+		if err := mergeProgress(tx, m, now); errors.Is(err, store.ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err

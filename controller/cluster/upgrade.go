@@ -483,7 +483,7 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 		return 0, e.stopUpgrade(p, nil, v1.UpgradeRolledBack, fmt.Sprintf("%s; its surge workers went, and %d of %d nodes run %s", u.RollBack, upgraded, total, u.Image))
 	}
 	if len(masters) > 0 {
-		return e.startSwap(p, pickMaster(masters, first))
+		return e.startSwap(p, pickMaster(masters, first).Name)
 	}
 	if done, err := e.advanceSurge(ctx, p, machines, oldWorkers, inflight); err != nil || !done {
 		return leavePoll, err
@@ -506,7 +506,7 @@ func pickMaster(masters []machine, first string) machine {
 // startSwap begins a master's replacement once every master reports
 // Ready with its etcd member: its role says Leave with HandOver from
 // here.
-func (e *engine) startSwap(p *pass, m machine) (time.Duration, error) {
+func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 	name := p.rec.Spec.Name
 	var machines []machine
 	statuses := map[string]v1.Status{}
@@ -539,21 +539,59 @@ func (e *engine) startSwap(p *pass, m machine) (time.Duration, error) {
 	e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Replacing",
 		Message: fmt.Sprintf("to %s (Kubernetes %s)", p.rec.Upgrade.Image, p.rec.Upgrade.KubernetesVersion)})
 	now := e.cfg.Now().UTC()
-	return 0, e.updateMachine(p, m.Name, func(m *machine) (v1.Event, error) {
-		image, template, snapshot := m.source(p.rec)
+	err = e.cfg.Store.Update(func(tx *store.Tx) error {
+		cur, err := runningUpgrade(tx, name)
+		if err != nil || cur == nil {
+			return err
+		}
+		var m machine
+		if err := tx.Get(store.Machines, machineKey(name, node), &m); err != nil {
+			return err
+		}
+		if m.Remove || m.Swap != nil {
+			return nil // changed since the pass read it: the next pass decides again
+		}
+		image, template, snapshot := m.source(cur)
 		m.Swap = &swap{Step: swapHandOver, StartedAt: now, HandOverBy: now.Add(e.cfg.LeaveTimeout),
 			OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
-			OldVersion: m.kubernetesVersion(p.rec), OldDataDisk: m.DataDisk, MemberID: statuses[m.Name].EtcdMemberID,
-			FreshDisk: slices.Contains(p.rec.Upgrade.FreshDisk, m.Name)}
-		if m.Swap.FreshDisk {
-			return v1.Event{Type: "Warning", Node: m.Name, Reason: "UpgradeFreshDisk", Message: fmt.Sprintf(
-				"%s: replacing its VM %s by a clone of %s on the fresh-disk path (chosen by %s): the new VM gets an empty data disk and joins etcd as a new member in place of %s, which it removes; the old disk %s is kept; first it hands over",
-				m.Name, m.VM, p.rec.Upgrade.Image, p.rec.Upgrade.By, m.Swap.MemberID, dataDisk(p.rec, m).Path())}, nil
-		}
-		return v1.Event{Type: "Normal", Node: m.Name, Reason: "Upgrade", Message: fmt.Sprintf(
+			OldVersion: m.kubernetesVersion(cur), OldDataDisk: m.DataDisk, MemberID: statuses[m.Name].EtcdMemberID,
+			FreshDisk: slices.Contains(cur.Upgrade.FreshDisk, m.Name)}
+		ev := v1.Event{Time: now, Type: "Normal", Node: m.Name, Reason: "Upgrade", Message: fmt.Sprintf(
 			"%s: replacing its VM %s by a clone of %s that takes its data disk (etcd member %s); first it hands over",
-			m.Name, m.VM, p.rec.Upgrade.Image, m.Swap.MemberID)}, nil
+			m.Name, m.VM, cur.Upgrade.Image, m.Swap.MemberID)}
+		if m.Swap.FreshDisk {
+			ev = v1.Event{Time: now, Type: "Warning", Node: m.Name, Reason: "UpgradeFreshDisk", Message: fmt.Sprintf(
+				"%s: replacing its VM %s by a clone of %s on the fresh-disk path (chosen by %s): the new VM gets an empty data disk and joins etcd as a new member in place of %s, which it removes; the old disk %s is kept; first it hands over",
+				m.Name, m.VM, cur.Upgrade.Image, cur.Upgrade.By, m.Swap.MemberID, dataDisk(cur, &m).Path())}
+		}
+		if err := putMachine(tx, &m); err != nil {
+			return err
+		}
+		if err := putRoles(tx, cur, p.sec); err != nil {
+			return err
+		}
+		_, err = addEvent(tx, name, ev)
+		return err
 	})
+	if err == nil {
+		e.cfg.Notify(NotifyKey(name))
+	}
+	return 0, err
+}
+
+// runningUpgrade re-reads a cluster whose upgrade a pass acts on; nil if
+// the upgrade no longer runs unstopped. The pass decided on a record it
+// read before its vCenter calls, and an abort, a rollback or a delete may
+// have been committed since: none of its steps may undo them.
+func runningUpgrade(tx *store.Tx, name string) (*record, error) {
+	cur, err := loadCluster(tx, name)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Deleting || !cur.Upgrade.running() || cur.Upgrade.stopping() {
+		return nil, nil
+	}
+	return cur, nil
 }
 
 // checkMasters says why a master may not be replaced now: every master
@@ -612,13 +650,17 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 			continue
 		}
 		err := e.cfg.Store.Update(func(tx *store.Tx) error {
+			cur, err := runningUpgrade(tx, rec.Spec.Name)
+			if err != nil || cur == nil {
+				return err
+			}
 			if err := markRemoved(tx, rec.Spec.Name, old.Name, false, now.Add(e.cfg.LeaveTimeout)); err != nil {
 				return err
 			}
-			if err := putRoles(tx, rec, p.sec); err != nil {
+			if err := putRoles(tx, cur, p.sec); err != nil {
 				return err
 			}
-			_, err := addEvent(tx, rec.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: old.Name, Reason: "Upgrade",
+			_, err = addEvent(tx, rec.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: old.Name, Reason: "Upgrade",
 				Message: fmt.Sprintf("%s: its replacement %s (image %s) is Ready; %s drains and goes", old.Name, surge.Name, u.Image, old.Name)})
 			return err
 		})
@@ -648,9 +690,28 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		return false, nil
 	}
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		cur, err := loadCluster(tx, rec.Spec.Name)
-		if err != nil {
+		cur, err := runningUpgrade(tx, rec.Spec.Name)
+		if err != nil || cur == nil {
 			return err
+		}
+		// Each old worker as it is now, not as the pass read it: one
+		// removed or given a surge worker since gets none here.
+		var replaced []machine
+		var adding []machine
+		for i, o := range olds {
+			var old machine
+			if err := tx.Get(store.Machines, machineKey(cur.Spec.Name, o.Name), &old); err != nil {
+				return err
+			}
+			if old.Remove || old.ReplacedBy != "" {
+				continue
+			}
+			add[i].ReplaceOf = old.Name
+			old.ReplacedBy = add[i].Name
+			replaced, adding = append(replaced, old), append(adding, add[i])
+		}
+		if len(adding) == 0 {
+			return nil
 		}
 		cur.WorkerSeq = target.WorkerSeq
 		if err := tx.Put(store.Clusters, cur.Spec.Name, cur); err != nil {
@@ -660,22 +721,20 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		if err := tx.Get(store.Providers, cur.Spec.Provider, &provider); err != nil {
 			return err
 		}
-		for i, old := range olds {
-			add[i].ReplaceOf = old.Name
-			old.ReplacedBy = add[i].Name
-			if err := putMachine(tx, &old); err != nil {
+		for i := range replaced {
+			if err := putMachine(tx, &replaced[i]); err != nil {
 				return err
 			}
 		}
-		if err := allocateIPs(tx, &provider, add); err != nil {
+		if err := allocateIPs(tx, &provider, adding); err != nil {
 			return err
 		}
-		if err := addMachines(tx, cur, p.sec, add, now); err != nil {
+		if err := addMachines(tx, cur, p.sec, adding, now); err != nil {
 			return err
 		}
-		for i, old := range olds {
-			if _, err := addEvent(tx, cur.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: add[i].Name, Reason: "Upgrade",
-				Message: fmt.Sprintf("%s: a new worker of image %s, to replace %s", add[i].Name, u.Image, old.Name)}); err != nil {
+		for i, old := range replaced {
+			if _, err := addEvent(tx, cur.Spec.Name, v1.Event{Time: now, Type: "Normal", Node: adding[i].Name, Reason: "Upgrade",
+				Message: fmt.Sprintf("%s: a new worker of image %s, to replace %s", adding[i].Name, u.Image, old.Name)}); err != nil {
 				return err
 			}
 		}
@@ -741,6 +800,18 @@ func (e *engine) abortSurge(p *pass, machines []machine) error {
 			continue
 		}
 		err := e.cfg.Store.Update(func(tx *store.Tx) error {
+			cur, err := loadCluster(tx, p.rec.Spec.Name)
+			if err != nil || cur.Deleting {
+				return err // a delete takes every machine away already
+			}
+			// As it is now: a copy the pass read could undo a change
+			// committed since.
+			if err := tx.Get(store.Machines, machineKey(cur.Spec.Name, old.Name), &old); err != nil {
+				return err
+			}
+			if old.Remove || old.ReplacedBy == "" {
+				return nil
+			}
 			surge := old.ReplacedBy
 			old.ReplacedBy = ""
 			if err := putMachine(tx, &old); err != nil {
@@ -749,10 +820,10 @@ func (e *engine) abortSurge(p *pass, machines []machine) error {
 			if err := markRemoved(tx, p.rec.Spec.Name, surge, false, now.Add(e.cfg.LeaveTimeout)); err != nil {
 				return err
 			}
-			if err := putRoles(tx, p.rec, p.sec); err != nil {
+			if err := putRoles(tx, cur, p.sec); err != nil {
 				return err
 			}
-			_, err := addEvent(tx, p.rec.Spec.Name, v1.Event{Time: now, Type: "Warning", Node: surge, Reason: reason,
+			_, err = addEvent(tx, p.rec.Spec.Name, v1.Event{Time: now, Type: "Warning", Node: surge, Reason: reason,
 				Message: fmt.Sprintf("%s: %s; this surge worker goes and %s stays", surge, why, old.Name)})
 			return err
 		})
@@ -761,34 +832,6 @@ func (e *engine) abortSurge(p *pass, machines []machine) error {
 		}
 	}
 	return nil
-}
-
-// updateMachine changes one stored machine and recomputes the roles, with
-// the event fn returns, in one transaction.
-func (e *engine) updateMachine(p *pass, node string, fn func(m *machine) (v1.Event, error)) error {
-	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		var m machine
-		if err := tx.Get(store.Machines, machineKey(p.rec.Spec.Name, node), &m); err != nil {
-			return err
-		}
-		ev, err := fn(&m)
-		if err != nil {
-			return err
-		}
-		if err := putMachine(tx, &m); err != nil {
-			return err
-		}
-		if err := putRoles(tx, p.rec, p.sec); err != nil {
-			return err
-		}
-		ev.Time = e.cfg.Now().UTC()
-		_, err = addEvent(tx, p.rec.Spec.Name, ev)
-		return err
-	})
-	if err == nil {
-		e.cfg.Notify(NotifyKey(p.rec.Spec.Name))
-	}
-	return err
 }
 
 // stopUpgrade ends the running upgrade in state, with msg; a success makes
