@@ -90,6 +90,39 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 	}
 }
 
+// A master being replaced is told to leave with hand-over until its old
+// VM is off: an agent told it serves again would start its etcd member
+// and control plane on the VM about to be powered off.
+func TestMasterLeavesUntilItsOldVMIsOff(t *testing.T) {
+	sec, err := newSecrets(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := testRecord()
+	m := rec.newMachine(v1.RoleMaster, time.Now())
+	m.IP = "198.18.10.11"
+	for _, c := range []struct {
+		step     string
+		rollback bool
+		leave    bool
+	}{
+		{swapHandOver, false, true},
+		{swapHandedOver, false, true},
+		{swapOldOff, false, false},
+		{swapCloning, false, false},
+		{swapHandedOver, true, false}, // rolled back: the old VM serves on
+	} {
+		m.Swap = &swap{Step: c.step, Rollback: c.rollback, HandOverBy: time.Now().Add(time.Minute)}
+		rs, err := roles(rec, sec, []machine{m}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leave := rs[0].Leave != nil && rs[0].Leave.HandOver; leave != c.leave {
+			t.Errorf("swap step %s (rollback %v): leave with hand-over %v, want %v", c.step, c.rollback, leave, c.leave)
+		}
+	}
+}
+
 func TestSecretsAreFreshPerCluster(t *testing.T) {
 	a, err := newSecrets(time.Now())
 	if err != nil {

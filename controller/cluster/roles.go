@@ -111,7 +111,10 @@ func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, 
 		if m.UUID != "" {
 			r.ProviderID = v1.VSphereProviderID(m.UUID)
 		}
-		if m.Swap != nil && m.Swap.Step == swapHandOver && !m.Swap.Rollback {
+		// Until the old VM is off: an agent told it serves again would
+		// start its etcd member and control plane for the moment before
+		// its power-off, or for good if that power-off waits on vCenter.
+		if m.Swap != nil && (m.Swap.Step == swapHandOver || m.Swap.Step == swapHandedOver) && !m.Swap.Rollback {
 			r.Leave = &v1.LeaveSettings{Deadline: m.Swap.HandOverBy, HandOver: true}
 		}
 		if m.Role == v1.RoleMaster {

@@ -90,7 +90,9 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 		if err := vc.PowerOff(ctx, old); err != nil {
 			return stepResult{}, err
 		}
-		return swapDone(m, swapOldOff, "Upgrade", "old VM %s powered off", s.OldVM), nil
+		r := swapDone(m, swapOldOff, "Upgrade", "old VM %s powered off", s.OldVM)
+		r.roles = true // the new VM's role says no Leave
+		return r, nil
 	case swapOldOff:
 		paths, err := vc.DetachPersistentDisks(ctx, old)
 		if err != nil {
@@ -148,9 +150,7 @@ func (e *engine) handOver(m *machine) stepResult {
 	st, reported := e.status(m.Name)
 	switch {
 	case reported && st.Phase == v1.PhaseLeft && st.ReportedAt.After(s.StartedAt):
-		r := swapDone(m, swapHandedOver, "Upgrade", "handed over: %s", agentReport(st, reported))
-		r.roles = true // the new VM's role says no Leave
-		return r
+		return swapDone(m, swapHandedOver, "Upgrade", "handed over: %s", agentReport(st, reported))
 	case !e.cfg.Now().Before(s.HandOverBy):
 		return e.startRollback(m, fmt.Sprintf("it did not hand over by %s; the agent last reported: %s",
 			s.HandOverBy.UTC().Format(time.RFC3339), agentReport(st, reported)))
