@@ -103,13 +103,9 @@ func (s Store) Load() (*Identity, error) {
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("enrollment %s: %w", EnrollmentFile, err)
 	}
-	if len(e.Controllers) == 0 {
-		return nil, fmt.Errorf("enrollment %s: controllers: none; the agent would have no controller to talk to", EnrollmentFile)
-	}
-	for i, u := range e.Controllers {
-		if err := v1.ValidateControllerURL(u); err != nil {
-			return nil, fmt.Errorf("enrollment %s: controllers[%d] %q: %w", EnrollmentFile, i, u, err)
-		}
+	// Without one the agent would have no controller to talk to.
+	if err := v1.ValidateControllers(e.Controllers); err != nil {
+		return nil, fmt.Errorf("enrollment %s: %w", EnrollmentFile, err)
 	}
 	if e.NodeName != cert.Leaf.Subject.CommonName {
 		return nil, fmt.Errorf("enrollment is for %q but the certificate is for %q", e.NodeName, cert.Leaf.Subject.CommonName)

@@ -100,8 +100,8 @@ func TestLoadRefusesAnEnrollmentWithoutControllers(t *testing.T) {
 		controllers []string
 		want        string
 	}{
-		{nil, "controllers: none"},
-		{[]string{}, "controllers: none"},
+		{nil, "controllers: at least one controller URL is required"},
+		{[]string{}, "controllers: at least one controller URL is required"},
 		{[]string{"https://198.18.0.2:9443", "http://198.18.0.3:9443"}, "controllers[1]"},
 	} {
 		id, err := New(Enrollment{NodeName: "w1", Controllers: c.controllers, TokenID: "0123456789abcdef"}, key, chain, ca.pem)

@@ -84,16 +84,8 @@ func (b *Bootstrap) Validate() error {
 	if b.Kind != "Bootstrap" {
 		return fieldErr("kind", "must be \"Bootstrap\", got %q", b.Kind)
 	}
-	if len(b.Controllers) == 0 {
-		return fieldErr("controllers", "at least one controller URL is required")
-	}
-	if len(b.Controllers) > maxControllers {
-		return fieldErr("controllers", "at most %d URLs, got %d", maxControllers, len(b.Controllers))
-	}
-	for i, raw := range b.Controllers {
-		if err := ValidateControllerURL(raw); err != nil {
-			return fieldErr(fmt.Sprintf("controllers[%d]", i), "%v", err)
-		}
+	if err := ValidateControllers(b.Controllers); err != nil {
+		return err
 	}
 	if b.CABundle == "" && b.CAPin == "" {
 		return fieldErr("caBundle", "either caBundle or caPin is required")
@@ -128,6 +120,23 @@ func (b *Bootstrap) EncodeGuestinfo() (string, error) {
 		return "", fmt.Errorf("encode bootstrap: %w", err)
 	}
 	return base64.StdEncoding.EncodeToString(data), nil
+}
+
+// ValidateControllers checks a list of controller URLs, as a bootstrap
+// document and the agent's enrollment record carry it.
+func ValidateControllers(urls []string) error {
+	if len(urls) == 0 {
+		return fieldErr("controllers", "at least one controller URL is required")
+	}
+	if len(urls) > maxControllers {
+		return fieldErr("controllers", "at most %d URLs, got %d", maxControllers, len(urls))
+	}
+	for i, raw := range urls {
+		if err := ValidateControllerURL(raw); err != nil {
+			return fieldErr(fmt.Sprintf("controllers[%d]", i), "%v", err)
+		}
+	}
+	return nil
 }
 
 // ValidateControllerURL accepts only https URLs with a host and no
