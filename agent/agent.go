@@ -591,14 +591,12 @@ func (a *Agent) addresses(ctx context.Context) []net.IP {
 	// interface. It is not this node's: no inventory lists it, and the
 	// controller would refuse the CSR, and with it the token, for good.
 	vip, _ := netip.ParseAddr(a.cachedRole().Cluster.VIP)
-	var own []netip.Addr
 	for _, addr := range addrs {
 		if addr != vip.Unmap() {
-			own = append(own, addr)
 			ips = append(ips, net.IP(addr.AsSlice()))
 		}
 	}
-	a.log.Info("certificate addresses from the primary interface", "interface", iface, "addresses", own)
+	a.log.Info("certificate addresses from the primary interface", "interface", iface, "addresses", ips)
 	return ips
 }
 

@@ -356,8 +356,6 @@ func checkUpgradable(rec *record, machines []machine, statuses map[string]v1.Sta
 	return nil
 }
 
-// checkSkew applies Kubernetes' version skew policy to an upgrade: the
-// same minor or the next one, never down.
 // checkVersionSkew holds an upgrade to version against the cluster's and
 // each node's: an upgrade that stopped part-way left those it had
 // replaced on its newer version, which no upgrade may take back down.
@@ -376,6 +374,8 @@ func checkVersionSkew(rec *record, machines []machine, version string) error {
 	return nil
 }
 
+// checkSkew applies Kubernetes' version skew policy to an upgrade from
+// whose version from: the same minor or the next one, never down.
 func checkSkew(from, to, whose string) error {
 	fm, fn, ok1 := minorOf(from)
 	tm, tn, ok2 := minorOf(to)
