@@ -59,14 +59,10 @@ func (t *throttle) begin(key string, now time.Time) time.Duration {
 func (t *throttle) end(key string, failed bool, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.strikes[key]
-	if s == nil {
-		// Forgotten meanwhile: by a success, or evicted.
-		if !failed {
-			return
-		}
-		s = t.current(key, now)
+	if !failed && t.strikes[key] == nil {
+		return // forgotten meanwhile: by a success, or evicted
 	}
+	s := t.current(key, now)
 	if s.inflight > 0 {
 		s.inflight--
 	}
