@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +199,46 @@ func TestFreeVRIDSkipsTheProvidersClusters(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A rollback's event says when the old VM cannot serve as the etcd member
+// it was, because the new VM joined as a new member (which removed it).
+func TestRollbackSaysWhenTheOldMemberWasRemoved(t *testing.T) {
+	env := newPassEnv(t, 3, 0, 1)
+	e := env.s.engine
+	on := time.Now().Add(-time.Minute)
+	report := func(member string, at time.Time) {
+		t.Helper()
+		if err := env.st.SetStatus(v1.Status{APIVersion: v1.APIVersion, Kind: "Status", NodeName: "c1-m2", Phase: v1.PhaseConverging,
+			ReportedAt: at, EtcdMemberID: member}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		freshDisk bool
+		poweredOn time.Time
+		member    string
+		at        time.Time
+		want      string
+	}{
+		{"not powered on yet", true, time.Time{}, "", on, ""},
+		{"the same member", false, on, "aa", on.Add(time.Second), ""},
+		{"no member reported", false, on, "", on.Add(time.Second), ""},
+		{"another member, reported by the old VM", false, on, "bb", on.Add(-time.Second), ""},
+		{"another member", false, on, "bb", on.Add(time.Second), "the new VM joined etcd as member bb, which removed member aa: the old VM's agent sets"},
+		{"fresh disk", true, on, "", on.Add(time.Second), "on the fresh-disk path, may have joined etcd as a new member, which removes member aa: if so, the old VM's agent sets"},
+	} {
+		report(c.member, c.at)
+		m := &machine{Name: "c1-m2", Role: v1.RoleMaster, Swap: &swap{MemberID: "aa", FreshDisk: c.freshDisk, PoweredOnAt: c.poweredOn}}
+		got := e.rejoinNote(m)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: note %q, want %q", c.name, got, c.want)
+		}
+	}
+	worker := &machine{Name: "c1-m2", Role: v1.RoleWorker, Swap: &swap{MemberID: "aa", FreshDisk: true, PoweredOnAt: on}}
+	if got := e.rejoinNote(worker); got != "" {
+		t.Errorf("a worker's note: %q", got)
 	}
 }

@@ -258,7 +258,28 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	if err := vc.PowerOn(ctx, old); err != nil {
 		return stepResult{}, err
 	}
-	return finish("rolled back: the old VM %s has its name and %s, and is powered on (%s)", s.OldVM, disk, s.Why), nil
+	return finish("rolled back: the old VM %s has its name and %s, and is powered on%s (%s)", s.OldVM, disk, e.rejoinNote(m), s.Why), nil
+}
+
+// rejoinNote says, for a rollback, when the new VM may have joined etcd
+// as a new member: that removed the old member, so the old VM cannot
+// serve as it again. Its agent sees that the cluster no longer has the
+// member its state is of, sets the state aside and joins afresh.
+func (e *engine) rejoinNote(m *machine) string {
+	s := m.Swap
+	if m.Role != v1.RoleMaster || s.PoweredOnAt.IsZero() {
+		return ""
+	}
+	st, reported := e.status(m.Name)
+	other := reported && st.ReportedAt.After(s.PoweredOnAt) && st.EtcdMemberID != "" && st.EtcdMemberID != s.MemberID
+	const rejoin = "the old VM's agent sets that member's state aside on its data disk and joins afresh"
+	switch {
+	case other:
+		return fmt.Sprintf("; the new VM joined etcd as member %s, which removed member %s: %s", st.EtcdMemberID, s.MemberID, rejoin)
+	case s.FreshDisk:
+		return fmt.Sprintf("; the new VM, on the fresh-disk path, may have joined etcd as a new member, which removes member %s: if so, %s", s.MemberID, rejoin)
+	}
+	return ""
 }
 
 // pastDataDisk reports whether the machine's replacement has its data

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +24,25 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 	has, err := hasState(host.Path(s.dataDir))
 	if err != nil {
 		return Bootstrap{}, false, nil, err
+	}
+	if has {
+		removed, err := c.removedState(ctx, cl, s, host.Path(s.dataDir))
+		if err != nil {
+			// Not knowing is no reason to leave the state: etcd starts
+			// from it as before, and the next pass asks again.
+			log.Warn("could not tell whether the cluster still has this member", "err", err)
+		}
+		if removed != nil {
+			aside, stopped, err := c.setAside(ctx, host, s, *removed)
+			actions = append(actions, stopped...)
+			if err != nil {
+				return Bootstrap{}, false, actions, err
+			}
+			actions = append(actions, fmt.Sprintf("set aside the state of removed member %x in %s", removed.MemberID, aside))
+			log.Warn("the cluster no longer has the member this data directory is of; its state is set aside and the member joins afresh",
+				"id", fmt.Sprintf("%x", removed.MemberID), "kept", aside)
+			has = false
+		}
 	}
 	if has {
 		b, ok, err := readBootstrap(host.Path(BootstrapFile))
@@ -107,6 +128,60 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 		actions = append(actions, "wrote "+BootstrapFile)
 	}
 	return b, true, actions, nil
+}
+
+// removedState reports the identity of the member whose state the data
+// directory holds when the cluster no longer has that member: the other
+// members answer with a member list without its ID. It happens when a
+// replacement of this node joined as a new member (removing this one),
+// and the replacement was rolled back or lost: the old VM comes back with
+// the state of a member that no longer exists, and etcd refuses to start
+// from it for good. Nil when the member is in the list, when it serves
+// (a removed member stops itself), or when nobody can say.
+func (c *Component) removedState(ctx context.Context, cl *Client, s settings, dataDir string) (*walIdentity, error) {
+	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	if _, err := cl.Status(ctx, local); err == nil {
+		return nil, nil
+	}
+	id, err := readWALIdentity(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	_, members, err := c.findCluster(ctx, cl, s)
+	if err != nil || members == nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(members, func(m Member) bool { return m.ID == id.MemberID }) {
+		return nil, nil
+	}
+	return &id, nil
+}
+
+// setAside stops etcd and moves the removed member's state out of its
+// way, within the data directory (on the data disk, beside the member's
+// new state): it is the only copy of what that member held, so it is kept
+// for an admin to look at or delete. etcd warns about the extra directory
+// and starts.
+func (c *Component) setAside(ctx context.Context, host *reconcile.Host, s settings, id walIdentity) (string, []string, error) {
+	stopped, err := host.StopUnit(ctx, UnitName)
+	if err != nil {
+		return "", stopped, err
+	}
+	name := fmt.Sprintf("member.removed-%x-%s", id.MemberID, time.Now().UTC().Format("20060102t150405"))
+	dataDir := host.Path(s.dataDir)
+	if err := os.Rename(filepath.Join(dataDir, "member"), filepath.Join(dataDir, name)); err != nil {
+		return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
+	}
+	// Durable before the member joins afresh: a crash after the join must
+	// not find the old state back in place.
+	if d, err := os.Open(dataDir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
+		}
+	}
+	return filepath.Join(s.dataDir, name), stopped, nil
 }
 
 // errStateAppeared ends a pass that found the data directory empty but
