@@ -296,6 +296,18 @@ func checkSetup(tx *store.Tx, req v1.SetupRequest) error {
 // normalName is a sign-in name as users are keyed: "Alice" is "alice".
 func normalName(name string) string { return strings.ToLower(name) }
 
+// addressKey is what the per-address throttle counts a login's source
+// by: an IPv4 address, or an IPv6 address's /64, since one host is
+// routinely given a whole /64 and could otherwise guess from as many
+// addresses as it likes.
+func addressKey(remote netip.Addr) string {
+	remote = remote.Unmap()
+	if remote.Is4() {
+		return remote.String()
+	}
+	return netip.PrefixFrom(remote.WithZone(""), 64).Masked().String()
+}
+
 // Login checks a user's password and starts a session. Throttled keys are
 // refused before the password is looked at. A local user is checked here;
 // any other name, when a directory is set, in the directory, which also
@@ -303,7 +315,7 @@ func normalName(name string) string { return strings.ToLower(name) }
 func (s *Service) Login(ctx context.Context, name, password string, remote netip.Addr) (v1.Session, error) {
 	now := s.now()
 	name = normalName(name)
-	addrKey := remote.Unmap().String()
+	remoteText, addrKey := remote.Unmap().String(), addressKey(remote)
 	if wait := s.addresses.begin(addrKey, now); wait > 0 {
 		return v1.Session{}, &ThrottledError{RetryAfter: wait, Of: "address"}
 	}
@@ -332,13 +344,13 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 	}
 	if !ok || u.Disabled {
 		failed = true
-		s.log.Warn("login refused", "user", name, "remote", addrKey, "known", u.Name != "", "source", u.Source, "disabled", u.Disabled)
+		s.log.Warn("login refused", "user", name, "remote", remoteText, "known", u.Name != "", "source", u.Source, "disabled", u.Disabled)
 		return v1.Session{}, ErrBadCredentials
 	}
 	// The address's failures stay until they are forgotten: one good
 	// account must not reset the count of guesses at the others.
 	s.users.succeed(name)
-	rec := sessionRecord{ID: rand.Text(), User: name, CreatedAt: now.UTC(), ExpiresAt: now.Add(v1.RefreshTokenLifetime).UTC(), Remote: addrKey}
+	rec := sessionRecord{ID: rand.Text(), User: name, CreatedAt: now.UTC(), ExpiresAt: now.Add(v1.RefreshTokenLifetime).UTC(), Remote: remoteText}
 	err = s.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := pruneSessions(tx, now); err != nil {
 			return err
@@ -348,7 +360,7 @@ func (s *Service) Login(ctx context.Context, name, password string, remote netip
 	if err != nil {
 		return v1.Session{}, err
 	}
-	s.log.Info("login", "user", name, "source", u.Source, "remote", addrKey)
+	s.log.Info("login", "user", name, "source", u.Source, "remote", remoteText)
 	return s.tokens(u.User, rec, now)
 }
 

@@ -163,6 +163,39 @@ func TestAddressIsThrottled(t *testing.T) {
 	}
 }
 
+// IPv6 sources are counted by their /64, which one host routinely has
+// whole: guesses spread over its addresses lock them all. (2001:2::/48 is
+// the IPv6 benchmarking range; no packet is sent.)
+func TestAddressThrottleCountsAnIPv6Slash64AsOne(t *testing.T) {
+	s, clk := newTestService(t)
+	addUser(t, s, "bob", v1.UserRoleUser)
+	ctx := context.Background()
+	for i := range addressFreeFailures {
+		from := netip.MustParseAddr(fmt.Sprintf("2001:2:0:1::%x", i+1))
+		if _, err := s.Login(ctx, "nobody"+string(rune('a'+i)), "whatever password", from); !errors.Is(err, ErrBadCredentials) {
+			t.Fatalf("try %d from %s: %v", i, from, err)
+		}
+		clk.Advance(time.Second)
+	}
+	s.Login(ctx, "nobody", "whatever password", netip.MustParseAddr("2001:2:0:1::ff"))
+	var te *ThrottledError
+	if _, err := s.Login(ctx, "bob", goodPassword, netip.MustParseAddr("2001:2:0:1:ffff::99")); !errors.As(err, &te) || te.Of != "address" {
+		t.Errorf("another address of the same /64: %v", err)
+	}
+	if _, err := s.Login(ctx, "bob", goodPassword, netip.MustParseAddr("2001:2:0:2::1")); err != nil {
+		t.Errorf("an address of the next /64: %v", err)
+	}
+	// IPv4 addresses, mapped or not, stay counted one by one.
+	for in, want := range map[string]string{
+		"198.18.0.50": "198.18.0.50", "::ffff:198.18.0.50": "198.18.0.50",
+		"2001:2:0:1:a:b:c:d": "2001:2:0:1::/64", "fe80::1%eth0": "fe80::/64",
+	} {
+		if got := addressKey(netip.MustParseAddr(in)); got != want {
+			t.Errorf("addressKey(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
 // Guesses sent at once get no more password checks than guesses sent one
 // after another: an attempt being checked counts until it is judged.
 func TestConcurrentGuessesAreThrottledLikeSequentialOnes(t *testing.T) {
