@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -96,5 +97,12 @@ func TestDirectoryUsersThroughTheAPI(t *testing.T) {
 	r = doJSON(t, e.tc.anonClient(), "POST", url+v1.PathLogin, v1.LoginRequest{Username: "eve", Password: testutil.SlapdPassword("eve")})
 	if r.status != http.StatusServiceUnavailable || r.err.Code != v1.CodeLDAPUnreachable {
 		t.Errorf("sign-in with the directory down: %d %s, want 503 %s", r.status, r.body, v1.CodeLDAPUnreachable)
+	}
+	// Nothing of the directory's settings reaches a caller who has not
+	// signed in.
+	for _, secret := range []string{slapd.URL, strings.TrimPrefix(slapd.URL, "ldaps://"), testutil.SlapdServiceDN, "dc="} {
+		if strings.Contains(string(r.body), secret) {
+			t.Errorf("an anonymous sign-in's refusal tells %q: %s", secret, r.body)
+		}
 	}
 }

@@ -76,6 +76,14 @@ func (c *Controller) handleLogin(w http.ResponseWriter, r *http.Request, _ princ
 		}
 	}
 	sess, err := c.access.Login(r.Context(), req.Username, req.Password, remoteAddr(r))
+	var de *access.DirectoryError
+	if errors.As(err, &de) {
+		// The caller has not signed in: the directory's address, bind DN
+		// and answer are for the log, not for them.
+		c.log.Warn("sign-in not checked: the directory failed", "user", req.Username, "err", de)
+		return refuse(http.StatusServiceUnavailable, v1.CodeLDAPUnreachable,
+			"the directory could not check this sign-in; try again later (the controller's log says why)")
+	}
 	if err != nil {
 		return accessError(err, "user")
 	}
