@@ -77,6 +77,14 @@ const DefaultValidity = 365 * 24 * time.Hour
 // leaf, and has more than a third of its life left. changed reports a
 // new pair.
 func (ca *CA) Ensure(certPath, keyPath string, leaf Leaf) (changed bool, err error) {
+	return ca.EnsureOwing(certPath, keyPath, leaf, nil)
+}
+
+// EnsureOwing is Ensure for a pair that a running program reads at start:
+// before the new pair replaces the old, owe (if not nil) records that the
+// program must read it again (reconcile.Host.OweReload). An agent killed
+// between the two leaves the debt, not a pair nothing will re-read.
+func (ca *CA) EnsureOwing(certPath, keyPath string, leaf Leaf, owe func() error) (changed bool, err error) {
 	if ca.current(certPath, keyPath, leaf) {
 		return false, nil
 	}
@@ -113,6 +121,11 @@ func (ca *CA) Ensure(certPath, keyPath string, leaf Leaf) (changed bool, err err
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return false, err
+	}
+	if owe != nil {
+		if err := owe(); err != nil {
+			return false, err
+		}
 	}
 	// Key first: a crash between the two leaves a key that matches no
 	// certificate, which the next pass replaces.

@@ -3,6 +3,7 @@ package pki_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -135,4 +136,40 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return certs[0]
+}
+
+// A pair a running program reads at start is owed a reload before it
+// changes: owe runs while the old pair is still in place, only when the
+// pair changes, and a failing owe changes nothing.
+func TestEnsureOwingOwesBeforeThePairChanges(t *testing.T) {
+	ca, err := pki.LoadCA(newTestCA(t, "cni-ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	leaf := pki.Leaf{CommonName: "netplugin", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	owed := 0
+	owe := func() error {
+		owed++
+		if _, err := os.Stat(keyPath); !os.IsNotExist(err) {
+			t.Errorf("owe ran after the key was written: %v", err)
+		}
+		return nil
+	}
+	if changed, err := ca.EnsureOwing(certPath, keyPath, leaf, owe); err != nil || !changed || owed != 1 {
+		t.Fatalf("first EnsureOwing: changed=%v err=%v owed=%d", changed, err, owed)
+	}
+	if changed, err := ca.EnsureOwing(certPath, keyPath, leaf, owe); err != nil || changed || owed != 1 {
+		t.Fatalf("a kept pair: changed=%v err=%v owed=%d, want no new debt", changed, err, owed)
+	}
+	before, _ := os.ReadFile(certPath)
+	leaf.CommonName = "netplugin-2"
+	failing := func() error { return errors.New("marker not written") }
+	if changed, err := ca.EnsureOwing(certPath, keyPath, leaf, failing); err == nil || changed {
+		t.Fatalf("a failing owe: changed=%v err=%v, want an error", changed, err)
+	}
+	if after, _ := os.ReadFile(certPath); string(after) != string(before) {
+		t.Error("the pair changed although its reload could not be owed")
+	}
 }

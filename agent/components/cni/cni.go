@@ -147,9 +147,6 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		}
 		if issued {
 			st.Actions = append(st.Actions, "issued "+cert.CertPath)
-			if err := host.OweReload(cert.Units...)(); err != nil {
-				return st.Failed(err)
-			}
 		}
 	}
 	for _, d := range plan.Dirs {
@@ -283,7 +280,8 @@ func (c *Component) removeStale(ctx context.Context, host *reconcile.Host, plan 
 	return actions, nil
 }
 
-// ensureCert issues cert when the role carries its CA's key. Otherwise a
+// ensureCert issues cert when the role carries its CA's key, owing its
+// units a reload before the new pair is in place. Otherwise a
 // pair delivered by other means must already be there; lack then says
 // what is missing.
 func ensureCert(host *reconcile.Host, cert plugin.Cert) (issued bool, lack string, err error) {
@@ -293,7 +291,7 @@ func ensureCert(host *reconcile.Host, cert plugin.Cert) (issued bool, lack strin
 		if err != nil {
 			return false, "", err
 		}
-		issued, err := ca.Ensure(certPath, keyPath, cert.Leaf)
+		issued, err := ca.EnsureOwing(certPath, keyPath, cert.Leaf, host.OweReload(cert.Units...))
 		return issued, "", err
 	}
 	if err := deliveredPair(certPath, keyPath, cert.CA); err != nil {
