@@ -400,11 +400,10 @@ func (a *Agent) setIdentity(id *identity.Identity) {
 func (a *Agent) ensureIdentity(ctx context.Context) (*identity.Identity, error) {
 	for {
 		cur := a.current.Load()
-		found, err := bootstrap.Load(ctx, a.log, a.sources)
+		found, err := a.loadBootstrap(ctx)
 		if err != nil && !errors.Is(err, bootstrap.ErrAbsent) {
 			a.log.Error("bootstrap document unusable", "err", err)
 		}
-		a.rememberBootstrapFile()
 		if found != nil && found.Doc.Token != "" {
 			tid, _, _ := v1.SplitToken(found.Doc.Token)
 			switch {
@@ -468,12 +467,18 @@ func (a *Agent) sourceNames() []string {
 }
 
 // adoptControllers takes new controller URLs from a token-less document
-// that trusts the same CA.
+// that trusts the same CA, by its bundle or by its pin.
 func (a *Agent) adoptControllers(cur *identity.Identity, doc *v1.Bootstrap) {
 	if doc.NodeName != cur.NodeName || slices.Equal(doc.Controllers, cur.Controllers) {
 		return
 	}
-	if doc.CABundle != "" && !bytes.Equal(bytes.TrimSpace([]byte(doc.CABundle)), bytes.TrimSpace(cur.CAPEM)) {
+	sameCA := doc.CABundle == "" || bytes.Equal(bytes.TrimSpace([]byte(doc.CABundle)), bytes.TrimSpace(cur.CAPEM))
+	if sameCA && doc.CAPin != "" {
+		// A pin-only document: its pin must be of the CA this node trusts.
+		cas, err := v1.ParseCertificatesPEM(cur.CAPEM)
+		sameCA = err == nil && v1.PinMatchesAny(doc.CAPin, cas)
+	}
+	if !sameCA {
 		a.log.Warn("bootstrap document names another CA; ignoring its controller URLs until a new token re-enrolls this node")
 		return
 	}
@@ -876,6 +881,14 @@ func (a *Agent) watchBootstrapFile(ctx context.Context, wg *sync.WaitGroup) erro
 		}
 	}()
 	return nil
+}
+
+// loadBootstrap reads the bootstrap document. The file's content is
+// remembered first: a file rewritten while it is read then shows as a
+// change, where remembering after would take the new document as seen.
+func (a *Agent) loadBootstrap(ctx context.Context) (*bootstrap.Found, error) {
+	a.rememberBootstrapFile()
+	return bootstrap.Load(ctx, a.log, a.sources)
 }
 
 // rememberBootstrapFile records the file's content, so that the agent's
