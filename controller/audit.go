@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/netaddr"
 )
 
 // AuditLogFile is where every audited request is appended as a JSON line
@@ -35,11 +37,83 @@ func audited(method string, perm permission) bool {
 	return method != http.MethodGet && perm.name != permNode.name
 }
 
+// Refusals of callers who have not authenticated are audited within a
+// budget per source (netaddr.SourceKey), so that nobody can fill the disk
+// with them: a burst of anonymousBurst entries, then anonymousPerMinute.
+// The rest are counted, in a metric and in the source's next recorded
+// entry (Suppressed). Everything an authenticated caller does, and every
+// anonymous request that succeeds (an enrollment, a login), is recorded.
+const (
+	anonymousBurst     = 60
+	anonymousPerMinute = 60
+	// anonymousSources bounds the sources tracked; past it, refusals from
+	// new sources share one budget.
+	anonymousSources = 10000
+	otherSources     = "other sources"
+)
+
+// anonymousBudget is what each source may still write.
+type anonymousBudget struct {
+	mu      sync.Mutex
+	sources map[string]*sourceBudget
+}
+
+type sourceBudget struct {
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+// admit reports whether a refusal from source is recorded and, if so, how
+// many of the source's refusals were left out since its last recorded one.
+func (b *anonymousBudget) admit(source string, now time.Time) (bool, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sources == nil {
+		b.sources = map[string]*sourceBudget{}
+	}
+	s := b.sources[source]
+	if s == nil {
+		if len(b.sources) >= anonymousSources {
+			b.forgetRefilled(now)
+		}
+		if len(b.sources) >= anonymousSources {
+			source = otherSources
+		}
+		if s = b.sources[source]; s == nil {
+			s = &sourceBudget{tokens: anonymousBurst, last: now}
+			b.sources[source] = s
+		}
+	}
+	s.tokens = min(anonymousBurst, s.tokens+now.Sub(s.last).Minutes()*anonymousPerMinute)
+	s.last = now
+	if s.tokens < 1 {
+		s.suppressed++
+		return false, 0
+	}
+	s.tokens--
+	n := s.suppressed
+	s.suppressed = 0
+	return true, n
+}
+
+// forgetRefilled drops the sources whose budget is whole again and who
+// have nothing left out: they are as good as new.
+func (b *anonymousBudget) forgetRefilled(now time.Time) {
+	for k, s := range b.sources {
+		if s.suppressed == 0 && s.tokens+now.Sub(s.last).Minutes()*anonymousPerMinute >= anonymousBurst {
+			delete(b.sources, k)
+		}
+	}
+}
+
 // auditLog records entries in the store and appends them to the file.
 type auditLog struct {
 	store *store.Store
 	path  string
 	seq   atomic.Uint64
+	// anonymous bounds what unauthenticated refusals write.
+	anonymous anonymousBudget
 
 	mu   sync.Mutex
 	file *os.File
@@ -63,6 +137,21 @@ func setAuditSubject(r *http.Request, name string) {
 func withAuditSubject(r *http.Request) (*http.Request, *string) {
 	subject := new(string)
 	return r.WithContext(context.WithValue(r.Context(), auditSubjectKey{}, subject)), subject
+}
+
+// admit reports whether entry e is recorded, filling in how many were
+// left out before it (see anonymousBudget).
+func (a *auditLog) admit(e *v1.AuditEntry, remote string, now time.Time) bool {
+	if e.Actor != anonymousActor || e.Status < 400 {
+		return true
+	}
+	source := otherSources
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		source = netaddr.SourceKey(ap.Addr())
+	}
+	ok, suppressed := a.anonymous.admit(source, now)
+	e.Suppressed = suppressed
+	return ok
 }
 
 // record stores one entry and appends it to the file; a failure is the
@@ -192,6 +281,9 @@ func (c *Controller) handleAudit(w http.ResponseWriter, r *http.Request, _ princ
 	return nil
 }
 
+// anonymousActor is the actor of a caller who has not authenticated.
+const anonymousActor = "anonymous"
+
 // auditEntry is what route records for one request.
 func auditEntry(r *http.Request, pattern string, who principal, subject string, status int, code string, now time.Time) v1.AuditEntry {
 	e := v1.AuditEntry{Time: now.UTC(), Method: r.Method, Route: pattern, Path: r.URL.Path, Remote: r.RemoteAddr,
@@ -209,7 +301,7 @@ func auditEntry(r *http.Request, pattern string, who principal, subject string, 
 			e.User = who.name
 		}
 	default:
-		e.Actor = "anonymous"
+		e.Actor = anonymousActor
 		e.User = subject
 	}
 	return e

@@ -3,11 +3,13 @@ package controller
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
@@ -114,5 +116,104 @@ func TestAuditRecordsChangesWithoutSecrets(t *testing.T) {
 		if strings.Contains(string(stored), secret) {
 			t.Errorf("the store holds a password in clear")
 		}
+	}
+}
+
+// Refusals of callers who have not authenticated cannot fill the disk:
+// each source gets a burst, then a rate; the rest are counted, in a metric
+// and in the source's next entry. An authenticated caller's refusals are
+// all recorded.
+func TestAnonymousRefusalsAreAuditedWithinABudget(t *testing.T) {
+	tc := startController(t, t.TempDir())
+	const sent = anonymousBurst + 20
+	anon := tc.anonClient()
+	start := time.Now()
+	for i := range sent {
+		if r := doJSON(t, anon, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: "mallory", Password: "mallory's own password"}); r.status != http.StatusUnauthorized {
+			t.Fatalf("anonymous request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	anonymous := func() []v1.AuditEntry {
+		var list v1.AuditList
+		doJSON(t, tc.admin, "GET", tc.url+v1.PathAudit, nil).decode(t, &list)
+		var out []v1.AuditEntry
+		for _, e := range list.Items {
+			if e.Actor == "anonymous" && e.Route == "POST "+v1.PathUsers {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	// The budget refills at one a second: a slow run keeps a few more.
+	refilled := int(time.Since(start).Seconds()*anonymousPerMinute/60) + 1
+	kept := len(anonymous())
+	if kept < anonymousBurst || kept > anonymousBurst+refilled {
+		t.Fatalf("%d of %d anonymous refusals recorded, want the burst of %d", kept, sent, anonymousBurst)
+	}
+	metrics := doJSON(t, tc.admin, "GET", tc.url+v1.PathMetrics, nil)
+	if want := fmt.Sprintf("harmony_controller_audit_suppressed_total %d\n", sent-kept); !strings.Contains(string(metrics.body), want) {
+		t.Errorf("metrics lack %q", want)
+	}
+	// A minute later the source is recorded again, with what was left out.
+	tc.clock.Advance(time.Minute)
+	doJSON(t, anon, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: "mallory", Password: "mallory's own password"})
+	entries := anonymous()
+	if last := entries[len(entries)-1]; len(entries) != kept+1 || last.Suppressed != sent-kept {
+		t.Errorf("after a minute: %d entries, the last %+v; want %d, saying %d left out", len(entries), last, kept+1, sent-kept)
+	}
+
+	// A signed-in user's refusals are all recorded.
+	if r := doJSON(t, tc.admin, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: "alice", Password: "alice's own password"}); r.status != http.StatusCreated {
+		t.Fatalf("create alice: %d %s", r.status, r.body)
+	}
+	alice := tc.loginClient("alice", "alice's own password")
+	for range sent {
+		if r := doJSON(t, alice, "POST", tc.url+v1.PathUsers, v1.UserCreate{Name: "mallory", Password: "mallory's own password"}); r.status != http.StatusForbidden {
+			t.Fatalf("alice creates a user: %d", r.status)
+		}
+	}
+	var list v1.AuditList
+	doJSON(t, tc.admin, "GET", tc.url+v1.PathAudit+"?user=alice", nil).decode(t, &list)
+	refused := 0
+	for _, e := range list.Items {
+		if e.Status == http.StatusForbidden {
+			refused++
+		}
+	}
+	if refused != sent {
+		t.Errorf("%d of alice's %d refusals recorded", refused, sent)
+	}
+}
+
+// The budget's memory is bounded: past anonymousSources sources, the
+// refilled ones are forgotten, and new ones share one budget until then.
+func TestAnonymousBudgetIsBounded(t *testing.T) {
+	var b anonymousBudget
+	now := time.Now()
+	for i := range anonymousSources {
+		if ok, _ := b.admit(fmt.Sprintf("198.18.%d.%d", i/256, i%256), now); !ok {
+			t.Fatalf("source %d refused its first entry", i)
+		}
+	}
+	for i := range anonymousBurst {
+		if ok, _ := b.admit("198.19.0.1", now); !ok {
+			t.Fatalf("overflow entry %d refused", i)
+		}
+	}
+	if ok, _ := b.admit("198.19.0.2", now); ok || len(b.sources) != anonymousSources+1 {
+		t.Fatalf("a new source past the bound: admitted %v, %d sources tracked", ok, len(b.sources))
+	}
+	// A minute on, every budget is whole again: the next new source finds
+	// room, and only the one with refusals left out is kept.
+	later := now.Add(time.Minute)
+	ok, suppressed := b.admit("198.19.0.3", later)
+	if !ok || suppressed != 0 || len(b.sources) != 2 {
+		t.Errorf("after a minute: admitted %v (%d left out), %d sources tracked, want 2", ok, suppressed, len(b.sources))
+	}
+	if ok, suppressed := b.admit("198.19.0.2", later); !ok || suppressed != 0 {
+		t.Errorf("198.19.0.2 after a minute: %v, %d", ok, suppressed)
+	}
+	if ok, suppressed := b.admit(otherSources, later); !ok || suppressed != 1 {
+		t.Errorf("the shared budget after a minute: %v, %d left out, want 1", ok, suppressed)
 	}
 }

@@ -145,7 +145,11 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 			}
 			c.metrics.requestDuration.WithLabelValues(label, r.Method, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
 			if audit {
-				if err := c.audit.record(auditEntry(r, label, who, *subject, rec.status, code, c.now())); err != nil {
+				now := c.now()
+				e := auditEntry(r, label, who, *subject, rec.status, code, now)
+				if !c.audit.admit(&e, r.RemoteAddr, now) {
+					c.metrics.auditSuppressed.Inc()
+				} else if err := c.audit.record(e); err != nil {
 					c.log.Error("audit entry not recorded", "route", label, "err", err)
 				}
 			}

@@ -19,6 +19,7 @@ type metrics struct {
 	renewals        *prometheus.CounterVec
 	activeWatches   prometheus.Gauge
 	requestDuration *prometheus.HistogramVec
+	auditSuppressed prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -41,8 +42,12 @@ func newMetrics() *metrics {
 			Help:    "HTTP request latency by route, method and status code. Role watches include their wait.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"route", "method", "code"}),
+		auditSuppressed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "harmony_controller_audit_suppressed_total",
+			Help: "Refused requests of unauthenticated callers left out of the audit trail: past each source's budget.",
+		}),
 	}
-	m.registry.MustRegister(m.enrollments, m.renewals, m.activeWatches, m.requestDuration,
+	m.registry.MustRegister(m.enrollments, m.renewals, m.activeWatches, m.requestDuration, m.auditSuppressed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Collector("harmony_controller"))
 	// Show the refusal reasons at zero before the first one happens.

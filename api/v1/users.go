@@ -315,6 +315,10 @@ type AuditEntry struct {
 	Cluster string `json:"cluster,omitempty"`
 	Status  int    `json:"status"`
 	Code    string `json:"code,omitempty"`
+	// Suppressed counts the refusals of unauthenticated callers from the
+	// same source (an IPv4 address, an IPv6 /64) left out of the trail
+	// since the source's previous entry: each source has a budget.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
 // AuditList answers GET PathAudit.

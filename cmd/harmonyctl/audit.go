@@ -18,7 +18,10 @@ func auditCommand(g *globals) *cobra.Command {
 		Long: `Every request that changes something (logins and enrollments too, refused
 ones included) is recorded with who, from where, what, when and the answer,
 never with its body. The controller keeps 90 days in its store and appends
-every entry to DATA_DIR/audit.log (JSON lines, 0600) for shipping.`,
+every entry to DATA_DIR/audit.log (JSON lines, 0600) for shipping.
+Refusals of callers who have not signed in are kept within a budget per
+source address (an IPv6 /64): 60 at once, then 60 a minute; an entry
+after a gap says how many of its source's were left out ("+N left out").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.client()
@@ -36,6 +39,9 @@ every entry to DATA_DIR/audit.log (JSON lines, 0600) for shipping.`,
 					answer := fmt.Sprint(e.Status)
 					if e.Code != "" {
 						answer += " " + e.Code
+					}
+					if e.Suppressed > 0 {
+						answer += fmt.Sprintf(" (+%d left out)", e.Suppressed)
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s %s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), e.Actor, e.Remote, e.Method, e.Path, dash(e.Cluster), answer)
 				}

@@ -24,6 +24,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/netaddr"
 )
 
 // SetupTokenFile is where a controller with no admin user writes the
@@ -296,18 +297,6 @@ func checkSetup(tx *store.Tx, req v1.SetupRequest) error {
 // normalName is a sign-in name as users are keyed: "Alice" is "alice".
 func normalName(name string) string { return strings.ToLower(name) }
 
-// addressKey is what the per-address throttle counts a login's source
-// by: an IPv4 address, or an IPv6 address's /64, since one host is
-// routinely given a whole /64 and could otherwise guess from as many
-// addresses as it likes.
-func addressKey(remote netip.Addr) string {
-	remote = remote.Unmap()
-	if remote.Is4() {
-		return remote.String()
-	}
-	return netip.PrefixFrom(remote.WithZone(""), 64).Masked().String()
-}
-
 // Login checks a user's password and starts a session. Throttled keys are
 // refused before the password is looked at. A local user is checked here;
 // any other name, when a directory is set, in the directory, which also
@@ -315,7 +304,7 @@ func addressKey(remote netip.Addr) string {
 func (s *Service) Login(ctx context.Context, name, password string, remote netip.Addr) (v1.Session, error) {
 	now := s.now()
 	name = normalName(name)
-	remoteText, addrKey := remote.Unmap().String(), addressKey(remote)
+	remoteText, addrKey := remote.Unmap().String(), netaddr.SourceKey(remote)
 	if wait := s.addresses.begin(addrKey, now); wait > 0 {
 		return v1.Session{}, &ThrottledError{RetryAfter: wait, Of: "address"}
 	}

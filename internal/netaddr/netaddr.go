@@ -1,4 +1,4 @@
-// Package netaddr filters interface addresses.
+// Package netaddr filters interface addresses and keys request sources.
 package netaddr
 
 import (
@@ -16,4 +16,16 @@ func GlobalUnicast(addrs []net.Addr) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// SourceKey is what a per-source limit counts a request's source by: an
+// IPv4 address, or an IPv6 address's /64, since one host is routinely
+// given a whole /64 and could otherwise send from as many addresses as it
+// likes.
+func SourceKey(remote netip.Addr) string {
+	remote = remote.Unmap()
+	if remote.Is4() {
+		return remote.String()
+	}
+	return netip.PrefixFrom(remote.WithZone(""), 64).Masked().String()
 }

@@ -677,7 +677,7 @@ async function showAudit() {
   show(el("h1", {}, "Audit log (the last 24 hours, newest first)"),
     items.length === 0 ? el("p", { class: "empty" }, "Nothing recorded.")
       : table("Audit log", [["Time", (a) => when(a.time)], ["Who", (a) => a.user || a.actor], ["Request", (a) => `${a.method} ${a.path}`],
-        ["Status", (a) => `${a.status}${a.code ? " " + a.code : ""}`], ["From", (a) => a.remote]], items));
+        ["Status", (a) => `${a.status}${a.code ? " " + a.code : ""}${a.suppressed ? ` (+${a.suppressed} left out)` : ""}`], ["From", (a) => a.remote]], items));
 }
 
 async function showCreate() {
