@@ -30,7 +30,7 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 		if err != nil {
 			// Not knowing is no reason to leave the state: etcd starts
 			// from it as before, and the next pass asks again.
-			log.Warn("could not tell whether the cluster still has this member", "err", err)
+			log.Info("could not tell whether the cluster still has this member", "err", err)
 		}
 		if removed != nil {
 			aside, stopped, err := c.setAside(ctx, host, s, *removed)
