@@ -17,14 +17,14 @@ const ClientCommonName = "harmony-agent"
 
 // ensureCerts makes the member's certificates from the etcd CA: the server
 // certificate clients see, the peer certificate members see, and the
-// client certificate the agent itself presents. caChanged says the trusted
-// CA file changed, which etcd reads only at start.
-func ensureCerts(host *reconcile.Host, s settings) (caChanged bool, actions []string, err error) {
+// client certificate the agent itself presents. etcd reads the trusted CA
+// only at start: a new one owes it a restart, recorded before the file
+// changes.
+func ensureCerts(host *reconcile.Host, s settings) (actions []string, err error) {
 	dir := host.Path(PKIDir)
-	// etcd reads the trusted CA only at start: a new one owes a restart.
-	caChanged, err = s.ca.WriteCACert(filepath.Join(dir, caFile), host.OweReload(UnitName))
+	caChanged, err := s.ca.WriteCACert(filepath.Join(dir, caFile), host.OweReload(UnitName))
 	if err != nil {
-		return false, nil, fmt.Errorf("write %s/%s: %w", PKIDir, caFile, err)
+		return nil, fmt.Errorf("write %s/%s: %w", PKIDir, caFile, err)
 	}
 	if caChanged {
 		actions = append(actions, "wrote "+PKIDir+"/"+caFile)
@@ -54,13 +54,13 @@ func ensureCerts(host *reconcile.Host, s settings) (caChanged bool, actions []st
 	} {
 		changed, err := s.ca.Ensure(filepath.Join(dir, c.cert), filepath.Join(dir, c.key), c.leaf)
 		if err != nil {
-			return caChanged, actions, fmt.Errorf("%s certificate: %w", c.what, err)
+			return actions, fmt.Errorf("%s certificate: %w", c.what, err)
 		}
 		if changed {
 			actions = append(actions, "issued "+c.what+" certificate")
 		}
 	}
-	return caChanged, actions, nil
+	return actions, nil
 }
 
 // clientTLS is the agent's TLS configuration towards the members: its

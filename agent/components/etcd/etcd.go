@@ -108,7 +108,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return c.fail(ctx, host, st, fmt.Errorf("role: %w", err))
 	}
-	caChanged, actions, err := ensureCerts(host, s)
+	actions, err := ensureCerts(host, s)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {
 		return c.fail(ctx, host, st, err)
@@ -144,8 +144,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		Token: s.token, Bootstrap: boot,
 	})
 	// Only a new CA restarts a running member: etcd reads the trusted CA
-	// at start, and its own certificates on every handshake.
-	actions, err = host.RunUnit(ctx, unit, caChanged)
+	// at start, and its own certificates on every handshake. ensureCerts
+	// owed that restart before the CA file changed.
+	actions, err = host.RunUnit(ctx, unit, false)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {
 		return c.fail(ctx, host, st, err)

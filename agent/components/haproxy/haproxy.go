@@ -141,7 +141,6 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		return fail(fmt.Errorf("create %s: %w", p.RunDir, err))
 	}
 
-	var filesChanged bool
 	unit := c.Unit(host)
 	owe := host.OweReload(unit.Name)
 	if caPEM != nil {
@@ -160,7 +159,6 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return fail(writeErr(CAFile, err))
 		}
 		if changed {
-			filesChanged = true
 			st.Actions = append(st.Actions, "wrote "+CAFile)
 		}
 	}
@@ -171,7 +169,6 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		return fail(writeErr(ConfigFile, err))
 	}
 	if changed {
-		filesChanged = true
 		st.Actions = append(st.Actions, "wrote "+ConfigFile)
 	}
 	if caPEM == nil {
@@ -182,7 +179,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			return fail(fmt.Errorf("remove stale %s: %w", CAFile, err))
 		}
 	}
-	actions, err := host.RunUnit(ctx, unit, filesChanged)
+	// Reloads owed for the files written above were recorded before they
+	// replaced the old ones (files.WriteOwing).
+	actions, err := host.RunUnit(ctx, unit, false)
 	if err != nil {
 		return fail(err)
 	}

@@ -169,7 +169,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			"--checkers_pid", host.Path(runDir + "/checkers.pid")},
 		ReloadSignal: syscall.SIGHUP,
 	}
-	actions, err := host.RunUnit(ctx, unit, written)
+	// A reload owed for the new config was recorded before it replaced
+	// the old (files.WriteOwing), so that a failure since cannot lose it.
+	actions, err := host.RunUnit(ctx, unit, false)
 	if err != nil {
 		return failed(st, "%v", err)
 	}
