@@ -156,6 +156,11 @@ func peerURL(ip netip.Addr, port int) string {
 
 func clientURL(ip netip.Addr, port int) string { return peerURL(ip, port) }
 
+// localClientURL is where the agent asks the member on its own host.
+func (c *Component) localClientURL() string {
+	return clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+}
+
 // unitParams are the inputs of the unit definition.
 type unitParams struct {
 	Binary string

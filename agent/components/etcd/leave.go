@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -55,7 +54,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 	}
 	// The member's client certificate is what the other members trust;
 	// issued again if it went missing.
-	_, actions, err := ensureCerts(host, s)
+	actions, err := ensureCerts(host, s)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {
 		return leaveFailed(st, err)
@@ -90,7 +89,7 @@ func (c *Component) Leave(ctx context.Context, host *reconcile.Host, role *v1.Ro
 // returns what happened, for the status and the marker.
 func (c *Component) leave(ctx context.Context, host *reconcile.Host, s settings, cl *Client) (string, []string, error) {
 	log := logger(host)
-	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	local := c.localClientURL()
 	status, statusErr := cl.Status(ctx, local)
 	endpoint, members, err := c.findCluster(ctx, cl, s)
 	if err != nil {
@@ -184,7 +183,7 @@ func (c *Component) handOverMember(ctx context.Context, host *reconcile.Host, ro
 	}
 	cl := newClient(tlsConfig, c.cfg.DialContext, c.cfg.RequestTimeout)
 	defer cl.Close()
-	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	local := c.localClientURL()
 	note := "the member was not running; its data stays for the new VM"
 	if status, err := cl.Status(ctx, local); err == nil {
 		note = fmt.Sprintf("member %x stopped for its replacement, still in the cluster; its data stays for the new VM", status.MemberID)

@@ -139,7 +139,7 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 // from it for good. Nil when the member is in the list, when it serves
 // (a removed member stops itself), or when nobody can say.
 func (c *Component) removedState(ctx context.Context, cl *Client, s settings, dataDir string) (*walIdentity, error) {
-	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	local := c.localClientURL()
 	if _, err := cl.Status(ctx, local); err == nil {
 		return nil, nil
 	}
@@ -301,7 +301,7 @@ func (o observation) message(name string) string {
 // up to PromoteWait for it to catch up (and, when it joined in this pass,
 // to start).
 func (c *Component) observe(ctx context.Context, cl *Client, s settings, joined bool) (observation, []string) {
-	local := clientURL(netip.AddrFrom4([4]byte{127, 0, 0, 1}), c.cfg.ClientPort)
+	local := c.localClientURL()
 	var o observation
 	var actions []string
 	deadline := time.Now().Add(c.cfg.PromoteWait)
