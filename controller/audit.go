@@ -85,8 +85,7 @@ func (b *anonymousBudget) admit(source string, now time.Time) (bool, int) {
 			b.sources[source] = s
 		}
 	}
-	s.tokens = min(anonymousBurst, s.tokens+now.Sub(s.last).Minutes()*anonymousPerMinute)
-	s.last = now
+	s.tokens, s.last = s.refilled(now), now
 	if s.tokens < 1 {
 		s.suppressed++
 		return false, 0
@@ -97,11 +96,16 @@ func (b *anonymousBudget) admit(source string, now time.Time) (bool, int) {
 	return true, n
 }
 
+// refilled is what the source may write at now.
+func (s *sourceBudget) refilled(now time.Time) float64 {
+	return min(anonymousBurst, s.tokens+now.Sub(s.last).Minutes()*anonymousPerMinute)
+}
+
 // forgetRefilled drops the sources whose budget is whole again and who
 // have nothing left out: they are as good as new.
 func (b *anonymousBudget) forgetRefilled(now time.Time) {
 	for k, s := range b.sources {
-		if s.suppressed == 0 && s.tokens+now.Sub(s.last).Minutes()*anonymousPerMinute >= anonymousBurst {
+		if s.suppressed == 0 && s.refilled(now) >= anonymousBurst {
 			delete(b.sources, k)
 		}
 	}
