@@ -145,13 +145,13 @@ func withAuditSubject(r *http.Request) (*http.Request, *string) {
 
 // admit reports whether entry e is recorded, filling in how many were
 // left out before it (see anonymousBudget).
-func (a *auditLog) admit(e *v1.AuditEntry, remote string, now time.Time) bool {
+func (a *auditLog) admit(e *v1.AuditEntry, remote netip.Addr, now time.Time) bool {
 	if e.Actor != anonymousActor || e.Status < 400 {
 		return true
 	}
 	source := otherSources
-	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		source = netaddr.SourceKey(ap.Addr())
+	if remote.IsValid() {
+		source = netaddr.SourceKey(remote)
 	}
 	ok, suppressed := a.anonymous.admit(source, now)
 	e.Suppressed = suppressed

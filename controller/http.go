@@ -147,7 +147,7 @@ func (c *Controller) route(mux *http.ServeMux, pattern string, bodyLimit int64, 
 			if audit {
 				now := c.now()
 				e := auditEntry(r, label, who, *subject, rec.status, code, now)
-				if !c.audit.admit(&e, r.RemoteAddr, now) {
+				if !c.audit.admit(&e, remoteAddr(r), now) {
 					c.metrics.auditSuppressed.Inc()
 				} else if err := c.audit.record(e); err != nil {
 					c.log.Error("audit entry not recorded", "route", label, "err", err)
