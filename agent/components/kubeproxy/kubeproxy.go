@@ -163,8 +163,11 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	if err != nil {
 		return st.Failed(err)
 	}
+	// systemd-modules-load has run before the agent starts (sysinit), so
+	// no IPVS now means this image's kernel will not have it: refused, so
+	// that a replacement VM rolls back at once instead of timing out.
 	if p.mode == v1.KubeProxyIPVS && !exists(host.Path(ipvsFile)) {
-		return st.Failed(fmt.Errorf("cluster.kubeProxyMode: ipvs, and this kernel has no IPVS (no %s; the image loads ip_vs at boot): choose iptables or nftables in the cluster spec's network.kubeProxyMode", ipvsFile))
+		return st.Failed(reconcile.Refuse(fmt.Errorf("cluster.kubeProxyMode: ipvs, and this kernel has no IPVS (no %s; the image loads ip_vs at boot): choose iptables or nftables in the cluster spec's network.kubeProxyMode", ipvsFile)))
 	}
 	data, err := render(host, p)
 	if err != nil {

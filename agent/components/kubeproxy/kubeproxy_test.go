@@ -123,12 +123,13 @@ func TestReconcileHealthyWhenSynced(t *testing.T) {
 }
 
 // IPVS, the default, needs the kernel's IPVS: without it the component
-// fails with what to change, and starts nothing.
+// refuses the role for good (no retry gives the image's kernel IPVS), says
+// what to change, and starts nothing.
 func TestIPVSNeedsTheKernel(t *testing.T) {
 	host, rec, cfg := testHost(t, false)
 	write(t, host.Path(kubeadm.KubeletKubeconfig), "placeholder", 0o600)
 	st := New(cfg).Reconcile(context.Background(), host, testRole(v1.RoleWorker, ""))
-	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "network.kubeProxyMode") || !strings.Contains(st.Message, ipvsFile) {
+	if st.Phase != reconcile.PhaseRefused || !strings.Contains(st.Message, "network.kubeProxyMode") || !strings.Contains(st.Message, ipvsFile) {
 		t.Errorf("status %+v", st)
 	}
 	if _, ok := rec.Unit(Name); ok {
