@@ -219,9 +219,12 @@ func (h *Host) StopUnit(ctx context.Context, name string) ([]string, error) {
 // if the agent died between writing the files and reloading.
 type ReloadMarker struct{ path string }
 
+// ReloadMarkerDir holds one marker file per unit that owes a reload.
+const ReloadMarkerDir = "/var/lib/harmony/reload-pending"
+
 // ReloadMarker returns the marker of the named unit.
 func (h *Host) ReloadMarker(unit string) ReloadMarker {
-	return ReloadMarker{path: h.Path(filepath.Join("/var/lib/harmony/reload-pending", unit))}
+	return ReloadMarker{path: h.Path(filepath.Join(ReloadMarkerDir, unit))}
 }
 
 // Set records that a reload is owed.

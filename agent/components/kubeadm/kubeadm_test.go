@@ -512,3 +512,65 @@ func TestJoinWaitsForTheImageImport(t *testing.T) {
 		})
 	}
 }
+
+// The stand-in apiserver reads its certificates only at start, so a new
+// cluster CA must owe its restart before any file it reads changes. While
+// the debt cannot be recorded (the marker's directory is a file here), the
+// pass fails and changes nothing; once it can, the next pass writes the
+// new PKI and restarts the apiserver.
+func TestStandInRestartIsOwedBeforeItsCertificatesChange(t *testing.T) {
+	bin := k8sBin(t)
+	cl := newTestCluster(t)
+	ctx := context.Background()
+	rec := servicetest.New()
+	root := t.TempDir()
+	host := &reconcile.Host{Root: root, Services: rec, Log: slog.New(slog.DiscardHandler)}
+	c := New(Config{
+		Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
+		StandInForKubelet: true, DialContext: refuseDial,
+	})
+	if st := c.Reconcile(ctx, host, cl.role(t, "m1", 0)); st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("first pass: %+v", st)
+	}
+	rec.TakeCalls()
+
+	rotated := cl.role(t, "m1", 0)
+	rotated.PKI.ClusterCA = newTestCluster(t).clusterCA
+	blocker := host.Path(reconcile.ReloadMarkerDir)
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotFiles(t, root)
+	if st := c.Reconcile(ctx, host, rotated); st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "mark reload") {
+		t.Errorf("pass that cannot owe the restart: %+v", st)
+	}
+	after := snapshotFiles(t, root)
+	for path, data := range after {
+		if before[path] != data {
+			t.Errorf("%s changed while the apiserver's restart could not be owed", strings.TrimPrefix(path, root))
+		}
+	}
+	if calls := rec.TakeCalls(); len(calls) != 0 {
+		t.Errorf("units touched: %q", calls)
+	}
+
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Reconcile(ctx, host, rotated)
+	if st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("pass after the marker's directory came back: %+v", st)
+	}
+	if got := string(readFile(t, host.Path(CACertFile))); got != rotated.PKI.ClusterCA.Certificate {
+		t.Error("ca.crt is not the rotated CA")
+	}
+	if calls := rec.TakeCalls(); !slices.Contains(calls, "reload "+APIServerUnit) {
+		t.Errorf("the apiserver was not restarted for its new certificates: %q", calls)
+	}
+	if host.ReloadMarker(APIServerUnit).Pending() {
+		t.Error("the restart is still owed after it happened")
+	}
+}

@@ -17,8 +17,14 @@ import (
 // apiserver (standing in for the kubelet when there is none), and on the
 // first master the cluster-wide phases.
 func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, role *v1.Role, p *plan, st reconcile.Status) reconcile.Status {
+	// owe records, before a certificate, key or manifest the stand-in
+	// apiserver reads at start changes, that it must restart: an agent
+	// killed in between leaves the restart to the next pass. A kubelet
+	// watches its manifests itself.
+	var owe func() error
 	if c.cfg.StandInForKubelet {
 		st.Units = []string{APIServerUnit}
+		owe = host.OweReload(APIServerUnit)
 	}
 	fail := func(err error) reconcile.Status { return c.fail(ctx, host, st, err) }
 
@@ -55,7 +61,7 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	if err := restoreAfterHandOver(host, &st); err != nil {
 		return fail(err)
 	}
-	pkiDigest, pkiChanged, err := writePKI(host, role, &st)
+	pkiDigest, err := writePKI(host, role, owe, &st)
 	if err != nil {
 		return fail(err)
 	}
@@ -77,8 +83,7 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 			return fail(err)
 		}
 	}
-	phasesRan, err := c.localPhases(ctx, host, p, initYAML, pkiDigest, &st)
-	if err != nil {
+	if err := c.localPhases(ctx, host, p, initYAML, pkiDigest, owe, &st); err != nil {
 		return fail(err)
 	}
 	if c.cfg.Kubelet && p.first && !exists(host.Path(KubeletConfigFile)) {
@@ -99,9 +104,10 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 			logger(host).Info("no kubelet on this host: the agent runs kube-apiserver from its static-pod manifest as a process, standing in for the kubelet",
 				"manifest", APIServerManifest, "unit", APIServerUnit)
 		}
-		// New certificates or keys (a rotated CA, new SANs): restart it,
-		// since it reads several of them only at start.
-		actions, err := host.RunUnit(ctx, unit, pkiChanged || phasesRan)
+		// New certificates or keys (a rotated CA, new SANs) owed a
+		// restart above (owe), since it reads several of them only at
+		// start; RunUnit pays that debt.
+		actions, err := host.RunUnit(ctx, unit, false)
 		if err != nil {
 			return fail(err)
 		}

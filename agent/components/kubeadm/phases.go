@@ -32,15 +32,20 @@ const (
 // localPhases runs kubeadm's per-master phases (certs, kubeconfig,
 // control-plane) when their inputs changed or an output is missing.
 // kubeadm keeps valid existing certificates and kubeconfigs, so a rerun
-// changes only what must change. ran reports whether they ran.
-func (c *Component) localPhases(ctx context.Context, host *reconcile.Host, p *plan, initYAML []byte, pkiDigest string, st *reconcile.Status) (ran bool, err error) {
+// changes only what must change. owe (if not nil) runs before they do.
+func (c *Component) localPhases(ctx context.Context, host *reconcile.Host, p *plan, initYAML []byte, pkiDigest string, owe func() error, st *reconcile.Status) error {
 	kubeconfigPhases := []string{"all"}
 	if !p.first {
 		kubeconfigPhases = []string{"admin", "controller-manager", "scheduler"}
 	}
 	record := digest(c.version, string(initYAML), pkiDigest, strings.Join(kubeconfigPhases, ","))
 	if old, err := os.ReadFile(host.Path(localPhasesRecord)); err == nil && string(old) == record && allExist(host, localOutputs(p)) {
-		return false, nil
+		return nil
+	}
+	if owe != nil {
+		if err := owe(); err != nil {
+			return err
+		}
 	}
 
 	phases := [][]string{{"certs", "all"}}
@@ -51,14 +56,12 @@ func (c *Component) localPhases(ctx context.Context, host *reconcile.Host, p *pl
 	for _, ph := range phases {
 		args := append([]string{"init", "phase"}, ph...)
 		if _, err := c.kubeadm(ctx, host, p.token, append(args, "--config", InitConfigFile)...); err != nil {
-			return false, err
+			return err
 		}
 		st.Actions = append(st.Actions, "ran kubeadm init phase "+strings.Join(ph, " "))
 	}
-	if _, err := files.Write(host.Path(localPhasesRecord), []byte(record), 0o600, nil); err != nil {
-		return true, err
-	}
-	return true, nil
+	_, err := files.Write(host.Path(localPhasesRecord), []byte(record), 0o600, nil)
+	return err
 }
 
 // localOutputs are what the local phases make; one missing reruns them.

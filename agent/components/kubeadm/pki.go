@@ -29,20 +29,21 @@ var etcdClientLeaf = pki.Leaf{
 // writePKI puts the role's cluster CAs where kubeadm expects them (keys
 // 0600; of the etcd CA only the certificate), the service account key pair,
 // and the apiserver's etcd client certificate. digest identifies what the
-// local phases read from here; changed reports any new file.
-func writePKI(host *reconcile.Host, role *v1.Role, st *reconcile.Status) (digest string, changed bool, err error) {
+// local phases read from here. owe (if not nil) runs before any of them
+// changes.
+func writePKI(host *reconcile.Host, role *v1.Role, owe func() error, st *reconcile.Status) (digest string, err error) {
 	r := role.PKI
 	saKey, err := v1.ParsePrivateKeyPEM([]byte(r.ServiceAccountKey))
 	if err != nil {
-		return "", false, fmt.Errorf("pki.serviceAccountKey: %w", err)
+		return "", fmt.Errorf("pki.serviceAccountKey: %w", err)
 	}
 	signer, ok := saKey.(crypto.Signer)
 	if !ok {
-		return "", false, fmt.Errorf("pki.serviceAccountKey: a %T cannot sign tokens", saKey)
+		return "", fmt.Errorf("pki.serviceAccountKey: a %T cannot sign tokens", saKey)
 	}
 	pubDER, err := x509.MarshalPKIXPublicKey(signer.Public())
 	if err != nil {
-		return "", false, fmt.Errorf("pki.serviceAccountKey: %w", err)
+		return "", fmt.Errorf("pki.serviceAccountKey: %w", err)
 	}
 	saPub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
 
@@ -62,29 +63,27 @@ func writePKI(host *reconcile.Host, role *v1.Role, st *reconcile.Status) (digest
 	h := sha256.New()
 	for _, f := range want {
 		fmt.Fprintf(h, "%s\x00%s\x00", f.nodePath, f.data)
-		c, err := files.Write(host.Path(f.nodePath), []byte(f.data), f.perm, nil)
+		c, err := files.WriteOwing(host.Path(f.nodePath), []byte(f.data), f.perm, nil, owe)
 		if err != nil {
-			return "", false, err
+			return "", err
 		}
 		if c {
-			changed = true
 			st.Actions = append(st.Actions, "wrote "+f.nodePath)
 		}
 	}
 
 	etcdCA, err := pki.LoadCA(r.EtcdCA)
 	if err != nil {
-		return "", false, fmt.Errorf("pki.etcdCA: %w", err)
+		return "", fmt.Errorf("pki.etcdCA: %w", err)
 	}
-	c, err := etcdCA.Ensure(host.Path(EtcdClientCertFile), host.Path(EtcdClientKeyFile), etcdClientLeaf)
+	c, err := etcdCA.EnsureOwing(host.Path(EtcdClientCertFile), host.Path(EtcdClientKeyFile), etcdClientLeaf, owe)
 	if err != nil {
-		return "", false, fmt.Errorf("apiserver etcd client certificate: %w", err)
+		return "", fmt.Errorf("apiserver etcd client certificate: %w", err)
 	}
 	if c {
-		changed = true
 		st.Actions = append(st.Actions, "issued "+EtcdClientCertFile)
 	}
-	return hex.EncodeToString(h.Sum(nil)), changed, nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // kubeadm's leaf certificates, by the CA that signs them.
