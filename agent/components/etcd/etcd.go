@@ -4,8 +4,8 @@
 // owns membership: a member whose data directory survived (a node
 // reimaged with its data disk moved across) restarts as itself, unless
 // the cluster no longer has that member (a replacement joined as a new
-// member and was rolled back): then its state is set aside, kept, and it
-// joins afresh; a member with an empty data directory founds the cluster with the other members
+// member and was rolled back): then its state is set aside (the newest
+// kept) and it joins afresh; a member with an empty data directory founds the cluster with the other members
 // of its role when none of them answers, and otherwise removes its stale
 // namesake, joins as a learner and is promoted once it has caught up.
 package etcd

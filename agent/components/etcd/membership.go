@@ -33,12 +33,11 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 			log.Info("could not tell whether the cluster still has this member", "err", err)
 		}
 		if removed != nil {
-			aside, stopped, err := c.setAside(ctx, host, s, *removed)
-			actions = append(actions, stopped...)
+			aside, done, err := c.setAside(ctx, host, s, *removed)
+			actions = append(actions, done...)
 			if err != nil {
 				return Bootstrap{}, false, actions, err
 			}
-			actions = append(actions, fmt.Sprintf("set aside the state of removed member %x in %s", removed.MemberID, aside))
 			log.Warn("the cluster no longer has the member this data directory is of; its state is set aside and the member joins afresh",
 				"id", fmt.Sprintf("%x", removed.MemberID), "kept", aside)
 			has = false
@@ -157,17 +156,24 @@ func (c *Component) removedState(ctx context.Context, cl *Client, s settings, da
 	return &id, nil
 }
 
+// setAsidePrefix starts the name of a removed member's state set aside in
+// the data directory.
+const setAsidePrefix = "member.removed-"
+
 // setAside stops etcd and moves the removed member's state out of its
 // way, within the data directory (on the data disk, beside the member's
 // new state): it is the only copy of what that member held, so it is kept
 // for an admin to look at or delete. etcd warns about the extra directory
-// and starts.
+// and starts. Only the newest is kept: each can be as large as the
+// member's quota, and a data disk filled by rollbacks would stop etcd;
+// an older one holds what the cluster has moved on from twice since.
+// The actions name what was removed.
 func (c *Component) setAside(ctx context.Context, host *reconcile.Host, s settings, id walIdentity) (string, []string, error) {
 	stopped, err := host.StopUnit(ctx, UnitName)
 	if err != nil {
 		return "", stopped, err
 	}
-	name := fmt.Sprintf("member.removed-%x-%s", id.MemberID, time.Now().UTC().Format("20060102t150405"))
+	name := fmt.Sprintf("%s%x-%s", setAsidePrefix, id.MemberID, time.Now().UTC().Format("20060102t150405"))
 	dataDir := host.Path(s.dataDir)
 	if err := os.Rename(filepath.Join(dataDir, "member"), filepath.Join(dataDir, name)); err != nil {
 		return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
@@ -181,7 +187,34 @@ func (c *Component) setAside(ctx context.Context, host *reconcile.Host, s settin
 			return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
 		}
 	}
-	return filepath.Join(s.dataDir, name), stopped, nil
+	aside := filepath.Join(s.dataDir, name)
+	actions := append(stopped, fmt.Sprintf("set aside the state of removed member %x in %s", id.MemberID, aside))
+	removed, err := removeOlderSetAsides(dataDir, name)
+	actions = append(actions, removed...)
+	if err != nil {
+		return "", actions, err
+	}
+	return aside, actions, nil
+}
+
+// removeOlderSetAsides removes every set-aside state in dataDir but keep.
+// One left half removed by a crash goes the next time.
+func removeOlderSetAsides(dataDir, keep string) ([]string, error) {
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dataDir, err)
+	}
+	var actions []string
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), setAsidePrefix) || e.Name() == keep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
+			return actions, fmt.Errorf("remove an older set-aside state: %w", err)
+		}
+		actions = append(actions, "removed the older set-aside state "+e.Name())
+	}
+	return actions, nil
 }
 
 // errStateAppeared ends a pass that found the data directory empty but

@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,12 @@ func TestRemovedMemberRejoinsAfterARollback(t *testing.T) {
 		}
 	}
 
+	// A state set aside by an earlier rollback: only the newest is kept.
+	const earlier = "member.removed-1-20200101t000000"
+	if err := os.MkdirAll(filepath.Join(dataDir, earlier, "wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
 	st = m2.comp.Reconcile(ctx, m2.host, role)
 	t.Logf("the old VM's pass: %v (%s)", st.Actions, st.Message)
 	if !st.Healthy || st.Phase != reconcile.PhaseConverged {
@@ -88,8 +95,12 @@ func TestRemovedMemberRejoinsAfterARollback(t *testing.T) {
 	}
 	if !strings.HasPrefix(st.Actions[0], "set aside the state of removed member "+hexID(old.MemberID)+" in "+DefaultDataDir+"/member.removed-"+hexID(old.MemberID)+"-") ||
 		!slices.Contains(st.Actions, "removed stale member "+hexID(replacement.MemberID)) ||
-		!slices.Contains(st.Actions, "added learner "+hexID(back.MemberID)) {
+		!slices.Contains(st.Actions, "added learner "+hexID(back.MemberID)) ||
+		!slices.Contains(st.Actions, "removed the older set-aside state "+earlier) {
 		t.Errorf("the old VM's actions: %q", st.Actions)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, earlier)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the earlier set-aside state is still there: %v", err)
 	}
 	members, err := cl.MemberList(ctx, lead.endpoint())
 	if err != nil {
@@ -121,5 +132,38 @@ func TestRemovedMemberRejoinsAfterARollback(t *testing.T) {
 	}
 	if st := m2.comp.Reconcile(ctx, m2.host, role); len(st.Actions) != 0 || !st.Healthy {
 		t.Errorf("the pass after: %+v", st)
+	}
+}
+
+// Only set-aside states are removed, and never the one to keep: the
+// member's own state, other directories and files, even one named like a
+// set-aside state, stay.
+func TestRemoveOlderSetAsidesRemovesOnlyThem(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"member/wal", "member.removed-a-20200101t000000/wal", "member.removed-b-20210101t000000", "member.removed-c-20220101t000000", "other"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "member.removed-file"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	actions, err := removeOlderSetAsides(dir, "member.removed-c-20220101t000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{"member", "member.removed-c-20220101t000000", "member.removed-file", "other"}; !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+	if want := []string{"removed the older set-aside state member.removed-a-20200101t000000", "removed the older set-aside state member.removed-b-20210101t000000"}; !slices.Equal(actions, want) {
+		t.Errorf("actions %q, want %q", actions, want)
 	}
 }
