@@ -46,13 +46,8 @@ func TestConfigsPerRole(t *testing.T) {
 		{node: "w1", want: []string{JoinConfigFile}, absent: []string{InitConfigFile, "/etc/kubernetes/pki/ca.key"}},
 	} {
 		t.Run(tc.node, func(t *testing.T) {
-			rec := servicetest.New()
-			root := t.TempDir()
-			host := &reconcile.Host{Root: root, Services: rec, Log: slog.New(slog.DiscardHandler)}
-			c := New(Config{
-				Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
-				StandInForKubelet: true, DialContext: refuseDial,
-			})
+			c, host, rec := standInHost(t, bin)
+			root := host.Root
 			role := cl.role(t, tc.node, 0)
 			role.ProviderID = v1.VSphereProviderID("4230a5c6-1b2c-3d4e-5f60-718293a4b5c6")
 			master := role.Role == v1.RoleMaster
@@ -519,16 +514,10 @@ func TestJoinWaitsForTheImageImport(t *testing.T) {
 // pass fails and changes nothing; once it can, the next pass writes the
 // new PKI and restarts the apiserver.
 func TestStandInRestartIsOwedBeforeItsCertificatesChange(t *testing.T) {
-	bin := k8sBin(t)
 	cl := newTestCluster(t)
 	ctx := context.Background()
-	rec := servicetest.New()
-	root := t.TempDir()
-	host := &reconcile.Host{Root: root, Services: rec, Log: slog.New(slog.DiscardHandler)}
-	c := New(Config{
-		Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
-		StandInForKubelet: true, DialContext: refuseDial,
-	})
+	c, host, rec := standInHost(t, k8sBin(t))
+	root := host.Root
 	if st := c.Reconcile(ctx, host, cl.role(t, "m1", 0)); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("first pass: %+v", st)
 	}
@@ -573,4 +562,16 @@ func TestStandInRestartIsOwedBeforeItsCertificatesChange(t *testing.T) {
 	if host.ReloadMarker(APIServerUnit).Pending() {
 		t.Error("the restart is still owed after it happened")
 	}
+}
+
+// standInHost is a component with the real kubeadm that stands in for the
+// kubelet, and a host of its own under a new root, whose units are recorded.
+func standInHost(t *testing.T, bin string) (*Component, *reconcile.Host, *servicetest.Recorder) {
+	rec := servicetest.New()
+	host := &reconcile.Host{Root: t.TempDir(), Services: rec, Log: slog.New(slog.DiscardHandler)}
+	c := New(Config{
+		Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
+		StandInForKubelet: true, DialContext: refuseDial,
+	})
+	return c, host, rec
 }
