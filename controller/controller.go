@@ -370,6 +370,7 @@ func (c *Controller) Serve(ctx context.Context) error {
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       withVerifiedChain,
 	}
 	servers := []*http.Server{srv}
 	errs := make(chan error, 3)

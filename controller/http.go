@@ -211,7 +211,7 @@ func (c *Controller) authenticate(r *http.Request) (principal, *apiError) {
 		return principal{}, refuse(http.StatusUnauthorized, v1.CodeNoClientCert, "this endpoint requires a client certificate issued by the controller's CA")
 	}
 	leaf := r.TLS.PeerCertificates[0]
-	if err := c.ca.Verify(leaf, c.now()); err != nil {
+	if err := c.verifyClient(r, leaf); err != nil {
 		return principal{}, refuse(http.StatusUnauthorized, v1.CodeBadClientCert, "client certificate %q is not valid for this controller: %v", leaf.Subject.CommonName, err)
 	}
 	if len(leaf.Subject.Organization) != 1 {
