@@ -19,6 +19,16 @@ import (
 // and when there is no lab at all. Files are removed only when lab.json
 // is there to say they are the lab's.
 func Down(ctx context.Context, stateDir string, log *slog.Logger) error {
+	release, err := claim(stateDir)
+	if err != nil {
+		return fmt.Errorf("lab down: %w", err)
+	}
+	defer release()
+	return down(ctx, stateDir, log)
+}
+
+// down is Down for a caller that holds the state directory's claim.
+func down(ctx context.Context, stateDir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -360,4 +362,76 @@ func TestDiskCloseToEvictionIsRefused(t *testing.T) {
 	if err := checkDiskRoom(state, 0); err == nil || !strings.Contains(err.Error(), "evict") {
 		t.Errorf("a disk at 88%%: %v", err)
 	}
+}
+
+// One lab up or down at a time per state directory: while one holds it,
+// Up and Down on it are refused before they touch anything, a lab in
+// another directory is not held up, and a claim ends with its holder.
+func TestOneLabCommandAtATimePerStateDir(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "kept"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release, err := claim(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(context.Background(), dir, nil); !errors.Is(err, ErrBusy) {
+		t.Errorf("down while another holds the directory: %v", err)
+	}
+	_, err = Up(context.Background(), Config{StateDir: dir, BinDir: t.TempDir(), OVA: "/nonexistent.ova"})
+	if !errors.Is(err, ErrBusy) {
+		t.Errorf("up while another holds the directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kept")); err != nil {
+		t.Errorf("a refused command touched the directory: %v", err)
+	}
+	if r, err := claim(other); err != nil {
+		t.Errorf("another directory: %v", err)
+	} else {
+		r()
+	}
+	release()
+	if err := Down(context.Background(), dir, nil); err != nil {
+		t.Errorf("down once the claim ended: %v", err)
+	}
+
+	// A holder killed outright frees it too: a child process claims the
+	// directory and is killed.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClaimHelperProcess$")
+	cmd.Env = append(os.Environ(), "HARMONY_LAB_CLAIM="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, len("claimed\n"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "claimed\n" {
+		t.Fatalf("helper: %q, %v", line, err)
+	}
+	if _, err := claim(dir); !errors.Is(err, ErrBusy) {
+		t.Errorf("claim while the helper holds it: %v", err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if r, err := claim(dir); err != nil {
+		t.Errorf("claim after its holder was killed: %v", err)
+	} else {
+		r()
+	}
+}
+
+// TestClaimHelperProcess holds a claim until killed, for the test above.
+func TestClaimHelperProcess(t *testing.T) {
+	dir := os.Getenv("HARMONY_LAB_CLAIM")
+	if dir == "" {
+		t.Skip("run by TestOneLabCommandAtATimePerStateDir")
+	}
+	if _, err := claim(dir); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("claimed\n")
+	time.Sleep(time.Hour)
 }

@@ -45,11 +45,17 @@ const kubeconfigLifetime = 7 * 24 * time.Hour
 // Up builds the lab as a user builds Harmony on vSphere, and returns once
 // the cluster is ready: every node Ready and /readyz answering through
 // the VIP. A lab already in StateDir is taken down first. On error the
-// lab is left as it is, for its logs; Down removes it.
+// lab is left as it is, for its logs; Down removes it. One Up or Down at a
+// time works on a state directory: another gets ErrBusy.
 func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
+	release, err := claim(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("lab: %w", err)
+	}
+	defer release()
 	log := cfg.Log
 	sum := &Summary{Started: time.Now(), StateDir: cfg.StateDir, Cluster: ClusterName,
 		Enrolled: map[string]time.Time{}, Ready: map[string]time.Time{}}
@@ -63,7 +69,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := checkTools(cfg); err != nil {
 		return nil, err
 	}
-	if err := Down(ctx, cfg.StateDir, log); err != nil {
+	if err := down(ctx, cfg.StateDir, log); err != nil {
 		return nil, fmt.Errorf("lab: remove the previous lab: %w", err)
 	}
 	if err := checkSubnetFree(ctx, nil, cfg.Subnet); err != nil {
