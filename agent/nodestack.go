@@ -27,7 +27,7 @@ import (
 type nodeStack struct {
 	runner *reconcile.Runner
 	// members are the components that know the local etcd member.
-	members []interface{ MemberID() string }
+	members []etcdMember
 	// nodes are the components that observe the Kubernetes Node.
 	nodes []interface {
 		KubernetesNode() *v1.KubernetesNodeStatus
@@ -117,7 +117,7 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 	}
 	ns := &nodeStack{roles: make(chan v1.Role, 1), closeServices: closeServices}
 	for _, c := range components {
-		if m, ok := c.(interface{ MemberID() string }); ok {
+		if m, ok := c.(etcdMember); ok {
 			ns.members = append(ns.members, m)
 		}
 		if n, ok := c.(interface {
@@ -254,6 +254,12 @@ func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any
 	}
 }
 
+// etcdMember is a component that runs the local etcd member.
+type etcdMember interface {
+	MemberID() string
+	NewestSnapshot() time.Time
+}
+
 // report fills the status's phase and components.
 func (ns *nodeStack) report(st *v1.Status) {
 	ns.mu.Lock()
@@ -269,6 +275,9 @@ func (ns *nodeStack) report(st *v1.Status) {
 	for _, m := range ns.members {
 		if id := m.MemberID(); id != "" {
 			st.EtcdMemberID = id
+		}
+		if at := m.NewestSnapshot(); !at.IsZero() {
+			st.EtcdSnapshotAt = &at
 		}
 	}
 	for _, n := range ns.nodes {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -51,5 +52,31 @@ func TestStatusReportClipsMessagesTheControllerAccepts(t *testing.T) {
 	}
 	if _, err := v1.DecodeStatus(bytes.NewReader(body)); err != nil {
 		t.Errorf("the controller refuses the report: %v", err)
+	}
+}
+
+type stubMember struct {
+	id       string
+	snapshot time.Time
+}
+
+func (m stubMember) MemberID() string          { return m.id }
+func (m stubMember) NewestSnapshot() time.Time { return m.snapshot }
+
+// The report names the local etcd member and its newest snapshot, and
+// leaves the snapshot out while there is none.
+func TestReportNamesTheEtcdMemberAndItsNewestSnapshot(t *testing.T) {
+	at := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	for _, m := range []stubMember{{id: "2749b63d6f4a0b35", snapshot: at}, {id: "2749b63d6f4a0b35"}} {
+		ns := &nodeStack{members: []etcdMember{m}, statuses: []reconcile.Status{{Component: "etcd", Phase: reconcile.PhaseConverged, Healthy: true}}}
+		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseEnrolled}
+		ns.report(&st)
+		if st.EtcdMemberID != m.id || (m.snapshot.IsZero() != (st.EtcdSnapshotAt == nil)) ||
+			(st.EtcdSnapshotAt != nil && !st.EtcdSnapshotAt.Equal(m.snapshot)) {
+			t.Errorf("member %+v: reported member %q, snapshot %v", m, st.EtcdMemberID, st.EtcdSnapshotAt)
+		}
+		if err := st.Validate(); err != nil {
+			t.Errorf("the report does not validate: %v", err)
+		}
 	}
 }

@@ -82,6 +82,9 @@ type ClusterSpec struct {
 	// MasterDataDiskGiB sizes each master's persistent data disk (etcd);
 	// default 20.
 	MasterDataDiskGiB int `json:"masterDataDiskGiB,omitempty"`
+	// EtcdSnapshots sets the snapshots each master's etcd member takes
+	// onto its data disk; default every 12h, the newest 5 kept.
+	EtcdSnapshots *EtcdSnapshots `json:"etcdSnapshots,omitempty"`
 }
 
 // Cluster defaults and bounds.
@@ -276,6 +279,9 @@ func (s *ClusterSpec) Validate() error {
 	}
 	if s.MasterDataDiskGiB < 1 || s.MasterDataDiskGiB > MaxDataDiskGiB {
 		return fieldErr("masterDataDiskGiB", "must be between 1 and %d", MaxDataDiskGiB)
+	}
+	if _, err := s.EtcdSnapshots.schedule("etcdSnapshots"); err != nil {
+		return err
 	}
 	return nil
 }

@@ -118,13 +118,15 @@ func TestProviderRefusals(t *testing.T) {
 
 func TestClusterSpecNetworkRefusals(t *testing.T) {
 	cases := map[string]string{
-		"network.plugin":       `"network":{"plugin":"calico"}`,
-		"network.flannel.vni":  `"network":{"flannel":{"vni":16777216}}`,
-		"network.flannel.port": `"network":{"plugin":"flannel","flannel":{"port":70000}}`,
-		"network.flannel":      `"network":{"plugin":"contiv","flannel":{"vni":2}}`,
-		"contiv":               `"network":{"plugin":"flannel"},"contiv":{"vni":5}`,
-		"contiv.mode":          `"contiv":{"mode":"bgp"}`,
-		"contiv.vni":           `"network":{"plugin":"contiv"},"contiv":{"vni":16777216}`,
+		"network.plugin":         `"network":{"plugin":"calico"}`,
+		"network.flannel.vni":    `"network":{"flannel":{"vni":16777216}}`,
+		"network.flannel.port":   `"network":{"plugin":"flannel","flannel":{"port":70000}}`,
+		"network.flannel":        `"network":{"plugin":"contiv","flannel":{"vni":2}}`,
+		"contiv":                 `"network":{"plugin":"flannel"},"contiv":{"vni":5}`,
+		"contiv.mode":            `"contiv":{"mode":"bgp"}`,
+		"contiv.vni":             `"network":{"plugin":"contiv"},"contiv":{"vni":16777216}`,
+		"etcdSnapshots.interval": `"etcdSnapshots":{"interval":"1m"}`,
+		"etcdSnapshots.keep":     `"etcdSnapshots":{"keep":1000}`,
 	}
 	for field, patch := range cases {
 		spec := bytes.Replace(validClusterSpecJSON(), []byte(`{`), []byte(`{`+patch+`,`), 1)

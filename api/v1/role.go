@@ -246,6 +246,67 @@ type EtcdSettings struct {
 	// is lost with its VM, and an upgrade by reimage would find no data
 	// and make a new member instead of restarting the same one.
 	DataDisk bool `json:"dataDisk,omitempty"`
+	// Snapshots are the member's periodic snapshots; nil takes the
+	// defaults.
+	Snapshots *EtcdSnapshots `json:"snapshots,omitempty"`
+}
+
+// EtcdSnapshots set the snapshots each member takes of the cluster's
+// keyspace, into DataDir/snapshots on the data disk, so that a cluster
+// that lost its quorum, or its data to a bad write, can be restored
+// (etcdctl snapshot restore). Every member takes its own: any survivor
+// has one.
+type EtcdSnapshots struct {
+	// Disabled turns them off; snapshots already taken stay.
+	Disabled bool `json:"disabled,omitempty"`
+	// Interval between two snapshots, a Go duration from 5m to 168h;
+	// default 12h.
+	Interval string `json:"interval,omitempty"`
+	// Keep is how many, the newest, are kept: 1 to 100; default 5.
+	Keep int `json:"keep,omitempty"`
+}
+
+// The snapshot schedule an etcd member follows when its role sets none.
+const (
+	DefaultEtcdSnapshotInterval = 12 * time.Hour
+	DefaultEtcdSnapshotKeep     = 5
+)
+
+// EtcdSnapshotSchedule is EtcdSnapshots checked, defaults filled in.
+type EtcdSnapshotSchedule struct {
+	Enabled  bool
+	Interval time.Duration
+	Keep     int
+}
+
+// Schedule checks the settings and fills in the defaults; a nil s is the
+// defaults. Errors name the role's field.
+func (s *EtcdSnapshots) Schedule() (EtcdSnapshotSchedule, error) {
+	return s.schedule("etcd.snapshots")
+}
+
+// schedule is Schedule with errors naming field's members.
+func (s *EtcdSnapshots) schedule(field string) (EtcdSnapshotSchedule, error) {
+	out := EtcdSnapshotSchedule{Enabled: true, Interval: DefaultEtcdSnapshotInterval, Keep: DefaultEtcdSnapshotKeep}
+	if s == nil {
+		return out, nil
+	}
+	out.Enabled = !s.Disabled
+	if s.Interval != "" {
+		d, err := time.ParseDuration(s.Interval)
+		if err != nil || d < 5*time.Minute || d > 7*24*time.Hour {
+			return out, fieldErr(field+".interval", "%q is not a duration from 5m to 168h", s.Interval)
+		}
+		out.Interval = d
+	}
+	switch {
+	case s.Keep == 0:
+	case s.Keep < 1 || s.Keep > 100:
+		return out, fieldErr(field+".keep", "must be from 1 to 100, got %d", s.Keep)
+	default:
+		out.Keep = s.Keep
+	}
+	return out, nil
 }
 
 // KubeadmSettings are what kubeadm needs beyond the cluster settings.
@@ -402,6 +463,11 @@ func (r *Role) Validate() error {
 	if r.Etcd != nil && r.Etcd.DataDir != "" {
 		if !path.IsAbs(r.Etcd.DataDir) || path.Clean(r.Etcd.DataDir) != r.Etcd.DataDir || r.Etcd.DataDir == "/" {
 			return fieldErr("etcd.dataDir", "must be a clean absolute path other than /, got %q", r.Etcd.DataDir)
+		}
+	}
+	if r.Etcd != nil {
+		if _, err := r.Etcd.Snapshots.Schedule(); err != nil {
+			return err
 		}
 	}
 	if r.Kubeadm != nil && r.Kubeadm.BootstrapToken != "" && !bootstrapTokenPattern.MatchString(r.Kubeadm.BootstrapToken) {

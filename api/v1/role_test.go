@@ -18,6 +18,20 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
+func TestEtcdSnapshotSchedule(t *testing.T) {
+	def, err := (*v1.EtcdSnapshots)(nil).Schedule()
+	if err != nil || def != (v1.EtcdSnapshotSchedule{Enabled: true, Interval: 12 * time.Hour, Keep: 5}) {
+		t.Errorf("no settings: %+v, %v; want on, every 12h, 5 kept", def, err)
+	}
+	got, err := (&v1.EtcdSnapshots{Interval: "90m", Keep: 2}).Schedule()
+	if err != nil || got != (v1.EtcdSnapshotSchedule{Enabled: true, Interval: 90 * time.Minute, Keep: 2}) {
+		t.Errorf("90m, 2: %+v, %v", got, err)
+	}
+	if got, err := (&v1.EtcdSnapshots{Disabled: true}).Schedule(); err != nil || got.Enabled {
+		t.Errorf("disabled: %+v, %v", got, err)
+	}
+}
+
 func TestDecodeRole(t *testing.T) {
 	f := mustFixtures(t)
 	valid := mustJSON(t, validRole())
@@ -137,6 +151,21 @@ func TestDecodeRole(t *testing.T) {
 		{name: "unclean etcd data dir", mut: func(r *v1.Role) { r.Etcd.DataDir = "/var/lib/../etcd" }, field: "etcd.dataDir"},
 		{name: "etcd data dir with trailing slash", mut: func(r *v1.Role) { r.Etcd.DataDir = "/var/lib/etcd/" }, field: "etcd.dataDir"},
 		{name: "etcd data dir root", mut: func(r *v1.Role) { r.Etcd.DataDir = "/" }, field: "etcd.dataDir"},
+		{name: "etcd snapshots set", mut: func(r *v1.Role) {
+			r.Etcd.Snapshots = &v1.EtcdSnapshots{Interval: "30m", Keep: 100}
+		}, field: okField},
+		{name: "etcd snapshots off", mut: func(r *v1.Role) { r.Etcd.Snapshots = &v1.EtcdSnapshots{Disabled: true} }, field: okField},
+		{name: "etcd snapshot interval not a duration", mut: func(r *v1.Role) {
+			r.Etcd.Snapshots = &v1.EtcdSnapshots{Interval: "daily"}
+		}, field: "etcd.snapshots.interval"},
+		{name: "etcd snapshot interval too short", mut: func(r *v1.Role) {
+			r.Etcd.Snapshots = &v1.EtcdSnapshots{Interval: "4m59s"}
+		}, field: "etcd.snapshots.interval"},
+		{name: "etcd snapshot interval too long", mut: func(r *v1.Role) {
+			r.Etcd.Snapshots = &v1.EtcdSnapshots{Interval: "169h"}
+		}, field: "etcd.snapshots.interval"},
+		{name: "etcd snapshots keep negative", mut: func(r *v1.Role) { r.Etcd.Snapshots = &v1.EtcdSnapshots{Keep: -1} }, field: "etcd.snapshots.keep"},
+		{name: "etcd snapshots keep too many", mut: func(r *v1.Role) { r.Etcd.Snapshots = &v1.EtcdSnapshots{Keep: 101} }, field: "etcd.snapshots.keep"},
 
 		// Only the pair under test is set, so that the known keyMatches
 		// defect in an earlier pair cannot mask it.

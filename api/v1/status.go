@@ -28,6 +28,9 @@ type Status struct {
 	Capabilities []string `json:"capabilities,omitempty"`
 	Addresses    []string `json:"addresses,omitempty"`
 	EtcdMemberID string   `json:"etcdMemberID,omitempty"`
+	// EtcdSnapshotAt is when the newest etcd snapshot on the node's data
+	// disk was taken; nil when there is none.
+	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
 	// KubernetesNode is the node's Kubernetes Node as the API last showed
 	// it to the node; nil before the node has joined.
 	KubernetesNode *KubernetesNodeStatus `json:"kubernetesNode,omitempty"`
@@ -45,6 +48,9 @@ const (
 	// CapabilityVRRPv3: the agent runs keepalived with
 	// cluster.loadBalancer.vrrpVersion 3 and its advertInterval.
 	CapabilityVRRPv3 = "loadBalancer.vrrpVersion3"
+	// CapabilityEtcdSnapshots: the agent takes etcd.snapshots (and
+	// reports etcdSnapshotAt).
+	CapabilityEtcdSnapshots = "etcd.snapshots"
 
 	maxCapabilities = 32
 )

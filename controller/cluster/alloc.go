@@ -54,7 +54,7 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	if err != nil {
 		return err
 	}
-	rs, err := roles(rec, sec, machines, mastersRunVRRPv3(tx, machines))
+	rs, err := roles(rec, sec, machines, agentSupportOf(tx, machines))
 	if err != nil {
 		return err
 	}
@@ -64,6 +64,29 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	// The store wakes the nodes' watches once this transaction commits.
 	_, err = tx.PutRoles(rs)
 	return err
+}
+
+// agentSupport is what the nodes' agents reported they act on, for the
+// role fields an older agent would refuse (roles decode strictly).
+type agentSupport struct {
+	// vrrp3 puts the masters on VRRPv3 (every master's agent runs it).
+	vrrp3 bool
+	// etcdSnapshots names the nodes whose agent takes etcd.snapshots.
+	etcdSnapshots map[string]bool
+}
+
+func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
+	a := agentSupport{vrrp3: mastersRunVRRPv3(tx, machines), etcdSnapshots: map[string]bool{}}
+	for _, m := range machines {
+		a.etcdSnapshots[m.Name] = reports(tx, m.Name, v1.CapabilityEtcdSnapshots)
+	}
+	return a
+}
+
+// reports tells whether node's agent said it acts on capability.
+func reports(tx *store.Tx, node, capability string) bool {
+	st, ok := tx.Status(node)
+	return ok && slices.Contains(st.Capabilities, capability)
 }
 
 // mastersRunVRRPv3 reports whether every master that runs keepalived
@@ -77,8 +100,7 @@ func mastersRunVRRPv3(tx *store.Tx, machines []machine) bool {
 		if m.Role != v1.RoleMaster || m.Remove && !m.leaving() {
 			continue
 		}
-		st, ok := tx.Status(m.Name)
-		if !ok || !slices.Contains(st.Capabilities, v1.CapabilityVRRPv3) {
+		if !reports(tx, m.Name, v1.CapabilityVRRPv3) {
 			return false
 		}
 		n++

@@ -35,6 +35,7 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := testRecord()
+	rec.Spec.EtcdSnapshots = &v1.EtcdSnapshots{Interval: "1h", Keep: 24}
 	var ms []machine
 	for i, role := range []v1.NodeRole{v1.RoleWorker, v1.RoleMaster, v1.RoleMaster, v1.RoleMaster, v1.RoleWorker} {
 		m := rec.newMachine(role, time.Now())
@@ -42,7 +43,11 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 		ms = append(ms, m)
 	}
 	ms[4].Remove = true // a worker on its way out has no role
-	rs, err := roles(rec, sec, ms, false)
+	agents := agentSupport{etcdSnapshots: map[string]bool{}}
+	for _, m := range ms {
+		agents.etcdSnapshots[m.Name] = true
+	}
+	rs, err := roles(rec, sec, ms, agents)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +76,9 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 		case v1.RoleMaster:
 			if r.PKI.ClusterCA.Key == "" || r.PKI.EtcdCA == nil || r.PKI.ServiceAccountKey == "" || r.Etcd == nil {
 				t.Errorf("%s: a master needs every CA with its key and etcd settings", r.NodeName)
+			}
+			if r.Etcd != nil && (r.Etcd.Snapshots == nil || *r.Etcd.Snapshots != *rec.Spec.EtcdSnapshots) {
+				t.Errorf("%s: etcd snapshots %+v, want the spec's", r.NodeName, r.Etcd.Snapshots)
 			}
 		case v1.RoleWorker:
 			if r.PKI.ClusterCA.Key != "" || r.PKI.EtcdCA != nil || r.PKI.ServiceAccountKey != "" || r.Etcd != nil {
@@ -114,7 +122,7 @@ func TestMasterLeavesUntilItsOldVMIsOff(t *testing.T) {
 		{swapHandedOver, true, false}, // rolled back: the old VM serves on
 	} {
 		m.Swap = &swap{Step: c.step, Rollback: c.rollback, HandOverBy: time.Now().Add(time.Minute)}
-		rs, err := roles(rec, sec, []machine{m}, false)
+		rs, err := roles(rec, sec, []machine{m}, agentSupport{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,8 +56,8 @@ func newSecrets(now time.Time) (*secrets, error) {
 // remaining nodes plus itself, so that it reaches the members it leaves
 // while the others no longer count it.
 //
-// vrrp3 puts the masters on VRRPv3 (every master's agent runs it).
-func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, error) {
+// agents says which role fields the nodes' agents act on.
+func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]v1.Role, error) {
 	var live, leavers []machine
 	for _, m := range machines {
 		switch {
@@ -121,7 +121,10 @@ func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, 
 			pki := sec.PKI
 			r.PKI = &pki
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
-			if vrrp3 {
+			if agents.etcdSnapshots[m.Name] {
+				r.Etcd.Snapshots = s.EtcdSnapshots
+			}
+			if agents.vrrp3 {
 				r.Cluster.LoadBalancer.VRRPVersion = 3
 				r.Cluster.LoadBalancer.AdvertInterval = v1.DefaultVRRPv3AdvertInterval.String()
 			}
@@ -149,8 +152,9 @@ func roles(c *record, sec *secrets, machines []machine, vrrp3 bool) ([]v1.Role, 
 // StatusReported gives a cluster's nodes their roles again when a
 // master's report changes what the roles say: the masters move to VRRPv3
 // once the last of them reports it runs it, and back to v2 should one
-// that does not join (a new VM of an older image). Any other report
-// changes nothing here, and costs a read.
+// that does not join (a new VM of an older image); a master gets the
+// spec's etcd snapshot settings once its agent reports it takes them.
+// Any other report changes nothing here, and costs a read.
 func (s *Service) StatusReported(node string) error {
 	stale := func(tx *store.Tx) (*record, bool, error) {
 		n, err := tx.Node(node)
@@ -169,7 +173,10 @@ func (s *Service) StatusReported(node string) error {
 		if err != nil {
 			return nil, false, err
 		}
-		return rec, (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines), nil
+		vrrp := (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines)
+		hasSnapshots := role.Etcd != nil && role.Etcd.Snapshots != nil
+		snapshots := hasSnapshots != (rec.Spec.EtcdSnapshots != nil && reports(tx, node, v1.CapabilityEtcdSnapshots))
+		return rec, vrrp || snapshots, nil
 	}
 	var change bool
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
@@ -192,7 +199,7 @@ func (s *Service) StatusReported(node string) error {
 		if err := putRoles(tx, rec, sec); err != nil {
 			return err
 		}
-		s.log.Info("roles given again: the masters' VRRP version changed", "cluster", rec.Spec.Name, "after", node)
+		s.log.Info("roles given again: what the masters' agents act on changed", "cluster", rec.Spec.Name, "after", node)
 		return nil
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Write replaces path with data, created with perm. The temporary file is
@@ -28,6 +29,23 @@ func WriteChecked(path string, data []byte, perm os.FileMode, check func(tmpPath
 	return replace(path, perm, writeBytes(data), check)
 }
 
+// WriteFunc is Write for content too large to hold in memory: write is
+// called once with a buffered writer to the temporary file, and its error
+// is returned wrapped with path.
+func WriteFunc(path string, perm os.FileMode, write func(w io.Writer) error) error {
+	return replace(path, perm, bufferedBody(write), nil)
+}
+
+// IsLeftover reports whether name (a base name) is a temporary file that
+// a write killed before its rename leaves behind; whoever owns the
+// directory may remove it.
+func IsLeftover(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, tempInfix)
+}
+
+// tempInfix marks a temporary file: "." + base name + tempInfix + random.
+const tempInfix = ".tmp-"
+
 // writeBytes is the body of a write of a byte slice.
 func writeBytes(data []byte) func(io.Writer) error {
 	return func(w io.Writer) error {
@@ -40,7 +58,7 @@ func writeBytes(data []byte) func(io.Writer) error {
 // and renames it over path. Errors other than check's name path.
 func replace(path string, perm os.FileMode, body func(io.Writer) error, check func(tmpPath string) error) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -49,6 +49,8 @@ type MemberStatus struct {
 	IsLearner bool
 	Version   string
 	RaftIndex uint64
+	// DBSize is the size of the member's database file, in bytes.
+	DBSize uint64
 }
 
 // APIError is an error etcd answered with: the gateway's JSON body
@@ -210,6 +212,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 		Leader    wireID `json:"leader"`
 		RaftIndex wireID `json:"raftIndex"`
 		IsLearner bool   `json:"isLearner"`
+		DBSize    wireID `json:"dbSize"`
 	}
 	if err := c.post(ctx, endpoint, "/v3/maintenance/status", struct{}{}, &resp); err != nil {
 		return MemberStatus{}, err
@@ -227,6 +230,7 @@ func (c *Client) Status(ctx context.Context, endpoint string) (MemberStatus, err
 	return MemberStatus{
 		MemberID: uint64(resp.Header.MemberID), ClusterID: uint64(resp.Header.ClusterID),
 		Leader: uint64(resp.Leader), IsLearner: resp.IsLearner, Version: resp.Version, RaftIndex: uint64(resp.RaftIndex),
+		DBSize: uint64(resp.DBSize),
 	}, nil
 }
 

@@ -168,7 +168,7 @@ func TestStatusDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := MemberStatus{MemberID: 1990862588335962672, ClusterID: 14371804100607780834, Leader: 15384607655018781953,
-		IsLearner: true, Version: "3.4.23", RaftIndex: 15}
+		IsLearner: true, Version: "3.4.23", RaftIndex: 15, DBSize: 20480}
 	if st != want {
 		t.Errorf("status %+v, want %+v", st, want)
 	}

@@ -8,6 +8,8 @@
 // kept) and it joins afresh; a member with an empty data directory founds the cluster with the other members
 // of its role when none of them answers, and otherwise removes its stale
 // namesake, joins as a learner and is promoted once it has caught up.
+// A healthy voting member also snapshots the keyspace onto its data disk
+// on the role's schedule (snapshot.go).
 package etcd
 
 import (
@@ -52,6 +54,10 @@ type Config struct {
 	// PromoteWait bounds how long one pass waits for a new learner to
 	// catch up and be promoted; default 30s. The next pass goes on.
 	PromoteWait time.Duration
+	// SnapshotTimeout bounds taking one snapshot; default 10m.
+	SnapshotTimeout time.Duration
+	// Now is the clock snapshots are scheduled by; default time.Now.
+	Now func() time.Time
 }
 
 // Component converges the etcd member.
@@ -60,6 +66,12 @@ type Component struct {
 	// mu serializes passes: two at once would race on membership.
 	mu      sync.Mutex
 	metrics *metrics
+	// snapshotRetry is when a failed snapshot may be tried again: a
+	// failure is often slow (a timeout), and the pass waits for it.
+	snapshotRetry time.Time
+	// snapshotErr is the last snapshot's failure, reported until one
+	// succeeds.
+	snapshotErr error
 }
 
 var _ reconcile.Component = (*Component)(nil)
@@ -83,6 +95,12 @@ func New(cfg Config) *Component {
 	}
 	if cfg.PromoteWait <= 0 {
 		cfg.PromoteWait = 30 * time.Second
+	}
+	if cfg.SnapshotTimeout <= 0 {
+		cfg.SnapshotTimeout = 10 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Component{cfg: cfg, metrics: newMetrics()}
 }
@@ -155,6 +173,22 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	obs, actions := c.observe(ctx, cl, s, joined)
 	st.Actions = append(st.Actions, actions...)
 	st.Healthy, st.Message = obs.healthy(), obs.message(s.name)
+	// Only a healthy voting member snapshots: a learner may lag.
+	if obs.healthy() || !s.snapshots.Enabled {
+		actions, snaps, err := c.snapshots(ctx, cl, filepath.Join(dataDir, SnapshotDir), s.snapshots, obs.status.DBSize)
+		st.Actions = append(st.Actions, actions...)
+		c.metrics.setSnapshots(snaps, err)
+		if err != nil {
+			logger(host).Warn("etcd snapshot failed", "err", err, "retry_in", snapshotRetryAfter)
+		}
+		shown := c.snapshotErr
+		if shown == nil {
+			shown = err // removing an old one failed
+		}
+		if shown != nil {
+			st.Message += "; snapshot: " + shown.Error()
+		}
+	}
 	c.metrics.set(obs, s.name)
 	return st
 }

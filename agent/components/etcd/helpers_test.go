@@ -31,6 +31,9 @@ func testRole(t *testing.T, node string, masters map[string]string, ca *v1.KeyPa
 		Cluster: v1.ClusterSettings{Name: "lab"},
 		Peers:   []v1.Peer{{Name: "w1", Role: v1.RoleWorker, Address: "198.18.31.21"}},
 		PKI:     &v1.ClusterPKI{EtcdCA: ca},
+		// Snapshots have their own tests (snapshot_test.go); here a pass
+		// of a healthy member must not act.
+		Etcd: &v1.EtcdSettings{Snapshots: &v1.EtcdSnapshots{Disabled: true}},
 	}
 	for name, addr := range masters {
 		r.Peers = append(r.Peers, v1.Peer{Name: name, Role: v1.RoleMaster, Address: addr})
@@ -60,6 +63,10 @@ func cloneRole(r *v1.Role) *v1.Role {
 	}
 	if r.Etcd != nil {
 		e := *r.Etcd
+		if e.Snapshots != nil {
+			snaps := *e.Snapshots
+			e.Snapshots = &snaps
+		}
 		c.Etcd = &e
 	}
 	return &c

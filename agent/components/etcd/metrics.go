@@ -3,6 +3,7 @@ package etcd
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,7 +11,8 @@ import (
 // metrics holds what the last pass saw, for Collect. Values are the last
 // pass's, not asked at scrape time: a scrape never waits on etcd.
 type metrics struct {
-	info, leader, learner, hasLeader *prometheus.Desc
+	info, leader, learner, hasLeader          *prometheus.Desc
+	snapshotNewest, snapshotCount, snapFailed *prometheus.Desc
 
 	mu      sync.Mutex
 	enabled bool
@@ -20,6 +22,11 @@ type metrics struct {
 	isLead  bool
 	isLearn bool
 	hasLead bool
+	// snaps is what the snapshot directory held after the last pass that
+	// looked; snapFailures counts failed snapshots since the agent started.
+	snaps        snapshotState
+	snapsKnown   bool
+	snapFailures int
 }
 
 func newMetrics() *metrics {
@@ -33,6 +40,22 @@ func newMetrics() *metrics {
 			"1 if the local etcd member is a learner, not yet promoted to a voting member.", nil, nil),
 		hasLeader: prometheus.NewDesc("harmony_agent_etcd_has_leader",
 			"1 if the local etcd member knows a leader; 0 also when it does not answer.", nil, nil),
+		snapshotNewest: prometheus.NewDesc("harmony_agent_etcd_snapshot_newest_timestamp_seconds",
+			"When the newest etcd snapshot on this node's data disk was taken (Unix time); absent while there is none.", nil, nil),
+		snapshotCount: prometheus.NewDesc("harmony_agent_etcd_snapshots",
+			"How many etcd snapshots this node's data disk holds.", nil, nil),
+		snapFailed: prometheus.NewDesc("harmony_agent_etcd_snapshot_failures_total",
+			"Snapshots this node's etcd member was due for and could not take, since the agent started.", nil, nil),
+	}
+}
+
+// setSnapshots records a pass's look at the snapshots; err is its failure.
+func (m *metrics) setSnapshots(s snapshotState, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snaps, m.snapsKnown = s, true
+	if err != nil {
+		m.snapFailures++
 	}
 }
 
@@ -52,11 +75,13 @@ func (m *metrics) disable() {
 	defer m.mu.Unlock()
 	m.enabled, m.known, m.id, m.name = false, false, 0, ""
 	m.isLead, m.isLearn, m.hasLead = false, false, false
+	m.snaps, m.snapsKnown = snapshotState{}, false
 }
 
 // Describe implements prometheus.Collector.
 func (c *Component) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.metrics.info, c.metrics.leader, c.metrics.learner, c.metrics.hasLeader} {
+	for _, d := range []*prometheus.Desc{c.metrics.info, c.metrics.leader, c.metrics.learner, c.metrics.hasLeader,
+		c.metrics.snapshotNewest, c.metrics.snapshotCount, c.metrics.snapFailed} {
 		ch <- d
 	}
 }
@@ -76,6 +101,13 @@ func (c *Component) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.leader, prometheus.GaugeValue, boolValue(m.isLead))
 	ch <- prometheus.MustNewConstMetric(m.learner, prometheus.GaugeValue, boolValue(m.isLearn))
 	ch <- prometheus.MustNewConstMetric(m.hasLeader, prometheus.GaugeValue, boolValue(m.hasLead))
+	ch <- prometheus.MustNewConstMetric(m.snapFailed, prometheus.CounterValue, float64(m.snapFailures))
+	if m.snapsKnown {
+		ch <- prometheus.MustNewConstMetric(m.snapshotCount, prometheus.GaugeValue, float64(m.snaps.count))
+		if !m.snaps.newest.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.snapshotNewest, prometheus.GaugeValue, float64(m.snaps.newest.Unix()))
+		}
+	}
 }
 
 func boolValue(b bool) float64 {
@@ -96,4 +128,17 @@ func (c *Component) MemberID() string {
 		return ""
 	}
 	return fmt.Sprintf("%x", m.id)
+}
+
+// NewestSnapshot is when the newest snapshot on the data disk was taken,
+// zero when there is none or this node runs no member: the agent reports
+// it in its status.
+func (c *Component) NewestSnapshot() time.Time {
+	m := c.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.enabled || !m.snapsKnown {
+		return time.Time{}
+	}
+	return m.snaps.newest
 }

@@ -223,6 +223,9 @@ func TestBadRolesFailNamingTheField(t *testing.T) {
 			}
 		}},
 		{"no cluster name", "cluster.name", func(r *v1.Role) { r.Cluster.Name = "" }},
+		{"snapshots every second", "etcd.snapshots.interval", func(r *v1.Role) {
+			r.Etcd = &v1.EtcdSettings{Snapshots: &v1.EtcdSnapshots{Interval: "1s"}}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -267,8 +270,10 @@ func TestWorkerStopsEtcd(t *testing.T) {
 	if err := reg.Register(f.comp); err != nil {
 		t.Fatal(err)
 	}
-	// A master whose member does not answer exports that it has no leader.
-	if got := metricNames(t, reg); !slices.Equal(got, []string{"harmony_agent_etcd_has_leader", "harmony_agent_etcd_is_leader", "harmony_agent_etcd_is_learner"}) {
+	// A master whose member does not answer exports that it has no leader
+	// (and its snapshots, none here).
+	if got := metricNames(t, reg); !slices.Equal(got, []string{"harmony_agent_etcd_has_leader", "harmony_agent_etcd_is_leader",
+		"harmony_agent_etcd_is_learner", "harmony_agent_etcd_snapshot_failures_total", "harmony_agent_etcd_snapshots"}) {
 		t.Errorf("metrics of a silent member: %q", got)
 	}
 	r := f.role(t)

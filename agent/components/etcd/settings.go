@@ -33,6 +33,8 @@ type settings struct {
 	// cluster.
 	members []v1.Peer
 	ca      *pki.CA
+	// snapshots is when the member snapshots the keyspace.
+	snapshots v1.EtcdSnapshotSchedule
 }
 
 // fieldError names the role field that is wrong.
@@ -70,6 +72,15 @@ func settingsFrom(role *v1.Role) (settings, error) {
 		s.dataDir = d
 	}
 	s.dataDisk = role.Etcd != nil && role.Etcd.DataDisk
+	var snapshots *v1.EtcdSnapshots
+	if role.Etcd != nil {
+		snapshots = role.Etcd.Snapshots
+	}
+	sched, err := snapshots.Schedule()
+	if err != nil {
+		return s, err
+	}
+	s.snapshots = sched
 	self := -1
 	seenAddr := map[netip.Addr]string{}
 	for i, p := range role.Peers {

@@ -1,0 +1,296 @@
+package etcd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
+)
+
+// SnapshotDir is where, under the data directory, a member keeps its
+// snapshots: on the data disk, which an upgrade by reimage moves across.
+// Each is what `etcdctl snapshot save` writes (the database, then its
+// SHA-256), so `etcdctl snapshot restore` takes it as it is.
+const SnapshotDir = "snapshots"
+
+const (
+	snapshotPrefix = "snapshot-"
+	snapshotSuffix = ".db"
+	// The name carries the time, so that the newest is known from the
+	// names alone, also by an operator with ls.
+	snapshotTimeLayout = "20060102T150405Z"
+	// maxSnapshotBytes bounds one snapshot: etcd's largest quota, 8 GiB,
+	// and the hash.
+	maxSnapshotBytes = 8<<30 + sha256.Size
+	// snapshotRetryAfter is how long after a failed snapshot the next try
+	// waits.
+	snapshotRetryAfter = 5 * time.Minute
+)
+
+// snapshotFile is one complete snapshot in the directory.
+type snapshotFile struct {
+	name  string
+	taken time.Time
+}
+
+// snapshotState is what the directory held after a pass, for the
+// metrics.
+type snapshotState struct {
+	count  int
+	newest time.Time // zero when there is none
+}
+
+// snapshots takes a snapshot from the local member when the newest one is
+// an interval old, and keeps the newest few. A failure is returned for the
+// status and metrics; it does not fail the pass, since etcd itself runs.
+// Settings that turn snapshots off leave the ones taken.
+func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched v1.EtcdSnapshotSchedule, dbSize uint64) ([]string, snapshotState, error) {
+	if !sched.Enabled {
+		c.snapshotErr = nil
+		files, _, err := listSnapshots(dir)
+		return nil, stateOf(files), err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, snapshotState{}, fmt.Errorf("snapshot directory: %w", err)
+	}
+	files, leftovers, err := listSnapshots(dir)
+	if err != nil {
+		return nil, snapshotState{}, err
+	}
+	var actions []string
+	for _, name := range leftovers {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return actions, stateOf(files), fmt.Errorf("remove an unfinished snapshot: %w", err)
+		}
+		actions = append(actions, "removed unfinished snapshot "+name)
+	}
+	now := c.cfg.Now().UTC()
+	var takeErr error
+	if snapshotDue(files, now, sched.Interval) && !now.Before(c.snapshotRetry) {
+		var f snapshotFile
+		var size int64
+		f, size, takeErr = c.takeSnapshot(ctx, cl, dir, now, dbSize)
+		c.snapshotErr = takeErr
+		if takeErr != nil {
+			c.snapshotRetry = now.Add(snapshotRetryAfter)
+		}
+		if takeErr == nil {
+			files = append(files, f)
+			slices.SortFunc(files, func(a, b snapshotFile) int { return a.taken.Compare(b.taken) })
+			actions = append(actions, fmt.Sprintf("took snapshot %s (%d bytes)", f.name, size))
+		}
+	}
+	for len(files) > sched.Keep {
+		if err := os.Remove(filepath.Join(dir, files[0].name)); err != nil {
+			return actions, stateOf(files), errors.Join(takeErr, fmt.Errorf("remove an old snapshot: %w", err))
+		}
+		actions = append(actions, "removed snapshot "+files[0].name)
+		files = files[1:]
+	}
+	return actions, stateOf(files), takeErr
+}
+
+func stateOf(files []snapshotFile) snapshotState {
+	s := snapshotState{count: len(files)}
+	if len(files) > 0 {
+		s.newest = files[len(files)-1].taken
+	}
+	return s
+}
+
+// snapshotDue reports whether the newest snapshot is interval old. One
+// dated in the future (the clock was set back) does not count, or none
+// would be taken until the clock caught up.
+func snapshotDue(files []snapshotFile, now time.Time, interval time.Duration) bool {
+	for _, f := range slices.Backward(files) {
+		if !f.taken.After(now) {
+			return now.Sub(f.taken) >= interval
+		}
+	}
+	return true
+}
+
+// listSnapshots returns the complete snapshots in dir, oldest first, and
+// the temporary files of writes that never finished. Other entries are
+// not the component's and are left alone. A missing dir holds none.
+func listSnapshots(dir string) ([]snapshotFile, []string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var files []snapshotFile
+	var leftovers []string
+	for _, e := range entries {
+		name := e.Name()
+		if atomicfile.IsLeftover(name) && strings.HasPrefix(name, "."+snapshotPrefix) {
+			leftovers = append(leftovers, name)
+			continue
+		}
+		stamp, ok := strings.CutPrefix(name, snapshotPrefix)
+		if stamp, ok2 := strings.CutSuffix(stamp, snapshotSuffix); ok && ok2 && e.Type().IsRegular() {
+			if t, err := time.Parse(snapshotTimeLayout, stamp); err == nil {
+				files = append(files, snapshotFile{name: name, taken: t})
+			}
+		}
+	}
+	slices.SortFunc(files, func(a, b snapshotFile) int { return a.taken.Compare(b.taken) })
+	return files, leftovers, nil
+}
+
+// takeSnapshot streams a snapshot from the local member into dir, written
+// 0600 (it holds every secret of the cluster) and renamed into place only
+// once complete and checked.
+func (c *Component) takeSnapshot(ctx context.Context, cl *Client, dir string, now time.Time, dbSize uint64) (snapshotFile, int64, error) {
+	limit, err := snapshotRoom(dir, dbSize)
+	if err != nil {
+		return snapshotFile{}, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
+	defer cancel()
+	f := snapshotFile{name: snapshotPrefix + now.Format(snapshotTimeLayout) + snapshotSuffix, taken: now.Truncate(time.Second)}
+	var size int64
+	err = atomicfile.WriteFunc(filepath.Join(dir, f.name), 0o600, func(w io.Writer) error {
+		var err error
+		size, err = cl.Snapshot(ctx, c.localClientURL(), w, limit)
+		return err
+	})
+	if err != nil {
+		return snapshotFile{}, 0, fmt.Errorf("take a snapshot: %w", err)
+	}
+	return f, size, nil
+}
+
+// snapshotRoom is how large a snapshot may grow on the file system of dir:
+// it must leave free at least the database's size again or a tenth of the
+// disk, whichever is more, so that a snapshot never takes the room etcd
+// needs to grow.
+func snapshotRoom(dir string, dbSize uint64) (int64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return 0, fmt.Errorf("free space for a snapshot: %w", err)
+	}
+	free := fs.Bavail * uint64(fs.Bsize)
+	total := fs.Blocks * uint64(fs.Bsize)
+	return room(free, total, dbSize)
+}
+
+// room is snapshotRoom's rule, apart from the file system.
+func room(free, total, dbSize uint64) (int64, error) {
+	reserve := max(dbSize, total/10)
+	need := dbSize + sha256.Size + reserve
+	if free < need {
+		return 0, fmt.Errorf("snapshot skipped: the data disk has %d bytes free; a snapshot of the %d-byte database would leave less than %d", free, dbSize, reserve)
+	}
+	return int64(min(free-reserve, maxSnapshotBytes)), nil
+}
+
+// Snapshot streams a snapshot of the member at endpoint into w and returns
+// its size. The gateway sends it as JSON chunks; the last 32 bytes are
+// etcd's SHA-256 of the rest, checked here, so that a snapshot cut short
+// or damaged on the way is an error, never a file that restores wrong.
+// More than limit bytes is an error.
+func (c *Client) Snapshot(ctx context.Context, endpoint string, w io.Writer, limit int64) (int64, error) {
+	const path = "/v3/maintenance/snapshot"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+path, strings.NewReader("{}"))
+	if err != nil {
+		return 0, fmt.Errorf("POST %s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("POST %s%s: %w", endpoint, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+		return 0, apiError(path, resp.StatusCode, raw)
+	}
+	// Base64 and the chunks' JSON take a third more than the bytes.
+	return copySnapshot(w, io.LimitReader(resp.Body, limit/3*4+limit/16+64<<10), limit)
+}
+
+// copySnapshot decodes the gateway's chunks from r into w.
+func copySnapshot(w io.Writer, r io.Reader, limit int64) (int64, error) {
+	dec := json.NewDecoder(r)
+	sum := newTrailerHash()
+	var n int64
+	for {
+		var chunk struct {
+			Result *struct {
+				Blob []byte `json:"blob"`
+			} `json:"result"`
+			Error *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		err := dec.Decode(&chunk)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		switch {
+		case err != nil:
+			return n, fmt.Errorf("snapshot stream after %d bytes: %w", n, err)
+		case chunk.Error != nil:
+			return n, &APIError{HTTPStatus: http.StatusOK, Code: chunk.Error.Code, Message: truncate(chunk.Error.Message)}
+		case chunk.Result == nil:
+			return n, fmt.Errorf("snapshot stream after %d bytes: a chunk with neither result nor error", n)
+		}
+		n += int64(len(chunk.Result.Blob))
+		if n > limit {
+			return n, fmt.Errorf("snapshot larger than the %d bytes it may take", limit)
+		}
+		if _, err := w.Write(chunk.Result.Blob); err != nil {
+			return n, err
+		}
+		sum.Write(chunk.Result.Blob)
+	}
+	// A database is whole pages; etcdctl tells a hashed snapshot by the
+	// size modulo 512 too.
+	if db := n - sha256.Size; db <= 0 || db%512 != 0 {
+		return n, fmt.Errorf("not an etcd snapshot: %d bytes, not a database and its SHA-256", n)
+	}
+	if !sum.matches() {
+		return n, errors.New("the snapshot's SHA-256 does not match its content: damaged on the way")
+	}
+	return n, nil
+}
+
+// trailerHash hashes all that is written to it but the last 32 bytes, and
+// checks that those are the hash.
+type trailerHash struct {
+	h    hash.Hash
+	tail []byte
+}
+
+func newTrailerHash() *trailerHash { return &trailerHash{h: sha256.New()} }
+
+func (t *trailerHash) Write(p []byte) {
+	t.tail = append(t.tail, p...)
+	if over := len(t.tail) - sha256.Size; over > 0 {
+		t.h.Write(t.tail[:over])
+		t.tail = append(t.tail[:0], t.tail[over:]...)
+	}
+}
+
+func (t *trailerHash) matches() bool {
+	return len(t.tail) == sha256.Size && bytes.Equal(t.h.Sum(nil), t.tail)
+}
