@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"net/http"
 	"testing"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -16,17 +15,7 @@ func TestEtcdSnapshotSettingsReachOnlyAgentsThatTakeThem(t *testing.T) {
 	spec := e.spec("sn", 3, 1)
 	spec.EtcdSnapshots = &v1.EtcdSnapshots{Interval: "1h", Keep: 24}
 	e.do("POST", v1.PathClusters, spec)
-	nodes := map[string]*http.Client{}
-	for _, name := range []string{"sn-m1", "sn-m2", "sn-m3", "sn-w1"} {
-		nodes[name] = e.enrollClusterNode("sn", name)
-	}
-	report := func(name string, capabilities ...string) {
-		t.Helper()
-		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseConverging, Capabilities: capabilities}
-		if r := doJSON(t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
-			t.Fatalf("status of %s: %d %s", name, r.status, r.body)
-		}
-	}
+	nodes, report := e.reportingNodes("sn", "sn-m1", "sn-m2", "sn-m3", "sn-w1")
 	check := func(when string, want map[string]bool) {
 		t.Helper()
 		for name, c := range nodes {

@@ -14,17 +14,7 @@ import (
 func TestMastersMoveToVRRPv3WhenEveryAgentRunsIt(t *testing.T) {
 	e := newClusterEnv(t)
 	e.do("POST", v1.PathClusters, e.spec("vr", 3, 1))
-	nodes := map[string]*http.Client{}
-	for _, name := range []string{"vr-m1", "vr-m2", "vr-m3", "vr-w1"} {
-		nodes[name] = e.enrollClusterNode("vr", name)
-	}
-	report := func(name string, capabilities ...string) {
-		t.Helper()
-		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseConverging, Capabilities: capabilities}
-		if r := doJSON(t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
-			t.Fatalf("status of %s: %d %s", name, r.status, r.body)
-		}
-	}
+	nodes, report := e.reportingNodes("vr", "vr-m1", "vr-m2", "vr-m3", "vr-w1")
 	versions := func() map[string]v1.LoadBalancerSettings {
 		out := map[string]v1.LoadBalancerSettings{}
 		for name, c := range nodes {
@@ -61,4 +51,23 @@ func TestMastersMoveToVRRPv3WhenEveryAgentRunsIt(t *testing.T) {
 			t.Errorf("%s after a master without VRRPv3 reported: %+v", name, lb)
 		}
 	}
+}
+
+// reportingNodes enrolls the named nodes of cluster and returns their
+// clients, and a report that posts a node's status with capabilities, as
+// its agent would.
+func (e *clusterEnv) reportingNodes(cluster string, names ...string) (map[string]*http.Client, func(name string, capabilities ...string)) {
+	e.t.Helper()
+	nodes := map[string]*http.Client{}
+	for _, name := range names {
+		nodes[name] = e.enrollClusterNode(cluster, name)
+	}
+	report := func(name string, capabilities ...string) {
+		e.t.Helper()
+		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseConverging, Capabilities: capabilities}
+		if r := doJSON(e.t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
+			e.t.Fatalf("status of %s: %d %s", name, r.status, r.body)
+		}
+	}
+	return nodes, report
 }

@@ -33,15 +33,7 @@ import (
 // without a restart, ignore a new worker and an agent restart, keep
 // running under a broken role, and stop for a worker role.
 func TestMembersInNetworkNamespaces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three etcd members")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
-	if _, err := os.Stat("/usr/bin/etcd"); err != nil {
-		t.Fatalf("the real etcd is needed (Debian etcd-server): %v", err)
-	}
+	needLab(t, "runs three etcd members")
 	ctx := context.Background()
 	id := labID(t)
 	sw := labSwitch(t, id)

@@ -39,6 +39,22 @@ type labHost struct {
 	reg      *prometheus.Registry
 }
 
+// needLab skips under -short (the test runs etcd: what says why) and
+// fails without what every lab test needs: root, for the namespaces, and
+// the real etcd.
+func needLab(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes network namespaces and needs root")
+	}
+	if _, err := os.Stat("/usr/bin/etcd"); err != nil {
+		t.Fatalf("the real etcd is needed (Debian etcd-server): %v", err)
+	}
+}
+
 func labID(t *testing.T) string {
 	t.Helper()
 	b := make([]byte, 4)

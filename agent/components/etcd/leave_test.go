@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -144,12 +143,7 @@ func TestMemberLeavesTheCluster(t *testing.T) {
 // switch (addresses from addrFormat, first to first+2), and an etcd CA.
 func newMasters(t *testing.T, addrFormat string, first int) (hosts []*labHost, masters map[string]string, caPair *v1.KeyPair, ca *pki.CA) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs three etcd members")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
+	needLab(t, "runs three etcd members")
 	id := labID(t)
 	sw := labSwitch(t, id)
 	masters = map[string]string{}
@@ -309,12 +303,7 @@ func TestMemberHandsOverKeepingItsIdentity(t *testing.T) {
 // move to: it stops, still the cluster's member, and a new VM on its data
 // directory starts it again as the same member with the same data.
 func TestOnlyMemberHandsOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs an etcd member")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
+	needLab(t, "runs an etcd member")
 	ctx := context.Background()
 	id := labID(t)
 	h := newLabHost(t, id, labSwitch(t, id), "m1", "198.18.32.21")

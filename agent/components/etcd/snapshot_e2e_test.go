@@ -27,16 +27,9 @@ import (
 // what it took; its newest snapshot restores with etcdctl and holds what
 // was written before it.
 func TestSnapshotsOfARealMember(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs etcd")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("this test makes network namespaces and needs root")
-	}
-	for _, bin := range []string{"/usr/bin/etcd", "/usr/bin/etcdctl"} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("the real etcd is needed (Debian etcd-server, etcd-client): %v", err)
-		}
+	needLab(t, "runs an etcd member")
+	if _, err := os.Stat("/usr/bin/etcdctl"); err != nil {
+		t.Fatalf("etcdctl is needed (Debian etcd-client): %v", err)
 	}
 	ctx := context.Background()
 	id := labID(t)
