@@ -61,6 +61,7 @@ type fleet struct {
 	stuck      map[string]bool         // leaving nodes whose pods cannot move
 	held       map[string]bool         // nodes that report as a VM of badImage does, whatever their image
 	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
+	unsaved    map[string]bool         // masters whose etcd snapshots fail
 	stop       context.CancelFunc
 	done       chan struct{}
 }
@@ -72,7 +73,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -182,6 +183,13 @@ func (f *fleet) tick() {
 				st.EtcdMemberID = memberOf(disk)
 			}
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
+			// A snapshot is taken as soon as the role asks for one.
+			st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdSnapshots)
+			f.mu.Lock()
+			if since := role.Etcd.SnapshotSince; !since.IsZero() && !f.unsaved[name] {
+				st.EtcdSnapshotAt = &since
+			}
+			f.mu.Unlock()
 		}
 		f.mu.Lock()
 		stuck, held := f.stuck[name], f.held[name]
@@ -801,6 +809,13 @@ func (f *fleet) hold(node string) {
 	f.mu.Unlock()
 }
 
+// failSnapshots makes a master's etcd snapshots fail, or lets them be.
+func (f *fleet) failSnapshots(node string, fail bool) {
+	f.mu.Lock()
+	f.unsaved[node] = fail
+	f.mu.Unlock()
+}
+
 // setStuck makes a node's pods unable to move, or lets them.
 func (f *fleet) setStuck(node string, stuck bool) {
 	f.mu.Lock()
@@ -853,4 +868,42 @@ func TestUpgradeStopsRatherThanForceAWorkerOff(t *testing.T) {
 	if _, ok := e.vms("kp")["kp-w1"]; ok {
 		t.Error("the old worker is still there after the retry")
 	}
+}
+
+// An upgrade replaces no master until every master reports an etcd
+// snapshot since the upgrade started (the roles ask for one): a master
+// whose snapshot fails holds it, saying which, and once it has one the
+// upgrade goes on and ends as any other.
+func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("sv", 3, 0))
+	fl := e.startFleet("sv", "")
+	e.waitAllReady("sv")
+	before := e.snapshotVMs("sv")
+	fl.failSnapshots("sv-m3", true)
+
+	op := e.start("POST", v1.PathClusters+"/sv/upgrade", v1.UpgradeRequest{Image: newImage})
+	waitFor(t, "the upgrade waiting for sv-m3's snapshot", func() bool {
+		for _, c := range e.cluster("sv").Status.Conditions {
+			if c.Type == v1.ConditionUpgrading && c.Reason == "Waiting" && strings.Contains(c.Message, "master sv-m3 has no etcd snapshot since the upgrade started") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second) // a few of the engine's passes
+	fl.mu.Lock()
+	order := slices.Clone(fl.order)
+	fl.mu.Unlock()
+	if len(order) != 0 {
+		t.Fatalf("%v handed over before sv-m3 had a snapshot", order)
+	}
+
+	fl.failSnapshots("sv-m3", false)
+	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("upgrade once every master has a snapshot: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	e.assertUpgraded(fl, "sv", newImage, before, []string{"sv-m1", "sv-m2", "sv-m3"}, 3)
 }

@@ -249,6 +249,21 @@ type EtcdSettings struct {
 	// Snapshots are the member's periodic snapshots; nil takes the
 	// defaults.
 	Snapshots *EtcdSnapshots `json:"snapshots,omitempty"`
+	// SnapshotSince asks, beyond the schedule, for a snapshot that
+	// EtcdSnapshotCovers this time: an upgrade sets it to its start, and
+	// replaces a master only once the master reports one
+	// (Status.EtcdSnapshotAt). Disabled snapshots ignore it.
+	SnapshotSince time.Time `json:"snapshotSince,omitzero"`
+}
+
+// EtcdSnapshotSkew is how much older than asked a snapshot may be and
+// still count: the controller and the node each read their own clock.
+const EtcdSnapshotSkew = 5 * time.Minute
+
+// EtcdSnapshotCovers reports whether a snapshot taken at taken answers a
+// request for one since since.
+func EtcdSnapshotCovers(taken, since time.Time) bool {
+	return !taken.Before(since.Add(-EtcdSnapshotSkew))
 }
 
 // EtcdSnapshots set the snapshots each member takes of the cluster's

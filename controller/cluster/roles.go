@@ -123,6 +123,9 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
 			if agents.etcdSnapshots[m.Name] {
 				r.Etcd.Snapshots = s.EtcdSnapshots
+				if c.Upgrade.running() {
+					r.Etcd.SnapshotSince = c.Upgrade.StartedAt
+				}
 			}
 			if agents.vrrp3 {
 				r.Cluster.LoadBalancer.VRRPVersion = 3

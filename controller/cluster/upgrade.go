@@ -141,13 +141,18 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	}
 
 	now := s.cfg.Now().UTC()
-	return s.change(name, rec.Generation, v1.OperationUpgrade, func(tx *store.Tx, cur *record, _ *secrets) (string, error) {
+	return s.change(name, rec.Generation, v1.OperationUpgrade, func(tx *store.Tx, cur *record, sec *secrets) (string, error) {
 		if cur.Upgrade.running() {
 			return "", refuse(Conflict, "", "cluster %q is already upgrading to %s", name, cur.Upgrade.Image)
 		}
 		cur.Upgrade = &upgradeRecord{Image: img.Name, KubernetesVersion: version, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
 			TemplateBytes: tmpl.CapacityBytes, FromImage: rec.Spec.Image, FromVersion: rec.Spec.KubernetesVersion,
 			MaxSurge: req.MaxSurge, FreshDisk: req.FreshDisk, By: by, State: v1.UpgradeRunning, StartedAt: now}
+		// The masters' roles ask for an etcd snapshot since now, which the
+		// first replacement waits for (checkSnapshots).
+		if err := putRoles(tx, cur, sec); err != nil {
+			return "", err
+		}
 		return fmt.Sprintf("upgrade from %s (Kubernetes %s) to %s (Kubernetes %s), by %s: masters one at a time with their data disks moved, then workers %d at a time",
 			rec.Spec.Image, rec.Spec.KubernetesVersion, img.Name, version, by, req.MaxSurge), nil
 	})
@@ -531,8 +536,13 @@ func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 			masters = append(masters, mm)
 		}
 	}
-	if err := checkMasters(masters, statuses); err != nil {
-		// Not now: the next master waits for the cluster to be whole.
+	err = checkMasters(masters, statuses)
+	if err == nil {
+		err = checkSnapshots(p.rec, masters, statuses)
+	}
+	if err != nil {
+		// Not now: the next master waits for the cluster to be whole, and
+		// for its etcd to be saved.
 		e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Waiting", Message: err.Error()})
 		return leavePoll, nil
 	}
@@ -616,6 +626,30 @@ func checkMasters(masters []machine, statuses map[string]v1.Status) error {
 			return fmt.Errorf("master %s reports %s unhealthy", m.Name, strings.Join(bad, ", "))
 		}
 		members[st.EtcdMemberID] = m.Name
+	}
+	return nil
+}
+
+// checkSnapshots holds a master's replacement until every master whose
+// agent takes etcd snapshots reports one since the upgrade started (the
+// roles ask for it), so that a replacement gone wrong can be undone from
+// one. Masters whose snapshots the spec turns off, and agents too old to
+// take them, are not waited for.
+func checkSnapshots(rec *record, masters []machine, statuses map[string]v1.Status) error {
+	sched, err := rec.Spec.EtcdSnapshots.Schedule()
+	if err != nil || !sched.Enabled || !rec.Upgrade.running() {
+		return err
+	}
+	since := rec.Upgrade.StartedAt
+	for _, m := range masters {
+		st := statuses[m.Name]
+		if !slices.Contains(st.Capabilities, v1.CapabilityEtcdSnapshots) {
+			continue
+		}
+		if st.EtcdSnapshotAt == nil || !v1.EtcdSnapshotCovers(*st.EtcdSnapshotAt, since) {
+			return fmt.Errorf("master %s has no etcd snapshot since the upgrade started at %s (a failed one is in its etcd component's message)",
+				m.Name, since.Format(time.RFC3339))
+		}
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +143,82 @@ func TestUpgradeRefusesAClusterThatIsNotWhole(t *testing.T) {
 	busy.Generation = 3
 	if err := checkUpgradable(&busy, machines, statuses); err == nil || !strings.Contains(err.Error(), "operation running") {
 		t.Errorf("an operation running: %v", err)
+	}
+}
+
+// A master is replaced only once every master whose agent takes etcd
+// snapshots reports one since the upgrade started (one a few minutes
+// older counts: two clocks), and the masters' roles ask for it. Agents
+// too old to take them, and a spec that turns them off, are not waited
+// for.
+func TestMasterReplacementWaitsForEtcdSnapshots(t *testing.T) {
+	started := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
+	rec := testRecord()
+	rec.Upgrade = &upgradeRecord{State: v1.UpgradeRunning, StartedAt: started}
+	var masters []machine
+	statuses := map[string]v1.Status{}
+	for i := range 3 {
+		m := rec.newMachine(v1.RoleMaster, time.Now())
+		m.IP = fmt.Sprintf("198.18.10.%d", 11+i)
+		masters = append(masters, m)
+		at := started.Add(time.Minute)
+		statuses[m.Name] = v1.Status{Capabilities: []string{v1.CapabilityEtcdSnapshots}, EtcdSnapshotAt: &at}
+	}
+	if err := checkSnapshots(rec, masters, statuses); err != nil {
+		t.Fatalf("every master has one: %v", err)
+	}
+	agents := agentSupport{etcdSnapshots: map[string]bool{"c1-m1": true, "c1-m2": false, "c1-m3": true}}
+	sec, err := newSecrets(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := roles(rec, sec, masters, agents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if want := agents.etcdSnapshots[r.NodeName]; r.Etcd.SnapshotSince.Equal(started) != want {
+			t.Errorf("%s asks for a snapshot since %v, want the upgrade's start: %v", r.NodeName, r.Etcd.SnapshotSince, want)
+		}
+	}
+
+	at := func(d time.Duration) *time.Time { t := started.Add(d); return &t }
+	for _, c := range []struct {
+		name    string
+		change  func(r *record, st map[string]v1.Status)
+		waiting string // empty: not waited for
+	}{
+		{"none yet", func(_ *record, st map[string]v1.Status) { s := st["c1-m2"]; s.EtcdSnapshotAt = nil; st["c1-m2"] = s },
+			"master c1-m2 has no etcd snapshot since the upgrade started at 2026-11-29T02:00:00Z"},
+		{"only an old one", func(_ *record, st map[string]v1.Status) {
+			s := st["c1-m3"]
+			s.EtcdSnapshotAt = at(-6 * time.Minute)
+			st["c1-m3"] = s
+		},
+			"master c1-m3 has no etcd snapshot"},
+		{"one from just before the start", func(_ *record, st map[string]v1.Status) {
+			s := st["c1-m3"]
+			s.EtcdSnapshotAt = at(-4 * time.Minute)
+			st["c1-m3"] = s
+		}, ""},
+		{"an agent that takes none", func(_ *record, st map[string]v1.Status) {
+			s := st["c1-m1"]
+			s.Capabilities, s.EtcdSnapshotAt = nil, nil
+			st["c1-m1"] = s
+		}, ""},
+		{"snapshots turned off", func(r *record, st map[string]v1.Status) {
+			r.Spec.EtcdSnapshots = &v1.EtcdSnapshots{Disabled: true}
+			s := st["c1-m1"]
+			s.EtcdSnapshotAt = nil
+			st["c1-m1"] = s
+		}, ""},
+	} {
+		r := *rec
+		st := maps.Clone(statuses)
+		c.change(&r, st)
+		err := checkSnapshots(&r, masters, st)
+		if c.waiting == "" && err != nil || c.waiting != "" && (err == nil || !strings.Contains(err.Error(), c.waiting)) {
+			t.Errorf("%s: %v, want waiting: %q", c.name, err, c.waiting)
+		}
 	}
 }

@@ -72,6 +72,10 @@ type Component struct {
 	// snapshotErr is the last snapshot's failure, reported until one
 	// succeeds.
 	snapshotErr error
+	// snapshotServed is the role's snapshotSince that a snapshot of this
+	// process answered: a clock far behind the controller's would
+	// otherwise never see the request covered and snapshot every pass.
+	snapshotServed time.Time
 }
 
 var _ reconcile.Component = (*Component)(nil)
@@ -175,7 +179,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	st.Healthy, st.Message = obs.healthy(), obs.message(s.name)
 	// Only a healthy voting member snapshots: a learner may lag.
 	if obs.healthy() || !s.snapshots.Enabled {
-		actions, snaps, err := c.snapshots(ctx, cl, filepath.Join(dataDir, SnapshotDir), s.snapshots, obs.status.DBSize)
+		actions, snaps, err := c.snapshots(ctx, cl, filepath.Join(dataDir, SnapshotDir), s.snapshots, s.snapshotSince, obs.status.DBSize)
 		st.Actions = append(st.Actions, actions...)
 		c.metrics.setSnapshots(snaps, err)
 		if err != nil {

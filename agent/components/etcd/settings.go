@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/harmonykaas/harmony/agent/pki"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -33,8 +34,10 @@ type settings struct {
 	// cluster.
 	members []v1.Peer
 	ca      *pki.CA
-	// snapshots is when the member snapshots the keyspace.
-	snapshots v1.EtcdSnapshotSchedule
+	// snapshots is when the member snapshots the keyspace; snapshotSince
+	// asks for one since then (zero: none asked).
+	snapshots     v1.EtcdSnapshotSchedule
+	snapshotSince time.Time
 }
 
 // fieldError names the role field that is wrong.
@@ -74,7 +77,7 @@ func settingsFrom(role *v1.Role) (settings, error) {
 	s.dataDisk = role.Etcd != nil && role.Etcd.DataDisk
 	var snapshots *v1.EtcdSnapshots
 	if role.Etcd != nil {
-		snapshots = role.Etcd.Snapshots
+		snapshots, s.snapshotSince = role.Etcd.Snapshots, role.Etcd.SnapshotSince
 	}
 	sched, err := snapshots.Schedule()
 	if err != nil {

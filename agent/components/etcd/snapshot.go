@@ -56,10 +56,11 @@ type snapshotState struct {
 }
 
 // snapshots takes a snapshot from the local member when the newest one is
-// an interval old, and keeps the newest few. A failure is returned for the
-// status and metrics; it does not fail the pass, since etcd itself runs.
-// Settings that turn snapshots off leave the ones taken.
-func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched v1.EtcdSnapshotSchedule, dbSize uint64) ([]string, snapshotState, error) {
+// an interval old, or none covers since (the role's request), and keeps
+// the newest few. A failure is returned for the status and metrics; it
+// does not fail the pass, since etcd itself runs. Settings that turn
+// snapshots off leave the ones taken.
+func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched v1.EtcdSnapshotSchedule, since time.Time, dbSize uint64) ([]string, snapshotState, error) {
 	if !sched.Enabled {
 		c.snapshotErr = nil
 		files, _, err := listSnapshots(dir)
@@ -81,7 +82,9 @@ func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched
 	}
 	now := c.cfg.Now().UTC()
 	var takeErr error
-	if snapshotDue(files, now, sched.Interval) && !now.Before(c.snapshotRetry) {
+	asked := !since.IsZero() && !since.Equal(c.snapshotServed) &&
+		!slices.ContainsFunc(files, func(f snapshotFile) bool { return v1.EtcdSnapshotCovers(f.taken, since) })
+	if (asked || snapshotDue(files, now, sched.Interval)) && !now.Before(c.snapshotRetry) {
 		var f snapshotFile
 		var size int64
 		f, size, takeErr = c.takeSnapshot(ctx, cl, dir, now, dbSize)
@@ -90,6 +93,7 @@ func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched
 			c.snapshotRetry = now.Add(snapshotRetryAfter)
 		}
 		if takeErr == nil {
+			c.snapshotServed = since
 			files = append(files, f)
 			slices.SortFunc(files, func(a, b snapshotFile) int { return a.taken.Compare(b.taken) })
 			actions = append(actions, fmt.Sprintf("took snapshot %s (%d bytes)", f.name, size))

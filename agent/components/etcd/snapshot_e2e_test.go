@@ -139,17 +139,36 @@ func TestSnapshotsOfARealMember(t *testing.T) {
 	now = now.Add(time.Minute)
 	pass("took snapshot snapshot-20261129T040500Z.db (", "removed snapshot snapshot-20261129T020000Z.db")
 
+	// An upgrade asks for a snapshot since its start: one is taken though
+	// none is due, and once only. One from a few minutes before the start
+	// answers it (the two clocks differ), and so does the one this agent
+	// took for a start its clock has not reached.
+	now = now.Add(30 * time.Minute) // 04:35, the newest from 04:05
+	role.Etcd.SnapshotSince = now.Add(-10 * time.Minute)
+	pass("took snapshot snapshot-20261129T043500Z.db (", "removed snapshot snapshot-20261129T030000Z.db")
+	pass()
+	role.Etcd.SnapshotSince = now.Add(3 * time.Minute)
+	pass()
+	now = now.Add(time.Minute)
+	role.Etcd.SnapshotSince = now.Add(2 * time.Hour)
+	pass("took snapshot snapshot-20261129T043600Z.db (", "removed snapshot snapshot-20261129T040500Z.db")
+	now = now.Add(time.Minute)
+	pass()
+	role.Etcd.SnapshotSince = time.Time{}
+
 	// Off: none is taken any more, and those taken stay.
 	role.Etcd.Snapshots.Disabled = true
 	now = now.Add(5 * time.Hour)
 	pass()
+	role.Etcd.SnapshotSince = now
+	pass() // nor when asked
 	if got := stored(); len(got) != 2 {
 		t.Fatalf("stored %q after snapshots were turned off, want the two taken", got)
 	}
 
 	// The newest restores with etcdctl, which checks the hash, and holds
 	// the key written before it.
-	newest := filepath.Join(dir, "snapshot-20261129T040500Z.db")
+	newest := filepath.Join(dir, "snapshot-20261129T043600Z.db")
 	restored := filepath.Join(t.TempDir(), "restored")
 	restore(t, newest, restored)
 	if !holdsKey(t, filepath.Join(restored, "member", "snap", "db"), "written-before-the-snapshot", "kept") {
