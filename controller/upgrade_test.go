@@ -62,6 +62,7 @@ type fleet struct {
 	held       map[string]bool         // nodes that report as a VM of badImage does, whatever their image
 	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
 	unsaved    map[string]bool         // masters whose etcd snapshots fail
+	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
 	stop       context.CancelFunc
 	done       chan struct{}
 }
@@ -73,7 +74,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -184,10 +185,12 @@ func (f *fleet) tick() {
 			}
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
 			// A snapshot is taken as soon as the role asks for one.
-			st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdSnapshots)
 			f.mu.Lock()
-			if since := role.Etcd.SnapshotSince; !since.IsZero() && !f.unsaved[name] {
-				st.EtcdSnapshotAt = &since
+			if !f.oldAgents[name] {
+				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdSnapshots)
+				if since := role.Etcd.SnapshotSince; !since.IsZero() && !f.unsaved[name] {
+					st.EtcdSnapshotAt = &since
+				}
 			}
 			f.mu.Unlock()
 		}
@@ -816,6 +819,14 @@ func (f *fleet) failSnapshots(node string, fail bool) {
 	f.mu.Unlock()
 }
 
+// oldAgent makes a master's agent one that takes no etcd snapshots, or
+// one that does.
+func (f *fleet) oldAgent(node string, old bool) {
+	f.mu.Lock()
+	f.oldAgents[node] = old
+	f.mu.Unlock()
+}
+
 // setStuck makes a node's pods unable to move, or lets them.
 func (f *fleet) setStuck(node string, stuck bool) {
 	f.mu.Lock()
@@ -873,12 +884,15 @@ func TestUpgradeStopsRatherThanForceAWorkerOff(t *testing.T) {
 // An upgrade replaces no master until every master reports an etcd
 // snapshot since the upgrade started (the roles ask for one): a master
 // whose snapshot fails holds it, saying which, and once it has one the
-// upgrade goes on and ends as any other.
+// upgrade goes on and ends as any other. An agent that takes no snapshots
+// is not waited for; once it reports that it takes them, its role asks
+// for one too.
 func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("sv", 3, 0))
 	fl := e.startFleet("sv", "")
+	fl.oldAgent("sv-m2", true)
 	e.waitAllReady("sv")
 	before := e.snapshotVMs("sv")
 	fl.failSnapshots("sv-m3", true)
@@ -900,6 +914,12 @@ func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 		t.Fatalf("%v handed over before sv-m3 had a snapshot", order)
 	}
 
+	fl.oldAgent("sv-m2", false)
+	waitFor(t, "sv-m2's role asking for a snapshot once its agent takes them", func() bool {
+		var r v1.Role
+		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/sv-m2/role", nil).decode(t, &r)
+		return r.Etcd != nil && !r.Etcd.SnapshotSince.IsZero()
+	})
 	fl.failSnapshots("sv-m3", false)
 	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
 		t.Fatalf("upgrade once every master has a snapshot: %s: %s", got.State, got.Message)

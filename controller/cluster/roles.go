@@ -121,12 +121,7 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 			pki := sec.PKI
 			r.PKI = &pki
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
-			if agents.etcdSnapshots[m.Name] {
-				r.Etcd.Snapshots = s.EtcdSnapshots
-				if c.Upgrade.running() {
-					r.Etcd.SnapshotSince = c.Upgrade.StartedAt
-				}
-			}
+			r.Etcd.Snapshots, r.Etcd.SnapshotSince = snapshotSettings(c, agents.etcdSnapshots[m.Name])
 			if agents.vrrp3 {
 				r.Cluster.LoadBalancer.VRRPVersion = 3
 				r.Cluster.LoadBalancer.AdvertInterval = v1.DefaultVRRPv3AdvertInterval.String()
@@ -150,6 +145,19 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// snapshotSettings is what a master's role says of etcd snapshots: the
+// spec's settings and, while an upgrade runs, the snapshot it asks for
+// (checkSnapshots); nothing for an agent that does not take them.
+func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
+	switch {
+	case !takes:
+		return nil, time.Time{}
+	case c.Upgrade.running():
+		return c.Spec.EtcdSnapshots, c.Upgrade.StartedAt
+	}
+	return c.Spec.EtcdSnapshots, time.Time{}
 }
 
 // StatusReported gives a cluster's nodes their roles again when a
@@ -177,8 +185,12 @@ func (s *Service) StatusReported(node string) error {
 			return nil, false, err
 		}
 		vrrp := (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines)
-		hasSnapshots := role.Etcd != nil && role.Etcd.Snapshots != nil
-		snapshots := hasSnapshots != (rec.Spec.EtcdSnapshots != nil && reports(tx, node, v1.CapabilityEtcdSnapshots))
+		snapshots := false
+		if role.Etcd != nil {
+			want, since := snapshotSettings(rec, reports(tx, node, v1.CapabilityEtcdSnapshots))
+			has := role.Etcd.Snapshots
+			snapshots = (has == nil) != (want == nil) || has != nil && *has != *want || !role.Etcd.SnapshotSince.Equal(since)
+		}
 		return rec, vrrp || snapshots, nil
 	}
 	var change bool
