@@ -63,6 +63,7 @@ type fleet struct {
 	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
 	unsaved    map[string]bool         // masters whose etcd snapshots fail
 	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
+	saved      map[string]time.Time    // each master's newest etcd snapshot
 	stop       context.CancelFunc
 	done       chan struct{}
 }
@@ -74,7 +75,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -184,12 +185,16 @@ func (f *fleet) tick() {
 				st.EtcdMemberID = memberOf(disk)
 			}
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
-			// A snapshot is taken as soon as the role asks for one.
+			// A snapshot is taken as soon as the role asks for one, and
+			// reported from then on.
 			f.mu.Lock()
 			if !f.oldAgents[name] {
 				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdSnapshots)
-				if since := role.Etcd.SnapshotSince; !since.IsZero() && !f.unsaved[name] {
-					st.EtcdSnapshotAt = &since
+				if since := role.Etcd.SnapshotSince; since.After(f.saved[name]) && !f.unsaved[name] {
+					f.saved[name] = since
+				}
+				if at, ok := f.saved[name]; ok {
+					st.EtcdSnapshotAt = &at
 				}
 			}
 			f.mu.Unlock()
@@ -923,6 +928,13 @@ func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 	fl.failSnapshots("sv-m3", false)
 	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
 		t.Fatalf("upgrade once every master has a snapshot: %s: %s", got.State, got.Message)
+	}
+	// The cluster's view says when each master's newest snapshot was
+	// taken (harmonyctl cluster get shows its age).
+	for _, n := range e.cluster("sv").Status.Nodes {
+		if n.EtcdSnapshotAt == nil || n.EtcdSnapshotAt.IsZero() {
+			t.Errorf("%s: no etcd snapshot in the cluster's view", n.Name)
+		}
 	}
 	fl.halt()
 	e.assertUpgraded(fl, "sv", newImage, before, []string{"sv-m1", "sv-m2", "sv-m3"}, 3)

@@ -456,6 +456,9 @@ type ClusterNode struct {
 	// Ready, NotReady or Unknown; empty before the node has joined.
 	Kubernetes     string `json:"kubernetes,omitempty"`
 	KubeletVersion string `json:"kubeletVersion,omitempty"`
+	// EtcdSnapshotAt is when a master's newest etcd snapshot was taken,
+	// as its agent last reported.
+	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
 	// Components is the health of each part the agent configures
 	// (keepalived, haproxy, etcd, kubeadm, cni, …), as it last reported.
 	Components []ComponentStatus `json:"components,omitempty"`

@@ -83,7 +83,7 @@ func clusterGetCommand(g *globals) *cobra.Command {
 						u.FromImage, u.FromKubernetesVersion, u.State, u.Upgraded, u.Nodes, u.StartedAt.Local().Format(time.DateTime), dash(u.Message))
 				}
 				fmt.Fprintln(w)
-				printClusterNodes(w, cl.Status.Nodes)
+				printClusterNodes(w, cl.Status.Nodes, time.Now())
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "TIME\tTYPE\tREASON\tMESSAGE")
 				for _, e := range cl.Status.Events {

@@ -106,7 +106,7 @@ func (f waitFlags) finish(ctx context.Context, c *client.Client, op v1.Operation
 		}
 	} else if len(final.Nodes) > 0 {
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		printClusterNodes(w, final.Nodes)
+		printClusterNodes(w, final.Nodes, time.Now())
 		w.Flush()
 	}
 	if final.State == v1.OperationFailed {
@@ -162,12 +162,31 @@ func watchOperation(ctx context.Context, c *client.Client, id string, progress i
 	}
 }
 
-func printClusterNodes(w io.Writer, nodes []v1.ClusterNode) {
-	fmt.Fprintln(w, "NODE\tROLE\tIP\tPHASE\tSTEP\tVM\tPOWER\tAGENT\tKUBERNETES\tIMAGE\tUPGRADE\tLAST ERROR")
+func printClusterNodes(w io.Writer, nodes []v1.ClusterNode, now time.Time) {
+	fmt.Fprintln(w, "NODE\tROLE\tIP\tPHASE\tSTEP\tVM\tPOWER\tAGENT\tKUBERNETES\tETCD SNAPSHOT\tIMAGE\tUPGRADE\tLAST ERROR")
 	for _, n := range nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step), dash(n.VM),
-			dash(n.Power), dash(n.AgentPhase), dash(strings.TrimSpace(n.Kubernetes+" "+n.KubeletVersion)), dash(n.Image), dash(n.Upgrade), dash(n.LastError))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step), dash(n.VM),
+			dash(n.Power), dash(n.AgentPhase), dash(strings.TrimSpace(n.Kubernetes+" "+n.KubeletVersion)), ago(n.EtcdSnapshotAt, now),
+			dash(n.Image), dash(n.Upgrade), dash(n.LastError))
 	}
+}
+
+// ago says how long before now t was, in its largest unit: "40s ago",
+// "12m ago", "5h ago", "3d ago"; "-" for none.
+func ago(t *time.Time, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	d := max(now.Sub(*t), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
 func dash(s string) string {
