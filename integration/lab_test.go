@@ -62,6 +62,7 @@ func TestLab(t *testing.T) {
 	t.Run("enrolled through guestinfo", l.checkEnrolledThroughGuestinfo)
 	t.Run("addresses from guestinfo", l.checkAddresses)
 	t.Run("etcd has the three masters, healthy", func(t *testing.T) { l.checkMembers(t, l.masters(t)) })
+	t.Run("each master snapshots etcd onto its data disk", l.checkEtcdSnapshots)
 	t.Run("prometheus scrapes every agent and the controller", l.checkPrometheus)
 	t.Run("five Ready Kubernetes nodes", l.checkKubernetesNodes)
 	t.Run("pod network: pod to pod over VXLAN, a Service by name", l.checkPodNetwork)
@@ -503,6 +504,42 @@ func (l *labUnderTest) checkMembers(t *testing.T, masters []v1.ClusterNode) {
 	for _, h := range health {
 		if !h.Health {
 			t.Errorf("etcd endpoint %s unhealthy", h.Endpoint)
+		}
+	}
+}
+
+// checkEtcdSnapshots: each master's agent has taken its first etcd
+// snapshot (at once, by the default schedule) and reports it; the file is
+// private, on the data disk, and one that etcdctl reads, holding keys.
+func (l *labUnderTest) checkEtcdSnapshots(t *testing.T) {
+	dir := etcd.DefaultDataDir + "/" + etcd.SnapshotDir
+	for _, m := range l.masters(t) {
+		testutil.Eventually(t, 2*time.Minute, m.Name+" reports an etcd snapshot", func() bool {
+			for _, n := range l.cluster(t).Status.Nodes {
+				if n.Name == m.Name {
+					return n.EtcdSnapshotAt != nil
+				}
+			}
+			return false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := l.body(t, m.Name).Output(ctx, "sh", "-c", "stat -c '%a %n' "+dir+"/snapshot-*.db")
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: the snapshots in %s: %v: %s", m.Name, dir, err, out)
+		}
+		first := strings.Fields(strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0])
+		if len(first) != 2 || first[0] != "600" {
+			t.Fatalf("%s: %q, want snapshots with mode 600", m.Name, out)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		out, err = l.body(t, m.Name).Output(ctx, "etcdctl", "-w", "json", "snapshot", "status", first[1])
+		cancel()
+		var status struct {
+			TotalKey int `json:"totalKey"`
+		}
+		if err != nil || json.Unmarshal(out, &status) != nil || status.TotalKey == 0 {
+			t.Errorf("%s: etcdctl snapshot status %s: %v: %s", m.Name, first[1], err, out)
 		}
 	}
 }

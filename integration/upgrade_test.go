@@ -232,6 +232,19 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 	t.Logf("API through the VIP: %d samples every 100 ms, %d failed; longest run of failures %d (%s, from %s); fewest netexec pods ready %d; etcd leader elections %d (%d masters)",
 		s.Samples, s.Failed, s.LongestRun, time.Duration(s.LongestRun)*100*time.Millisecond, s.LongestAt.Format(time.TimeOnly), s.MinReady, elections, len(masters))
 
+	// Each master saved its etcd before it was replaced (the first
+	// replacement waited for it), and its replacement reports a snapshot.
+	var unsaved string
+	testutil.Eventually(t, 2*time.Minute, "every master reporting an etcd snapshot since the upgrade started", func() bool {
+		unsaved = ""
+		for _, n := range l.cluster(t).Status.Nodes {
+			if n.Role == v1.RoleMaster && (n.EtcdSnapshotAt == nil || !v1.EtcdSnapshotCovers(*n.EtcdSnapshotAt, start)) {
+				unsaved += fmt.Sprintf(" %s (%v)", n.Name, n.EtcdSnapshotAt)
+			}
+		}
+		return unsaved == ""
+	}, func() { t.Logf("started %s; not since then:%s", start.Format(time.TimeOnly), unsaved) })
+
 	// Nothing lost.
 	if n, err := ea.Count(l.masters(t)[0].IP, upgradeKeyPrefix); err != nil || n != upgradeKeys {
 		t.Errorf("etcd holds %d keys under %s after the upgrade, want %d (%v)", n, upgradeKeyPrefix, upgradeKeys, err)
