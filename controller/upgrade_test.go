@@ -185,13 +185,16 @@ func (f *fleet) tick() {
 				st.EtcdMemberID = memberOf(disk)
 			}
 			st.Components = []v1.ComponentStatus{{Name: "etcd", Healthy: st.EtcdMemberID != "", Phase: "Converged"}}
-			// A snapshot is taken as soon as the role asks for one, and
-			// reported from then on.
+			// As a real agent: the first snapshot at once, another as
+			// soon as the role asks for one, the newest reported.
 			f.mu.Lock()
 			if !f.oldAgents[name] {
 				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdSnapshots)
-				if since := role.Etcd.SnapshotSince; since.After(f.saved[name]) && !f.unsaved[name] {
-					f.saved[name] = since
+				_, saved := f.saved[name]
+				switch since := role.Etcd.SnapshotSince; {
+				case f.unsaved[name]:
+				case !saved || since.After(f.saved[name]) && !v1.EtcdSnapshotCovers(f.saved[name], since):
+					f.saved[name] = time.Now()
 				}
 				if at, ok := f.saved[name]; ok {
 					st.EtcdSnapshotAt = &at
@@ -817,10 +820,14 @@ func (f *fleet) hold(node string) {
 	f.mu.Unlock()
 }
 
-// failSnapshots makes a master's etcd snapshots fail, or lets them be.
+// failSnapshots makes a master's etcd snapshots fail (and lose those it
+// had), or lets them be.
 func (f *fleet) failSnapshots(node string, fail bool) {
 	f.mu.Lock()
 	f.unsaved[node] = fail
+	if fail {
+		delete(f.saved, node)
+	}
 	f.mu.Unlock()
 }
 
@@ -901,6 +908,11 @@ func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 	e.waitAllReady("sv")
 	before := e.snapshotVMs("sv")
 	fl.failSnapshots("sv-m3", true)
+	waitFor(t, "sv-m3 reporting no etcd snapshot", func() bool {
+		return slices.ContainsFunc(e.cluster("sv").Status.Nodes, func(n v1.ClusterNode) bool {
+			return n.Name == "sv-m3" && n.EtcdSnapshotAt == nil
+		})
+	})
 
 	op := e.start("POST", v1.PathClusters+"/sv/upgrade", v1.UpgradeRequest{Image: newImage})
 	waitFor(t, "the upgrade waiting for sv-m3's snapshot", func() bool {
