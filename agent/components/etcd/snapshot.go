@@ -91,11 +91,10 @@ func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched
 		c.snapshotErr = takeErr
 		if takeErr != nil {
 			c.snapshotRetry = now.Add(snapshotRetryAfter)
-		}
-		if takeErr == nil {
+		} else {
 			c.snapshotServed = since
 			files = append(files, f)
-			slices.SortFunc(files, func(a, b snapshotFile) int { return a.taken.Compare(b.taken) })
+			slices.SortFunc(files, byTaken)
 			actions = append(actions, fmt.Sprintf("took snapshot %s (%d bytes)", f.name, size))
 		}
 	}
@@ -155,9 +154,12 @@ func listSnapshots(dir string) ([]snapshotFile, []string, error) {
 			}
 		}
 	}
-	slices.SortFunc(files, func(a, b snapshotFile) int { return a.taken.Compare(b.taken) })
+	slices.SortFunc(files, byTaken)
 	return files, leftovers, nil
 }
+
+// byTaken orders snapshots oldest first.
+func byTaken(a, b snapshotFile) int { return a.taken.Compare(b.taken) }
 
 // takeSnapshot streams a snapshot from the local member into dir, written
 // 0600 (it holds every secret of the cluster) and renamed into place only
