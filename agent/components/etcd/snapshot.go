@@ -93,8 +93,7 @@ func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched
 			c.snapshotRetry = now.Add(snapshotRetryAfter)
 		} else {
 			c.snapshotServed = since
-			files = append(files, f)
-			slices.SortFunc(files, byTaken)
+			files = withSnapshot(files, f)
 			actions = append(actions, fmt.Sprintf("took snapshot %s (%d bytes)", f.name, size))
 		}
 	}
@@ -156,6 +155,16 @@ func listSnapshots(dir string) ([]snapshotFile, []string, error) {
 	}
 	slices.SortFunc(files, byTaken)
 	return files, leftovers, nil
+}
+
+// withSnapshot adds f to files, oldest first. A clock set back to the
+// second of an existing snapshot makes f replace that file under the same
+// name, and it must be counted once, or pruning would remove it.
+func withSnapshot(files []snapshotFile, f snapshotFile) []snapshotFile {
+	files = slices.DeleteFunc(files, func(g snapshotFile) bool { return g.name == f.name })
+	files = append(files, f)
+	slices.SortFunc(files, byTaken)
+	return files
 }
 
 // byTaken orders snapshots oldest first.

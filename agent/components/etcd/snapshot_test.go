@@ -176,3 +176,25 @@ func TestListSnapshotsTakesOnlyItsOwn(t *testing.T) {
 		t.Errorf("a file for a directory: %v", err)
 	}
 }
+
+func TestANewSnapshotUnderAnExistingNameCountsOnce(t *testing.T) {
+	day := func(d int) snapshotFile {
+		taken := time.Date(2026, 11, d, 12, 0, 0, 0, time.UTC)
+		return snapshotFile{name: snapshotPrefix + taken.Format(snapshotTimeLayout) + snapshotSuffix, taken: taken}
+	}
+	var names []string
+	// The clock was set back to the second of the 27th's snapshot.
+	for _, f := range withSnapshot([]snapshotFile{day(26), day(27), day(28)}, day(27)) {
+		names = append(names, f.name)
+	}
+	if want := []string{day(26).name, day(27).name, day(28).name}; !slices.Equal(names, want) {
+		t.Errorf("snapshots %q, want %q", names, want)
+	}
+	names = nil
+	for _, f := range withSnapshot([]snapshotFile{day(28), day(29)}, day(27)) {
+		names = append(names, f.name)
+	}
+	if want := []string{day(27).name, day(28).name, day(29).name}; !slices.Equal(names, want) {
+		t.Errorf("snapshots %q, want %q (oldest first)", names, want)
+	}
+}
