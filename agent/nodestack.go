@@ -258,6 +258,7 @@ func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any
 type etcdMember interface {
 	MemberID() string
 	NewestSnapshot() time.Time
+	Restored() string
 }
 
 // report fills the status's phase and components.
@@ -278,6 +279,9 @@ func (ns *nodeStack) report(st *v1.Status) {
 		}
 		if at := m.NewestSnapshot(); !at.IsZero() {
 			st.EtcdSnapshotAt = &at
+		}
+		if id := m.Restored(); id != "" {
+			st.EtcdRestored = id
 		}
 	}
 	for _, n := range ns.nodes {

@@ -58,22 +58,27 @@ func TestStatusReportClipsMessagesTheControllerAccepts(t *testing.T) {
 type stubMember struct {
 	id       string
 	snapshot time.Time
+	restored string
 }
 
 func (m stubMember) MemberID() string          { return m.id }
 func (m stubMember) NewestSnapshot() time.Time { return m.snapshot }
+func (m stubMember) Restored() string          { return m.restored }
 
-// The report names the local etcd member and its newest snapshot, and
-// leaves the snapshot out while there is none.
+// The report names the local etcd member, its newest snapshot and the
+// restore it did, and leaves out a snapshot or restore there is none of.
 func TestReportNamesTheEtcdMemberAndItsNewestSnapshot(t *testing.T) {
 	at := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	for _, m := range []stubMember{{id: "2749b63d6f4a0b35", snapshot: at}, {id: "2749b63d6f4a0b35"}} {
+	for _, m := range []stubMember{{id: "2749b63d6f4a0b35", snapshot: at, restored: "r-1"}, {id: "2749b63d6f4a0b35"}} {
 		ns := &nodeStack{members: []etcdMember{m}, statuses: []reconcile.Status{{Component: "etcd", Phase: reconcile.PhaseConverged, Healthy: true}}}
 		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseEnrolled}
 		ns.report(&st)
 		if st.EtcdMemberID != m.id || (m.snapshot.IsZero() != (st.EtcdSnapshotAt == nil)) ||
 			(st.EtcdSnapshotAt != nil && !st.EtcdSnapshotAt.Equal(m.snapshot)) {
 			t.Errorf("member %+v: reported member %q, snapshot %v", m, st.EtcdMemberID, st.EtcdSnapshotAt)
+		}
+		if st.EtcdRestored != m.restored {
+			t.Errorf("member %+v: reported restore %q", m, st.EtcdRestored)
 		}
 		if err := st.Validate(); err != nil {
 			t.Errorf("the report does not validate: %v", err)

@@ -254,6 +254,53 @@ type EtcdSettings struct {
 	// replaces a master only once the master reports one
 	// (Status.EtcdSnapshotAt). Disabled snapshots ignore it.
 	SnapshotSince time.Time `json:"snapshotSince,omitzero"`
+	// Restore asks the members to restore the cluster's keyspace from
+	// one member's snapshot; nil: none asked.
+	Restore *EtcdRestore `json:"restore,omitempty"`
+}
+
+// EtcdRestore restores a cluster's keyspace from a snapshot one master
+// took (EtcdSnapshots), for a cluster that lost its quorum or its data to
+// a bad write. The source restores it as a new cluster of one member; each
+// other master sets its state aside (kept on its data disk) and joins that
+// cluster afresh, never the old one. Each member acts on an ID once, and
+// reports it (Status.EtcdRestored) when its part is done.
+type EtcdRestore struct {
+	// ID names this restore: 1 to 63 characters of [a-z0-9-].
+	ID string `json:"id"`
+	// Source is the master whose snapshot is restored.
+	Source string `json:"source"`
+	// SnapshotTakenAt names the source's snapshot by when it was taken,
+	// to the second (Status.EtcdSnapshotAt reports the newest's).
+	SnapshotTakenAt time.Time `json:"snapshotTakenAt"`
+}
+
+var restoreIDPattern = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// ValidateRestoreID checks a restore's ID.
+func ValidateRestoreID(id string) error {
+	if !restoreIDPattern.MatchString(id) {
+		return fmt.Errorf("%q is not 1 to 63 characters of [a-z0-9-] starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// validate checks the restore of a role of role (a master's, with its
+// peers).
+func (e *EtcdRestore) validate(role NodeRole, peers []Peer) error {
+	if role != RoleMaster {
+		return fieldErr("etcd.restore", "only masters restore etcd, not a %s", role)
+	}
+	if err := ValidateRestoreID(e.ID); err != nil {
+		return fieldErr("etcd.restore.id", "%v", err)
+	}
+	if !slices.ContainsFunc(peers, func(p Peer) bool { return p.Role == RoleMaster && p.Name == e.Source }) {
+		return fieldErr("etcd.restore.source", "%q is not one of the role's masters", e.Source)
+	}
+	if e.SnapshotTakenAt.IsZero() {
+		return fieldErr("etcd.restore.snapshotTakenAt", "missing")
+	}
+	return nil
 }
 
 // EtcdSnapshotSkew is how much older than asked a snapshot may be and
@@ -483,6 +530,11 @@ func (r *Role) Validate() error {
 	if r.Etcd != nil {
 		if _, err := r.Etcd.Snapshots.Schedule(); err != nil {
 			return err
+		}
+		if r.Etcd.Restore != nil {
+			if err := r.Etcd.Restore.validate(r.Role, r.Peers); err != nil {
+				return err
+			}
 		}
 	}
 	if r.Kubeadm != nil && r.Kubeadm.BootstrapToken != "" && !bootstrapTokenPattern.MatchString(r.Kubeadm.BootstrapToken) {

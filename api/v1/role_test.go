@@ -166,6 +166,34 @@ func TestDecodeRole(t *testing.T) {
 		}, field: "etcd.snapshots.interval"},
 		{name: "etcd snapshots keep negative", mut: func(r *v1.Role) { r.Etcd.Snapshots = &v1.EtcdSnapshots{Keep: -1} }, field: "etcd.snapshots.keep"},
 		{name: "etcd snapshots keep too many", mut: func(r *v1.Role) { r.Etcd.Snapshots = &v1.EtcdSnapshots{Keep: 101} }, field: "etcd.snapshots.keep"},
+		{name: "etcd restore on a worker", mut: func(r *v1.Role) {
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "r1", Source: "master-1", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore"},
+		{name: "etcd restore ID uppercase", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "R1", Source: "master-1", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore.id"},
+		{name: "etcd restore ID empty", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.Restore = &v1.EtcdRestore{Source: "master-1", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore.id"},
+		{name: "etcd restore ID a path", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "../r1", Source: "master-1", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore.id"},
+		{name: "etcd restore from a worker", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Peers = append(r.Peers, v1.Peer{Name: "worker-9", Role: v1.RoleWorker, Address: "10.0.0.99"})
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "r1", Source: "worker-9", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore.source"},
+		{name: "etcd restore from a stranger", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "r1", Source: "master-9", SnapshotTakenAt: time.Unix(1e9, 0)}
+		}, field: "etcd.restore.source"},
+		{name: "etcd restore without a snapshot", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.Restore = &v1.EtcdRestore{ID: "r1", Source: "master-1"}
+		}, field: "etcd.restore.snapshotTakenAt"},
 
 		// Only the pair under test is set, so that the known keyMatches
 		// defect in an earlier pair cannot mask it.

@@ -31,6 +31,9 @@ type Status struct {
 	// EtcdSnapshotAt is when the newest etcd snapshot on the node's data
 	// disk was taken; nil when there is none.
 	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
+	// EtcdRestored is the ID of the newest etcd restore (etcd.restore)
+	// whose part the node has done.
+	EtcdRestored string `json:"etcdRestored,omitempty"`
 	// KubernetesNode is the node's Kubernetes Node as the API last showed
 	// it to the node; nil before the node has joined.
 	KubernetesNode *KubernetesNodeStatus `json:"kubernetesNode,omitempty"`
@@ -51,6 +54,9 @@ const (
 	// CapabilityEtcdSnapshots: the agent takes etcd.snapshots (and
 	// reports etcdSnapshotAt).
 	CapabilityEtcdSnapshots = "etcd.snapshots"
+	// CapabilityEtcdRestore: the agent acts on etcd.restore (and reports
+	// etcdRestored).
+	CapabilityEtcdRestore = "etcd.restore"
 
 	maxCapabilities = 32
 )
@@ -172,6 +178,11 @@ func (s *Status) Validate() error {
 	}
 	if !shortText.MatchString(s.EtcdMemberID) {
 		return fieldErr("etcdMemberID", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+	}
+	if s.EtcdRestored != "" {
+		if err := ValidateRestoreID(s.EtcdRestored); err != nil {
+			return fieldErr("etcdRestored", "%v", err)
+		}
 	}
 	if len(s.Addresses) > 64 {
 		return fieldErr("addresses", "at most 64 addresses")

@@ -60,6 +60,8 @@ func TestDecodeStatus(t *testing.T) {
 		{name: "capability with space", mut: func(s *v1.Status) { s.Capabilities = []string{"leave hand over"} }, field: "capabilities[0]"},
 		{name: "33 capabilities", mut: func(s *v1.Status) { s.Capabilities = make([]string, 33) }, field: "capabilities"},
 		{name: "etcd member ID with slash", mut: func(s *v1.Status) { s.EtcdMemberID = "a/b" }, field: "etcdMemberID"},
+		{name: "etcd restored", mut: func(s *v1.Status) { s.EtcdRestored = "r-20261129-1" }, field: okField},
+		{name: "etcd restored with slash", mut: func(s *v1.Status) { s.EtcdRestored = "r/1" }, field: "etcdRestored"},
 		{name: "node ready lowercase", mut: func(s *v1.Status) { s.KubernetesNode.Ready = "true" }, field: "kubernetesNode.ready"},
 		{name: "node reason with space", mut: func(s *v1.Status) { s.KubernetesNode.Reason = "not ready" }, field: "kubernetesNode.reason"},
 		{name: "kubelet version with slash", mut: func(s *v1.Status) { s.KubernetesNode.KubeletVersion = "v1/34" }, field: "kubernetesNode.kubeletVersion"},

@@ -39,8 +39,10 @@ const (
 // Config is how the agent, or the lab, sets the component up. Zero fields
 // take the defaults.
 type Config struct {
-	// Binary is etcd's path; default /usr/bin/etcd.
-	Binary string
+	// Binary is etcd's path; default /usr/bin/etcd. Etcdctl is etcdctl's,
+	// which restores snapshots; default /usr/bin/etcdctl.
+	Binary  string
+	Etcdctl string
 	// ClientPort, PeerPort and MetricsPort default to 2379, 2380 and 2381
 	// (metrics on 127.0.0.1 only).
 	ClientPort  int
@@ -84,6 +86,9 @@ var _ reconcile.Component = (*Component)(nil)
 func New(cfg Config) *Component {
 	if cfg.Binary == "" {
 		cfg.Binary = "/usr/bin/etcd"
+	}
+	if cfg.Etcdctl == "" {
+		cfg.Etcdctl = "/usr/bin/etcdctl"
 	}
 	if cfg.ClientPort == 0 {
 		cfg.ClientPort = 2379
@@ -155,10 +160,20 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	cl := newClient(tlsConfig, c.cfg.DialContext, c.cfg.RequestTimeout)
 	defer cl.Close()
 
-	boot, joined, actions, err := c.membership(ctx, host, s, cl)
+	rejoin, actions, err := c.restore(ctx, host, s, dataDir)
 	st.Actions = append(st.Actions, actions...)
 	if err != nil {
 		return c.fail(ctx, host, st, err)
+	}
+	boot, joined, actions, err := c.membership(ctx, host, s, cl, rejoin)
+	st.Actions = append(st.Actions, actions...)
+	if err != nil {
+		return c.fail(ctx, host, st, err)
+	}
+	if rejoin != nil && joined {
+		if err := c.restoreDone(host, dataDir, *rejoin); err != nil {
+			return c.fail(ctx, host, st, err)
+		}
 	}
 	unit := Unit(unitParams{
 		Binary: c.cfg.Binary, Name: s.name, IP: s.ip, DataDir: dataDir, PKIDir: host.Path(PKIDir),

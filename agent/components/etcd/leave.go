@@ -91,7 +91,7 @@ func (c *Component) leave(ctx context.Context, host *reconcile.Host, s settings,
 	log := logger(host)
 	local := c.localClientURL()
 	status, statusErr := cl.Status(ctx, local)
-	endpoint, members, err := c.findCluster(ctx, cl, s)
+	endpoint, _, members, err := c.findCluster(ctx, cl, s.others())
 	if err != nil {
 		return "", nil, err
 	}
@@ -193,7 +193,7 @@ func (c *Component) handOverMember(ctx context.Context, host *reconcile.Host, ro
 			// waits for the new VM (a cluster of one master has no HA).
 			note = fmt.Sprintf("member %x, the cluster's only one, stopped for its replacement; its data stays for the new VM", status.MemberID)
 		case status.Leader == status.MemberID:
-			_, members, err := c.findCluster(ctx, cl, s)
+			_, _, members, err := c.findCluster(ctx, cl, s.others())
 			if err != nil {
 				return leaveFailed(st, err)
 			}

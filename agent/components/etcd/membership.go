@@ -13,13 +13,19 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // membership decides how etcd starts: from its own state when the data
 // directory has one; otherwise by founding the cluster when no other
 // member answers, or by joining the cluster that does as a learner.
 // joined says this pass added the member.
-func (c *Component) membership(ctx context.Context, host *reconcile.Host, s settings, cl *Client) (b Bootstrap, joined bool, actions []string, err error) {
+//
+// rejoin, while this member joins the cluster a restore made, is that
+// restore's record: the member then joins only through the restore's
+// source, never the cluster its state was set aside from, and never
+// founds one.
+func (c *Component) membership(ctx context.Context, host *reconcile.Host, s settings, cl *Client, rejoin *restoreRecord) (b Bootstrap, joined bool, actions []string, err error) {
 	log := logger(host)
 	has, err := hasState(host.Path(s.dataDir))
 	if err != nil {
@@ -33,13 +39,14 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 			log.Info("could not tell whether the cluster still has this member", "err", err)
 		}
 		if removed != nil {
-			aside, done, err := c.setAside(ctx, host, s, *removed)
+			name := setAsideName(fmt.Sprintf("%x", removed.MemberID), time.Now())
+			done, err := c.setAside(ctx, host, s, name, fmt.Sprintf("removed member %x", removed.MemberID))
 			actions = append(actions, done...)
 			if err != nil {
 				return Bootstrap{}, false, actions, err
 			}
 			log.Warn("the cluster no longer has the member this data directory is of; its state is set aside and the member joins afresh",
-				"id", fmt.Sprintf("%x", removed.MemberID), "kept", aside)
+				"id", fmt.Sprintf("%x", removed.MemberID), "kept", filepath.Join(s.dataDir, name))
 			has = false
 		}
 	}
@@ -56,9 +63,22 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 		return b, false, nil, nil
 	}
 
-	endpoint, members, err := c.findCluster(ctx, cl, s)
+	peers := s.others()
+	if rejoin != nil {
+		peers = slices.DeleteFunc(peers, func(p v1.Peer) bool { return p.Name != s.restore.Source })
+	}
+	endpoint, clusterID, members, err := c.findCluster(ctx, cl, peers)
 	if err != nil {
 		return Bootstrap{}, false, nil, err
+	}
+	if rejoin != nil {
+		switch {
+		case members == nil:
+			return Bootstrap{}, false, nil, fmt.Errorf("restore %s: waiting for %s to restore its snapshot and serve", rejoin.ID, s.restore.Source)
+		case clusterID == rejoin.OldCluster:
+			return Bootstrap{}, false, nil, fmt.Errorf("restore %s: %s still serves the cluster this member's state was set aside from (%x); waiting for it to restore its snapshot",
+				rejoin.ID, s.restore.Source, clusterID)
+		}
 	}
 	if members == nil {
 		b = newClusterBootstrap(s, c.cfg.PeerPort)
@@ -136,7 +156,10 @@ func (c *Component) membership(ctx context.Context, host *reconcile.Host, s sett
 // and the replacement was rolled back or lost: the old VM comes back with
 // the state of a member that no longer exists, and etcd refuses to start
 // from it for good. Nil when the member is in the list, when it serves
-// (a removed member stops itself), or when nobody can say.
+// (a removed member stops itself), or when nobody can say. Only the
+// member's own cluster says: a restore's source holds the state of a new
+// cluster while the others may still serve the old one, which never had
+// the restored member.
 func (c *Component) removedState(ctx context.Context, cl *Client, s settings, dataDir string) (*walIdentity, error) {
 	local := c.localClientURL()
 	if _, err := cl.Status(ctx, local); err == nil {
@@ -146,55 +169,61 @@ func (c *Component) removedState(ctx context.Context, cl *Client, s settings, da
 	if err != nil {
 		return nil, err
 	}
-	_, members, err := c.findCluster(ctx, cl, s)
+	_, clusterID, members, err := c.findCluster(ctx, cl, s.others())
 	if err != nil || members == nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(members, func(m Member) bool { return m.ID == id.MemberID }) {
+	if clusterID != id.ClusterID || slices.ContainsFunc(members, func(m Member) bool { return m.ID == id.MemberID }) {
 		return nil, nil
 	}
 	return &id, nil
 }
 
-// setAsidePrefix starts the name of a removed member's state set aside in
-// the data directory.
+// setAsidePrefix starts the name of a member's state set aside in the
+// data directory: a removed member's, or the state a restore replaced.
 const setAsidePrefix = "member.removed-"
 
-// setAside stops etcd and moves the removed member's state out of its
-// way, within the data directory (on the data disk, beside the member's
-// new state): it is the only copy of what that member held, so it is kept
-// for an admin to look at or delete. etcd warns about the extra directory
-// and starts. Only the newest is kept: each can be as large as the
-// member's quota, and a data disk filled by rollbacks would stop etcd;
-// an older one holds what the cluster has moved on from twice since.
-// The actions name what was removed.
-func (c *Component) setAside(ctx context.Context, host *reconcile.Host, s settings, id walIdentity) (string, []string, error) {
+// setAsideName names the state of what (a member ID, a restore) set aside
+// at now.
+func setAsideName(what string, now time.Time) string {
+	return setAsidePrefix + what + "-" + now.UTC().Format("20060102t150405")
+}
+
+// setAside stops etcd and moves the member's state (member/) out of its
+// way, to name within the data directory (on the data disk, beside the
+// member's new state): it is the only copy of what that member held, so
+// it is kept for an admin to look at or delete. etcd warns about the
+// extra directory and starts. Only the newest is kept: each can be as
+// large as the member's quota, and a data disk filled by rollbacks would
+// stop etcd; an older one holds what the cluster has moved on from twice
+// since. what says whose state it is; the actions name what was removed.
+func (c *Component) setAside(ctx context.Context, host *reconcile.Host, s settings, name, what string) ([]string, error) {
 	stopped, err := host.StopUnit(ctx, UnitName)
 	if err != nil {
-		return "", stopped, err
+		return stopped, err
 	}
-	name := fmt.Sprintf("%s%x-%s", setAsidePrefix, id.MemberID, time.Now().UTC().Format("20060102t150405"))
 	dataDir := host.Path(s.dataDir)
 	if err := os.Rename(filepath.Join(dataDir, "member"), filepath.Join(dataDir, name)); err != nil {
-		return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
+		return stopped, fmt.Errorf("set aside the state of %s: %w", what, err)
 	}
 	// Durable before the member joins afresh: a crash after the join must
 	// not find the old state back in place.
-	if d, err := os.Open(dataDir); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return "", stopped, fmt.Errorf("set aside the state of removed member %x: %w", id.MemberID, err)
-		}
+	if err := syncDir(dataDir); err != nil {
+		return stopped, fmt.Errorf("set aside the state of %s: %w", what, err)
 	}
-	aside := filepath.Join(s.dataDir, name)
-	actions := append(stopped, fmt.Sprintf("set aside the state of removed member %x in %s", id.MemberID, aside))
+	actions := append(stopped, fmt.Sprintf("set aside the state of %s in %s", what, filepath.Join(s.dataDir, name)))
 	removed, err := removeOlderSetAsides(dataDir, name)
-	actions = append(actions, removed...)
+	return append(actions, removed...), err
+}
+
+// syncDir makes the renames in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return "", actions, err
+		return err
 	}
-	return aside, actions, nil
+	defer d.Close()
+	return d.Sync()
 }
 
 // removeOlderSetAsides removes every set-aside state in dataDir but keep.
@@ -242,13 +271,12 @@ func (c *Component) retryReconfig(ctx context.Context, change func() error) erro
 	}
 }
 
-// findCluster asks the other members of the role. A member serves clients
+// findCluster asks others, members of the role. A member serves clients
 // only once its cluster has had a quorum, so an answer means the cluster
 // exists; members founding a cluster together answer nobody until they
-// have formed it. It returns a voting member with a leader and its member
-// list, or nil when nobody answers.
-func (c *Component) findCluster(ctx context.Context, cl *Client, s settings) (string, []Member, error) {
-	others := s.others()
+// have formed it. It returns a voting member with a leader, its cluster's
+// ID and its member list, or nil when nobody answers.
+func (c *Component) findCluster(ctx context.Context, cl *Client, others []v1.Peer) (string, uint64, []Member, error) {
 	type probe struct {
 		endpoint string
 		status   MemberStatus
@@ -278,12 +306,12 @@ func (c *Component) findCluster(ctx context.Context, cl *Client, s settings) (st
 			why = append(why, err.Error())
 			continue
 		}
-		return p.endpoint, members, nil
+		return p.endpoint, p.status.ClusterID, members, nil
 	}
 	if len(why) > 0 {
-		return "", nil, fmt.Errorf("the cluster exists but cannot take this member now: %s", strings.Join(why, "; "))
+		return "", 0, nil, fmt.Errorf("the cluster exists but cannot take this member now: %s", strings.Join(why, "; "))
 	}
-	return "", nil, nil
+	return "", 0, nil, nil
 }
 
 // observation is what a pass saw of the local member.

@@ -27,6 +27,8 @@ type metrics struct {
 	snaps        snapshotState
 	snapsKnown   bool
 	snapFailures int
+	// restored is the ID of the newest restore whose part is done here.
+	restored string
 }
 
 func newMetrics() *metrics {
@@ -128,6 +130,26 @@ func (c *Component) MemberID() string {
 		return ""
 	}
 	return fmt.Sprintf("%x", m.id)
+}
+
+// setRestored records the newest restore done here.
+func (m *metrics) setRestored(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.restored = id
+}
+
+// Restored is the ID of the newest etcd restore (etcd.restore) whose part
+// this member has done, "" when none or this node runs no member: the
+// agent reports it in its status.
+func (c *Component) Restored() string {
+	m := c.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.enabled {
+		return ""
+	}
+	return m.restored
 }
 
 // NewestSnapshot is when the newest snapshot on the data disk was taken,

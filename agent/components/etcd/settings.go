@@ -38,6 +38,8 @@ type settings struct {
 	// asks for one since then (zero: none asked).
 	snapshots     v1.EtcdSnapshotSchedule
 	snapshotSince time.Time
+	// restore is the restore the role asks for; nil: none.
+	restore *v1.EtcdRestore
 }
 
 // fieldError names the role field that is wrong.
@@ -116,6 +118,16 @@ func settingsFrom(role *v1.Role) (settings, error) {
 	if self < 0 {
 		return s, fieldErr("peers", "node %s is not among the role's %s peers", role.NodeName, role.Role)
 	}
+	if role.Etcd != nil && role.Etcd.Restore != nil {
+		r := *role.Etcd.Restore
+		if err := v1.ValidateRestoreID(r.ID); err != nil {
+			return s, fieldErr("etcd.restore.id", "%v", err)
+		}
+		if !slices.ContainsFunc(s.members, func(p v1.Peer) bool { return p.Name == r.Source }) {
+			return s, fieldErr("etcd.restore.source", "%q is not one of the role's %s peers", truncate(r.Source), role.Role)
+		}
+		s.restore = &r
+	}
 	slices.SortFunc(s.members, func(a, b v1.Peer) int { return strings.Compare(a.Name, b.Name) })
 
 	if role.PKI == nil || role.PKI.EtcdCA == nil {
@@ -156,6 +168,9 @@ func (c Config) check() error {
 	}
 	if !path.IsAbs(c.Binary) {
 		errs = append(errs, fmt.Errorf("etcd component: Binary %q is not an absolute path", c.Binary))
+	}
+	if !path.IsAbs(c.Etcdctl) {
+		errs = append(errs, fmt.Errorf("etcd component: Etcdctl %q is not an absolute path", c.Etcdctl))
 	}
 	return errors.Join(errs...)
 }
