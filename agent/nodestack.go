@@ -203,7 +203,7 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconci
 	ka := keepalived.New(keepalived.Config{TrackScript: track})
 	et := etcd.New(etcd.Config{})
 	kcfg := kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
-		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet}
+		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet, EtcdRestored: et.Restored}
 	if kcfg.Kubelet {
 		// A node with a kubelet is a systemd host, and the agent runs in
 		// its unit's sandbox: kubeadm reset goes through systemd.

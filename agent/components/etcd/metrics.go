@@ -78,6 +78,7 @@ func (m *metrics) disable() {
 	m.enabled, m.known, m.id, m.name = false, false, 0, ""
 	m.isLead, m.isLearn, m.hasLead = false, false, false
 	m.snaps, m.snapsKnown = snapshotState{}, false
+	m.restored = ""
 }
 
 // Describe implements prometheus.Collector.
@@ -141,14 +142,13 @@ func (m *metrics) setRestored(id string) {
 
 // Restored is the ID of the newest etcd restore (etcd.restore) whose part
 // this member has done, "" when none or this node runs no member: the
-// agent reports it in its status.
+// agent reports it in its status, and the control plane restarts on it.
+// It is known from early in a pass, before the member is asked anything,
+// so that a pass that fails later does not hide it.
 func (c *Component) Restored() string {
 	m := c.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.enabled {
-		return ""
-	}
 	return m.restored
 }
 

@@ -129,6 +129,11 @@ type Config struct {
 	// CommandTimeout bounds one kubeadm run; default 5m (a join waits for
 	// discovery and the kubelet's TLS bootstrap).
 	CommandTimeout time.Duration
+	// EtcdRestored is the newest etcd restore the local etcd member took
+	// part in (the etcd component's Restored), run before this component
+	// in a pass; nil: none ever. Each new one restarts the control plane
+	// (EtcdRestoredEnv).
+	EtcdRestored func() string
 	// ImagesDir holds the container images the node image carries, and
 	// ImagesImported is the stamp its first-boot unit leaves once
 	// containerd has them (both node paths). While the directory holds an
@@ -236,6 +241,9 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	p, err := newPlan(role, host.Facts.Addresses, frontendPort, version)
 	if err != nil {
 		return c.fail(ctx, host, st, err)
+	}
+	if p.master && c.cfg.EtcdRestored != nil {
+		p.etcdRestored = c.cfg.EtcdRestored()
 	}
 	if c.cfg.Kubelet {
 		if err := useClusterKubelet(host, p.version, &st); err != nil {

@@ -575,3 +575,55 @@ func standInHost(t *testing.T, bin string) (*Component, *reconcile.Host, *servic
 	})
 	return c, host, rec
 }
+
+// An etcd restore the local member took part in restarts the control
+// plane once: the three manifests carry its ID in their environment (the
+// kubelet restarts a pod whose manifest changed; the stand-in, a unit
+// whose environment changed), and the same ID again changes nothing.
+func TestAnEtcdRestoreRestartsTheControlPlaneOnce(t *testing.T) {
+	bin := k8sBin(t)
+	cl := newTestCluster(t)
+	ctx := context.Background()
+	c, host, rec := standInHost(t, bin)
+	restored := ""
+	c.cfg.EtcdRestored = func() string { return restored }
+	role := cl.role(t, "m2", 0)
+	if st := c.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("first pass: %+v", st)
+	}
+	manifests := []string{"kube-apiserver.yaml", "kube-controller-manager.yaml", "kube-scheduler.yaml"}
+	carries := func(id string) {
+		t.Helper()
+		for _, name := range manifests {
+			got := bytes.Contains(readFile(t, host.Path(ManifestsDir+"/"+name)), []byte("value: "+id))
+			if got != (id != "") || (id == "" && bytes.Contains(readFile(t, host.Path(ManifestsDir+"/"+name)), []byte(EtcdRestoredEnv))) {
+				t.Errorf("%s carries restore %q: %v", name, id, got)
+			}
+		}
+		u, _ := rec.Unit(APIServerUnit)
+		if want := EtcdRestoredEnv + "=" + id; slices.Contains(u.Env, want) != (id != "") {
+			t.Errorf("stand-in environment %q, want %q in it: %v", u.Env, want, id != "")
+		}
+	}
+	carries("")
+	rec.TakeCalls()
+
+	restored = "r1"
+	st := c.Reconcile(ctx, host, role)
+	if st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "ran kubeadm init phase control-plane all") {
+		t.Fatalf("pass after the restore: %+v", st)
+	}
+	carries("r1")
+	if calls := rec.TakeCalls(); !slices.Contains(calls, "ensure "+APIServerUnit) {
+		t.Errorf("the apiserver was not restarted after the restore: %q", calls)
+	}
+	if out, err := exec.Command(filepath.Join(bin, "kubeadm"), "config", "validate", "--config", host.Path(InitConfigFile)).CombinedOutput(); err != nil {
+		t.Errorf("kubeadm config validate: %v\n%s", err, out)
+	}
+	if st := c.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged || len(st.Actions) != 0 {
+		t.Errorf("second pass after the restore acted: %+v", st)
+	}
+	if calls := rec.TakeCalls(); len(calls) != 0 {
+		t.Errorf("second pass after the restore touched units: %q", calls)
+	}
+}

@@ -91,6 +91,10 @@ type clusterConfiguration struct {
 	Networking           networking `json:"networking"`
 	Etcd                 etcd       `json:"etcd"`
 	APIServer            apiServer  `json:"apiServer"`
+	// ControllerManager and Scheduler are set only to restart them after
+	// an etcd restore (EtcdRestoredEnv).
+	ControllerManager *controlPlaneComponent `json:"controllerManager,omitempty"`
+	Scheduler         *controlPlaneComponent `json:"scheduler,omitempty"`
 	// Proxy is disabled: kube-proxy runs as a unit of every node
 	// (agent/components/kubeproxy). Said here, in the configuration
 	// kubeadm uploads, so that a join's preflight does not look for
@@ -120,8 +124,27 @@ type externalEtcd struct {
 }
 
 type apiServer struct {
-	CertSANs []string `json:"certSANs"`
+	CertSANs  []string `json:"certSANs"`
+	ExtraEnvs []envVar `json:"extraEnvs,omitempty"`
 }
+
+// controlPlaneComponent is the controller manager's or the scheduler's
+// part of the ClusterConfiguration.
+type controlPlaneComponent struct {
+	ExtraEnvs []envVar `json:"extraEnvs,omitempty"`
+}
+
+type envVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// EtcdRestoredEnv carries, in the environment of the control plane's
+// pods, the newest etcd restore the local member took part in: a new
+// value changes their manifests, and the kubelet restarts them. They must
+// restart: their caches hold revisions newer than the restored keyspace,
+// and etcd 3.4 cannot bump its revision past them.
+const EtcdRestoredEnv = "HARMONY_ETCD_RESTORED"
 
 type joinConfiguration struct {
 	typeMeta
@@ -186,6 +209,9 @@ type plan struct {
 	caHash string
 	// providerID is the kubelet's, from the role; empty when it has none.
 	providerID string
+	// etcdRestored is the newest etcd restore the local member took part
+	// in (Config.EtcdRestored); empty when none.
+	etcdRestored string
 }
 
 // newPlan checks what the role must carry for this node and derives the
@@ -359,6 +385,12 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 		}},
 		APIServer: apiServer{CertSANs: p.certSANs},
 		Proxy:     disabled{Disabled: true},
+	}
+	if p.etcdRestored != "" {
+		env := []envVar{{Name: EtcdRestoredEnv, Value: p.etcdRestored}}
+		cc.APIServer.ExtraEnvs = env
+		cc.ControllerManager = &controlPlaneComponent{ExtraEnvs: env}
+		cc.Scheduler = &controlPlaneComponent{ExtraEnvs: env}
 	}
 	kc := kubeletConfiguration{
 		typeMeta:     typeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},

@@ -19,6 +19,7 @@ type podManifest struct {
 			Name    string   `json:"name"`
 			Command []string `json:"command"`
 			Args    []string `json:"args"`
+			Env     []envVar `json:"env"`
 		} `json:"containers"`
 	} `json:"spec"`
 }
@@ -38,10 +39,13 @@ func (c *Component) standInUnit(host *reconcile.Host) (service.Unit, error) {
 	if err := yaml.Unmarshal(data, &m); err != nil {
 		return service.Unit{}, fmt.Errorf("%s: %w", APIServerManifest, err)
 	}
-	var argv []string
+	var argv, env []string
 	for _, ctr := range m.Spec.Containers {
 		if ctr.Name == "kube-apiserver" {
 			argv = append(append(argv, ctr.Command...), ctr.Args...)
+			for _, e := range ctr.Env {
+				env = append(env, e.Name+"="+e.Value)
+			}
 		}
 	}
 	if len(argv) == 0 {
@@ -54,7 +58,9 @@ func (c *Component) standInUnit(host *reconcile.Host) (service.Unit, error) {
 	for _, arg := range argv[1:] {
 		cmd = append(cmd, underRoot(host, arg))
 	}
-	return service.Unit{Name: APIServerUnit, Command: cmd}, nil
+	// The environment too: a new one (an etcd restore's) restarts it, as
+	// the kubelet would restart the pod.
+	return service.Unit{Name: APIServerUnit, Command: cmd, Env: env}, nil
 }
 
 // underRoot maps the absolute paths in one argument ("/a", "--flag=/a",
