@@ -44,6 +44,15 @@ func (c *Controller) handleUpgradeCluster(w http.ResponseWriter, r *http.Request
 	return answerOperation(w, op, err)
 }
 
+func (c *Controller) handleRestoreCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeRestoreRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	op, err := c.clusters.Restore(r.PathValue("name"), *req, who.name)
+	return answerOperation(w, op, err)
+}
+
 func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	keepVM, err := boolParam(r, "keepVM")
 	if err != nil {

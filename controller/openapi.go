@@ -132,6 +132,8 @@ var adminAPIDocs = []apiDoc{
 		body: v1.ScaleRequest{}, answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/upgrade", summary: "Move the cluster to another node image (and the next Kubernetes minor) by reimage: masters one at a time keeping their data disks, workers surged; {\"abort\": true} stops a running upgrade and rolls the node being replaced back",
 		body: v1.UpgradeRequest{}, answers: []answer{docAsync}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/restore", summary: "Restore the cluster's etcd keyspace from a master's snapshot (default: the newest any master reports); what was written since is lost, each master's state before it is kept on its data disk",
+		body: v1.RestoreRequest{}, answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/retry", summary: "Retry the steps that failed for good",
 		answers: []answer{docAsync}},
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off",

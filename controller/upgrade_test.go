@@ -64,6 +64,12 @@ type fleet struct {
 	unsaved    map[string]bool         // masters whose etcd snapshots fail
 	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
 	saved      map[string]time.Time    // each master's newest etcd snapshot
+	// restored is the newest etcd restore each master did; unrestorable
+	// masters cannot restore as a source; restoreAsked lists, in order,
+	// each node's first sight of each restore in its role ("ID node").
+	restored     map[string]string
+	unrestorable map[string]bool
+	restoreAsked []string
 	stop       context.CancelFunc
 	done       chan struct{}
 }
@@ -76,6 +82,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
 		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{},
+		restored: map[string]string{}, unrestorable: map[string]bool{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -199,6 +206,8 @@ func (f *fleet) tick() {
 				if at, ok := f.saved[name]; ok {
 					st.EtcdSnapshotAt = &at
 				}
+				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestore)
+				f.restore(name, role, &st)
 			}
 			f.mu.Unlock()
 		}
@@ -811,6 +820,23 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 		t.Errorf("upgrade after the abort: %+v", u)
 	}
 	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+}
+
+// restore does a master's part of the restore its role asks for, as a
+// real agent would, and reports the newest done. Called with mu held.
+func (f *fleet) restore(name string, role v1.Role, st *v1.Status) {
+	if r := role.Etcd.Restore; r != nil && f.restored[name] != r.ID {
+		if seen := r.ID + " " + name; !slices.Contains(f.restoreAsked, seen) {
+			f.restoreAsked = append(f.restoreAsked, seen)
+		}
+		if r.Source == name && f.unrestorable[name] {
+			st.Components[0].Healthy, st.Components[0].Phase = false, "Failed"
+			st.Components[0].Message = "restore " + r.ID + ": no snapshot taken at " + r.SnapshotTakenAt.Format(time.RFC3339)
+		} else {
+			f.restored[name] = r.ID
+		}
+	}
+	st.EtcdRestored = f.restored[name]
 }
 
 // hold makes a node report as a VM of the bad image does.

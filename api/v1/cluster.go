@@ -419,6 +419,10 @@ const (
 	// ConditionUpgrading is True while an upgrade runs, with what it
 	// waits for; False once it stopped, with how (its state).
 	ConditionUpgrading = "Upgrading"
+	// ConditionRestoring is True while an etcd restore runs, with what it
+	// waits for; False once it stopped short (a newer restore replaced
+	// it, or the cluster is deleted). It goes when the restore is done.
+	ConditionRestoring = "Restoring"
 )
 
 // The steps of a master's replacement by reimage, in order, as
@@ -459,6 +463,9 @@ type ClusterNode struct {
 	// EtcdSnapshotAt is when a master's newest etcd snapshot was taken,
 	// as its agent last reported.
 	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
+	// EtcdRestored is the newest etcd restore whose part a master's agent
+	// reports done.
+	EtcdRestored string `json:"etcdRestored,omitempty"`
 	// Components is the health of each part the agent configures
 	// (keepalived, haproxy, etcd, kubeadm, cni, …), as it last reported.
 	Components []ComponentStatus `json:"components,omitempty"`
@@ -512,6 +519,7 @@ const (
 	OperationRetry      OperationKind = "retry"
 	OperationImport     OperationKind = "import"
 	OperationUpgrade    OperationKind = "upgrade"
+	OperationRestore    OperationKind = "restore"
 )
 
 // Operation states.

@@ -202,6 +202,11 @@ func (c *Client) UpgradeCluster(ctx context.Context, name string, req v1.Upgrade
 	return c.doOperation(ctx, "POST", clusterPath(name, "/upgrade"), req)
 }
 
+// RestoreCluster starts an etcd restore from a master's snapshot.
+func (c *Client) RestoreCluster(ctx context.Context, name string, req v1.RestoreRequest) (*v1.Operation, error) {
+	return c.doOperation(ctx, "POST", clusterPath(name, "/restore"), req)
+}
+
 // RemoveClusterNode starts removing one worker; keepVM keeps its VM
 // powered off.
 func (c *Client) RemoveClusterNode(ctx context.Context, name, node string, keepVM bool) (*v1.Operation, error) {

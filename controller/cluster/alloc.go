@@ -71,14 +71,25 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 type agentSupport struct {
 	// vrrp3 puts the masters on VRRPv3 (every master's agent runs it).
 	vrrp3 bool
-	// etcdSnapshots names the nodes whose agent takes etcd.snapshots.
-	etcdSnapshots map[string]bool
+	// etcdSnapshots names the nodes whose agent takes etcd.snapshots,
+	// etcdRestore those whose agent acts on etcd.restore.
+	etcdSnapshots, etcdRestore map[string]bool
+	// etcdRestored is the newest etcd restore each node's agent reported
+	// done.
+	etcdRestored map[string]string
 }
 
 func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
-	a := agentSupport{vrrp3: mastersRunVRRPv3(tx, machines), etcdSnapshots: map[string]bool{}}
+	a := agentSupport{vrrp3: mastersRunVRRPv3(tx, machines),
+		etcdSnapshots: map[string]bool{}, etcdRestore: map[string]bool{}, etcdRestored: map[string]string{}}
 	for _, m := range machines {
-		a.etcdSnapshots[m.Name] = reports(tx, m.Name, v1.CapabilityEtcdSnapshots)
+		st, ok := tx.Status(m.Name)
+		if !ok {
+			continue
+		}
+		a.etcdSnapshots[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdSnapshots)
+		a.etcdRestore[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRestore)
+		a.etcdRestored[m.Name] = st.EtcdRestored
 	}
 	return a
 }

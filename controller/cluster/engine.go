@@ -260,6 +260,16 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 			wait = max(time.Until(wake), 0)
 		}
 		return wait, false, nil
+	case rec.Restore.running() && !rec.Deleting:
+		p.rec = rec
+		wait, err := e.driveRestore(p, machines)
+		if err != nil {
+			return 10 * time.Second, false, err
+		}
+		if !wake.IsZero() && time.Until(wake) < wait {
+			wait = max(time.Until(wake), 0)
+		}
+		return wait, false, nil
 	case len(failed) > 0 && settled || len(failed) > 0 && wake.IsZero() && !anyRunnable(machines):
 		msg := fmt.Sprintf("%d node(s) failed: %s", len(failed), failed[0])
 		e.condition(name, v1.Condition{Type: v1.ConditionFailed, Status: "True", Reason: "StepFailed", Message: msg})

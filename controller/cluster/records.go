@@ -30,6 +30,8 @@ type record struct {
 	CreatedAt     time.Time      `json:"createdAt"`
 	// Upgrade is the newest upgrade, running or finished.
 	Upgrade *upgradeRecord `json:"upgrade,omitempty"`
+	// Restore is the newest etcd restore, running or finished.
+	Restore *restoreRecord `json:"restore,omitempty"`
 }
 
 // Workflow steps of a machine, in order. Each is recorded once done.

@@ -122,6 +122,7 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 			r.PKI = &pki
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
 			r.Etcd.Snapshots, r.Etcd.SnapshotSince = snapshotSettings(c, agents.etcdSnapshots[m.Name])
+			r.Etcd.Restore = restoreSettings(c, m.Name, agents)
 			if agents.vrrp3 {
 				r.Cluster.LoadBalancer.VRRPVersion = 3
 				r.Cluster.LoadBalancer.AdvertInterval = v1.DefaultVRRPv3AdvertInterval.String()
@@ -161,7 +162,8 @@ func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
 }
 
 // StatusReported gives a cluster's nodes their roles again when a
-// master's report changes what the roles say: the masters move to VRRPv3
+// master's report changes what the roles say (a restore's source that
+// reports its part done asks the others to join it): the masters move to VRRPv3
 // once the last of them reports it runs it, and back to v2 should one
 // that does not join (a new VM of an older image); a master gets the
 // spec's etcd snapshot settings once its agent reports it takes them.
@@ -191,7 +193,7 @@ func (s *Service) StatusReported(node string) error {
 			has := role.Etcd.Snapshots
 			snapshots = (has == nil) != (want == nil) || has != nil && *has != *want || !role.Etcd.SnapshotSince.Equal(since)
 		}
-		return rec, vrrp || snapshots, nil
+		return rec, vrrp || snapshots || restoreRolesStale(tx, rec, machines), nil
 	}
 	var change bool
 	err := s.cfg.Store.View(func(tx *store.Tx) error {

@@ -535,6 +535,8 @@ func reasonOfOperation(kind v1.OperationKind) string {
 		return "Retry"
 	case v1.OperationUpgrade:
 		return "Upgrade"
+	case v1.OperationRestore:
+		return "Restore"
 	}
 	return string(kind)
 }

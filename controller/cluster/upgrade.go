@@ -145,6 +145,9 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 		if cur.Upgrade.running() {
 			return "", refuse(Conflict, "", "cluster %q is already upgrading to %s", name, cur.Upgrade.Image)
 		}
+		if cur.Restore.running() {
+			return "", refuse(Conflict, "", "cluster %q is restoring etcd (%s); wait for it to finish", name, cur.Restore.ID)
+		}
 		cur.Upgrade = &upgradeRecord{Image: img.Name, KubernetesVersion: version, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
 			TemplateBytes: tmpl.CapacityBytes, FromImage: rec.Spec.Image, FromVersion: rec.Spec.KubernetesVersion,
 			MaxSurge: req.MaxSurge, FreshDisk: req.FreshDisk, By: by, State: v1.UpgradeRunning, StartedAt: now}

@@ -1,0 +1,299 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/randstr"
+)
+
+// An etcd restore brings a cluster's keyspace back from one master's
+// snapshot. The agents do the work (agent/components/etcd/restore.go);
+// the controller picks the snapshot, orders them and follows them: the
+// source's role asks first, and the other masters' roles only once the
+// source reports its part done, so that they join the restored cluster
+// and never the old one it left. Each agent restarts its control plane
+// once its member is back. The restore ends when every master reports it.
+
+// restoreRecord is a cluster's newest etcd restore, running or ended.
+type restoreRecord struct {
+	ID              string    `json:"id"`
+	Source          string    `json:"source"`
+	SnapshotTakenAt time.Time `json:"snapshotTakenAt"`
+	By              string    `json:"by"`
+	StartedAt       time.Time `json:"startedAt"`
+	// FinishedAt is zero while it runs.
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+}
+
+func (r *restoreRecord) running() bool { return r != nil && r.FinishedAt.IsZero() }
+
+// Restore starts an etcd restore of the cluster from a master's snapshot:
+// by default the newest any master's agent reports. A restore asked while
+// another runs replaces it (one whose source cannot restore would
+// otherwise hold the cluster for good).
+func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Operation, error) {
+	var rec *record
+	var machines []machine
+	statuses := map[string]v1.Status{}
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if rec, err = s.load(tx, name); err != nil {
+			return err
+		}
+		if machines, err = loadMachines(tx, name); err != nil {
+			return err
+		}
+		for _, m := range machines {
+			if st, ok := tx.Status(m.Name); ok {
+				statuses[m.Name] = st
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	source, takenAt, err := pickRestore(rec, machines, statuses, req)
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	now := s.cfg.Now().UTC()
+	suffix, err := randstr.Lower(4)
+	if err != nil {
+		return v1.Operation{}, err
+	}
+	id := "r-" + now.Format("20060102t150405") + "-" + suffix
+	return s.change(name, rec.Generation, v1.OperationRestore, func(tx *store.Tx, cur *record, sec *secrets) (string, error) {
+		if cur.Upgrade.running() {
+			return "", upgradeRuns(cur)
+		}
+		replaced := ""
+		if cur.Restore.running() {
+			replaced = fmt.Sprintf("; it replaces restore %s, which had not finished", cur.Restore.ID)
+			if err := failRestoreOperations(tx, name, "replaced by restore "+id, now); err != nil {
+				return "", err
+			}
+		}
+		cur.Restore = &restoreRecord{ID: id, Source: source, SnapshotTakenAt: takenAt, By: by, StartedAt: now}
+		cur.Conditions = setCondition(cur.Conditions, v1.Condition{Type: v1.ConditionRestoring, Status: "True", Reason: "Waiting",
+			Message: restoreWaiting(cur.Restore, false, nil)}, now)
+		if err := putRoles(tx, cur, sec); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("etcd restore %s from %s's snapshot of %s, by %s: what was written since is lost; each master's state before it is kept on its data disk%s",
+			id, source, takenAt.Format(time.RFC3339), by, replaced), nil
+	})
+}
+
+// failRestoreOperations ends the running restore operations of a cluster
+// as failed: a new restore replaced theirs.
+func failRestoreOperations(tx *store.Tx, cluster, msg string, now time.Time) error {
+	ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+	if err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if o.Cluster != cluster || o.Kind != v1.OperationRestore || o.State != v1.OperationRunning {
+			continue
+		}
+		o.State, o.Message, o.FinishedAt = v1.OperationFailed, msg, now
+		if err := tx.Put(store.Operations, o.ID, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pickRestore checks that the cluster can be restored and picks the
+// source and its snapshot.
+func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status, req v1.RestoreRequest) (string, time.Time, error) {
+	name := rec.Spec.Name
+	switch {
+	case rec.Deleting:
+		return "", time.Time{}, refuse(Conflict, "", "cluster %q is being deleted", name)
+	case rec.Upgrade.running():
+		return "", time.Time{}, upgradeRuns(rec)
+	}
+	var masters []string
+	for _, m := range machines {
+		if m.Role != v1.RoleMaster || m.Remove {
+			continue
+		}
+		if !m.provisioned() {
+			return "", time.Time{}, refuse(Conflict, "", "master %s is not provisioned yet (%s); a restore needs every master's agent", m.Name, stepName(m.Step))
+		}
+		if st := statuses[m.Name]; !slices.Contains(st.Capabilities, v1.CapabilityEtcdRestore) {
+			return "", time.Time{}, refuse(Conflict, "", "master %s's agent does not report %q (it never reported, or its image is older than etcd restores); upgrade it first",
+				m.Name, v1.CapabilityEtcdRestore)
+		}
+		masters = append(masters, m.Name)
+	}
+	if len(masters) == 0 {
+		return "", time.Time{}, refuse(Conflict, "", "cluster %q has no master to restore", name)
+	}
+	source := req.Source
+	if source == "" {
+		var newest time.Time
+		for _, m := range masters {
+			if at := statuses[m].EtcdSnapshotAt; at != nil && at.After(newest) {
+				source, newest = m, *at
+			}
+		}
+		if source == "" {
+			return "", time.Time{}, refuse(Conflict, "", "no master of cluster %q reports an etcd snapshot", name)
+		}
+	} else if !slices.Contains(masters, source) {
+		return "", time.Time{}, refuse(Invalid, "source", "%s is not a master of cluster %q (masters: %s)", source, name, strings.Join(masters, ", "))
+	}
+	if req.SnapshotTakenAt != nil {
+		return source, req.SnapshotTakenAt.UTC(), nil
+	}
+	at := statuses[source].EtcdSnapshotAt
+	if at == nil {
+		return "", time.Time{}, refuse(Conflict, "source", "%s reports no etcd snapshot; name one with snapshotTakenAt", source)
+	}
+	return source, at.UTC(), nil
+}
+
+// cmpStep names a workflow step for a message.
+func stepName(step string) string {
+	if step == stepPending {
+		return "pending"
+	}
+	return "last step " + step
+}
+
+// restoreSettings is what a master's role says of the running restore:
+// the source is asked first, the others once the source reports its part
+// done; nothing for an agent that does not act on it.
+func restoreSettings(c *record, node string, agents agentSupport) *v1.EtcdRestore {
+	r := c.Restore
+	if !r.running() || !agents.etcdRestore[node] || node != r.Source && agents.etcdRestored[r.Source] != r.ID {
+		return nil
+	}
+	return &v1.EtcdRestore{ID: r.ID, Source: r.Source, SnapshotTakenAt: r.SnapshotTakenAt}
+}
+
+// restoreRolesStale reports whether a master's role says another thing
+// of the running restore than the agents' reports now make it say.
+func restoreRolesStale(tx *store.Tx, rec *record, machines []machine) bool {
+	if !rec.Restore.running() {
+		return false
+	}
+	agents := agentSupportOf(tx, machines)
+	for _, m := range machines {
+		if m.Role != v1.RoleMaster || m.Remove {
+			continue
+		}
+		role, ok := tx.Role(m.Name)
+		if !ok {
+			continue
+		}
+		var has *v1.EtcdRestore
+		if role.Etcd != nil {
+			has = role.Etcd.Restore
+		}
+		want := restoreSettings(rec, m.Name, agents)
+		if (has == nil) != (want == nil) || has != nil && (has.ID != want.ID || has.Source != want.Source || !has.SnapshotTakenAt.Equal(want.SnapshotTakenAt)) {
+			return true
+		}
+	}
+	return false
+}
+
+// restoreWaiting says what a running restore waits for: the source, with
+// its etcd component's message, or the masters yet to join it.
+func restoreWaiting(r *restoreRecord, sourceDone bool, waiting []string) string {
+	if !sourceDone {
+		return fmt.Sprintf("waiting for %s to restore its etcd snapshot of %s", r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
+	}
+	return "waiting for " + strings.Join(waiting, ", ") + " to join the restored etcd cluster"
+}
+
+// driveRestore follows a running restore: it gives the roles again when
+// the reports changed them (a missed report, a restarted controller), says
+// what it waits for, and ends it once every master reports its part done.
+func (e *engine) driveRestore(p *pass, machines []machine) (time.Duration, error) {
+	name, r := p.rec.Spec.Name, p.rec.Restore
+	var waiting []string
+	sourceDone, sourceSays := false, ""
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		for _, m := range machines {
+			if m.Role != v1.RoleMaster || m.Remove {
+				continue
+			}
+			st, _ := tx.Status(m.Name)
+			done := st.EtcdRestored == r.ID
+			if m.Name == r.Source {
+				sourceDone = done
+				for _, c := range st.Components {
+					if c.Name == "etcd" && !c.Healthy {
+						sourceSays = c.Message
+					}
+				}
+			}
+			if !done {
+				waiting = append(waiting, m.Name)
+			}
+		}
+		if len(waiting) == 0 || !restoreRolesStale(tx, p.rec, machines) {
+			return nil
+		}
+		return putRoles(tx, p.rec, p.sec)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(waiting) == 0 {
+		return 0, e.finishRestore(p)
+	}
+	msg := restoreWaiting(r, sourceDone, waiting)
+	if sourceSays != "" {
+		msg += " (its etcd: " + v1.ClipMessage(sourceSays) + ")"
+	}
+	e.condition(name, v1.Condition{Type: v1.ConditionRestoring, Status: "True", Reason: "Waiting", Message: msg})
+	return leavePoll, nil
+}
+
+// finishRestore ends the running restore: the roles no longer ask for it
+// (each agent keeps its record of it on its data disk).
+func (e *engine) finishRestore(p *pass) error {
+	name := p.rec.Spec.Name
+	now := e.cfg.Now().UTC()
+	var gen int64
+	var msg string
+	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		cur, err := loadCluster(tx, name)
+		if err != nil {
+			return err
+		}
+		r := cur.Restore
+		if !r.running() || r.ID != p.rec.Restore.ID {
+			return nil
+		}
+		r.FinishedAt = now
+		gen = cur.Generation
+		cur.Conditions = removeCondition(cur.Conditions, v1.ConditionRestoring)
+		if err := tx.Put(store.Clusters, name, cur); err != nil {
+			return err
+		}
+		if err := putRoles(tx, cur, p.sec); err != nil {
+			return err
+		}
+		msg = fmt.Sprintf("etcd restore %s done: every master serves the keyspace of %s's snapshot of %s, and restarted its control plane",
+			r.ID, r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
+		_, err = addEvent(tx, name, v1.Event{Time: now, Type: "Normal", Reason: "Restored", Message: msg})
+		return err
+	})
+	if err != nil || msg == "" {
+		return err
+	}
+	e.finishOperations(name, gen, v1.OperationSucceeded, msg)
+	e.cfg.Log.Info("etcd restore finished", "cluster", name, "restore", p.rec.Restore.ID)
+	return nil
+}

@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// restoreIn is the etcd restore a node's role asks for, nil when none.
+func (e *clusterEnv) restoreIn(node string) *v1.EtcdRestore {
+	e.t.Helper()
+	var r v1.Role
+	doJSON(e.t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+node+"/role", nil).decode(e.t, &r)
+	if r.Etcd == nil {
+		return nil
+	}
+	return r.Etcd.Restore
+}
+
+// restoring is the cluster's Restoring condition; Type is empty when it
+// has none.
+func (e *clusterEnv) restoring(name string) v1.Condition {
+	for _, c := range e.cluster(name).Status.Conditions {
+		if c.Type == v1.ConditionRestoring {
+			return c
+		}
+	}
+	return v1.Condition{}
+}
+
+// An etcd restore is refused where it cannot run: a master whose agent
+// does not restore, a source that is not a master, an upgrade. It asks
+// the source first, and the other masters only once the source reports
+// its part done, never a worker; it waits on a source that cannot
+// restore, saying why, and a new restore replaces it; it ends once every
+// master reports it, and then no role asks for it.
+func TestRestoreAsksTheSourceFirst(t *testing.T) {
+	e := newClusterEnv(t)
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("rs", 3, 1))
+	fl := e.startFleet("rs", "")
+	fl.oldAgent("rs-m2", true)
+	e.waitAllReady("rs")
+	restore := func(req v1.RestoreRequest) response {
+		return doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/rs/restore", req)
+	}
+
+	r := restore(v1.RestoreRequest{})
+	r.wantStatus(t, http.StatusConflict, v1.CodeConflict)
+	if !strings.Contains(string(r.body), `master rs-m2's agent does not report \"etcd.restore\"`) {
+		t.Errorf("refusal for an old agent: %s", r.body)
+	}
+	fl.oldAgent("rs-m2", false)
+	waitFor(t, "every master reporting an etcd snapshot", func() bool {
+		n := 0
+		for _, node := range e.cluster("rs").Status.Nodes {
+			if node.Role == v1.RoleMaster && node.EtcdSnapshotAt != nil {
+				n++
+			}
+		}
+		return n == 3
+	})
+	restore(v1.RestoreRequest{Source: "rs-w1"}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
+	restore(v1.RestoreRequest{Source: "rs-m9"}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
+	fraction := time.Date(2026, 11, 29, 3, 0, 0, 5, time.UTC)
+	restore(v1.RestoreRequest{SnapshotTakenAt: &fraction}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
+
+	// The source cannot restore: the restore waits on it, saying why,
+	// and no other master is asked.
+	fl.mu.Lock()
+	fl.unrestorable["rs-m3"] = true
+	fl.mu.Unlock()
+	first := e.start("POST", v1.PathClusters+"/rs/restore", v1.RestoreRequest{Source: "rs-m3"})
+	waitFor(t, "the restore waiting on rs-m3, with its etcd's message", func() bool {
+		c := e.restoring("rs")
+		return c.Status == "True" && c.Reason == "Waiting" && strings.Contains(c.Message, "waiting for rs-m3 to restore its etcd snapshot of") &&
+			strings.Contains(c.Message, "no snapshot taken at")
+	})
+	time.Sleep(time.Second) // a few passes of the engine and the fleet
+	for _, node := range []string{"rs-m1", "rs-m2", "rs-w1"} {
+		if r := e.restoreIn(node); r != nil {
+			t.Errorf("%s asked to restore before the source did its part: %+v", node, r)
+		}
+	}
+	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/rs/upgrade", v1.UpgradeRequest{Image: newImage}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+
+	// A new restore, from the newest snapshot, replaces it.
+	fl.mu.Lock()
+	newest := ""
+	for _, m := range []string{"rs-m1", "rs-m2", "rs-m3"} {
+		if newest == "" || fl.saved[m].After(fl.saved[newest]) {
+			newest = m
+		}
+	}
+	if newest == "rs-m3" {
+		fl.unrestorable["rs-m3"] = false
+	}
+	fl.mu.Unlock()
+	second := e.start("POST", v1.PathClusters+"/rs/restore", v1.RestoreRequest{})
+	if got := e.waitOp(second.ID); got.State != v1.OperationSucceeded || !strings.Contains(got.Message, "every master serves the keyspace of "+newest+"'s snapshot") {
+		t.Fatalf("the restore: %s: %s", got.State, got.Message)
+	}
+	if got := e.waitOp(first.ID); got.State != v1.OperationFailed || !strings.Contains(got.Message, "replaced by restore r-") {
+		t.Errorf("the replaced restore: %s: %s", got.State, got.Message)
+	}
+
+	cl := e.cluster("rs")
+	var id string
+	for _, n := range cl.Status.Nodes {
+		if n.Name == newest {
+			id = n.EtcdRestored
+		}
+	}
+	fl.mu.Lock()
+	var asked []string
+	for _, seen := range fl.restoreAsked {
+		if rest, ok := strings.CutPrefix(seen, id+" "); ok && id != "" {
+			asked = append(asked, rest)
+		}
+	}
+	fl.mu.Unlock()
+	if len(asked) != 3 || asked[0] != newest || slices.Contains(asked, "rs-w1") {
+		t.Errorf("restore %q asked %q in that order, want the source %s first, then the other masters", id, asked, newest)
+	}
+	for _, n := range cl.Status.Nodes {
+		if want := map[v1.NodeRole]string{v1.RoleMaster: id}[n.Role]; n.EtcdRestored != want {
+			t.Errorf("%s shows restore %q done, want %q", n.Name, n.EtcdRestored, want)
+		}
+		if r := e.restoreIn(n.Name); r != nil {
+			t.Errorf("%s still asked to restore once it ended: %+v", n.Name, r)
+		}
+	}
+	if c := e.restoring("rs"); c.Type != "" {
+		t.Errorf("Restoring condition after the restore: %+v", c)
+	}
+	if !slices.ContainsFunc(cl.Status.Events, func(ev v1.Event) bool { return ev.Reason == "Restored" && strings.Contains(ev.Message, id) }) {
+		t.Errorf("no Restored event for %s: %+v", id, cl.Status.Events)
+	}
+}
