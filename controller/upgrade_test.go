@@ -70,8 +70,8 @@ type fleet struct {
 	restored     map[string]string
 	unrestorable map[string]bool
 	restoreAsked []string
-	stop       context.CancelFunc
-	done       chan struct{}
+	stop         context.CancelFunc
+	done         chan struct{}
 }
 
 // startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
