@@ -69,6 +69,7 @@ func TestLab(t *testing.T) {
 	t.Run("a user with a view grant: kubectl reads, RBAC refuses a delete", l.checkUserAccess)
 	t.Run("an LDAP group's grant: kubectl reads, RBAC refuses, leaving the group ends it", l.checkDirectoryAccess)
 	t.Run("VIP failover when its holder is powered off", l.checkFailover)
+	t.Run("etcd restored from a master's snapshot: later writes gone, the API serves", l.checkRestore)
 	t.Run("a worker removed", l.checkRemoveWorker)
 	t.Run("masters 3 to 5 to 3", l.checkScaleMasters)
 	// Last: the nodes it makes have new names and addresses.

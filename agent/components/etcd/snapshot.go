@@ -167,6 +167,13 @@ func withSnapshot(files []snapshotFile, f snapshotFile) []snapshotFile {
 	return files
 }
 
+// SnapshotName is the file name, in SnapshotDir, of a snapshot taken at
+// taken: the component lists what it finds under such names, so an
+// admin's own (etcdctl snapshot save) counts and restores too.
+func SnapshotName(taken time.Time) string {
+	return snapshotPrefix + taken.UTC().Format(snapshotTimeLayout) + snapshotSuffix
+}
+
 // byTaken orders snapshots oldest first.
 func byTaken(a, b snapshotFile) int { return a.taken.Compare(b.taken) }
 
@@ -180,7 +187,7 @@ func (c *Component) takeSnapshot(ctx context.Context, cl *Client, dir string, no
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
 	defer cancel()
-	f := snapshotFile{name: snapshotPrefix + now.Format(snapshotTimeLayout) + snapshotSuffix, taken: now.Truncate(time.Second)}
+	f := snapshotFile{name: SnapshotName(now), taken: now.Truncate(time.Second)}
 	var size int64
 	err = atomicfile.WriteFunc(filepath.Join(dir, f.name), 0o600, func(w io.Writer) error {
 		var err error

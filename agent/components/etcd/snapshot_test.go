@@ -180,7 +180,7 @@ func TestListSnapshotsTakesOnlyItsOwn(t *testing.T) {
 func TestANewSnapshotUnderAnExistingNameCountsOnce(t *testing.T) {
 	day := func(d int) snapshotFile {
 		taken := time.Date(2026, 11, d, 12, 0, 0, 0, time.UTC)
-		return snapshotFile{name: snapshotPrefix + taken.Format(snapshotTimeLayout) + snapshotSuffix, taken: taken}
+		return snapshotFile{name: SnapshotName(taken), taken: taken}
 	}
 	var names []string
 	// The clock was set back to the second of the 27th's snapshot.
