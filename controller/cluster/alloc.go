@@ -94,6 +94,18 @@ func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 	return a
 }
 
+// statusesOf is the machines' agents' last reports, by node; a machine
+// whose agent never reported has none.
+func statusesOf(tx *store.Tx, machines []machine) map[string]v1.Status {
+	out := map[string]v1.Status{}
+	for _, m := range machines {
+		if st, ok := tx.Status(m.Name); ok {
+			out[m.Name] = st
+		}
+	}
+	return out
+}
+
 // reports tells whether node's agent said it acts on capability.
 func reports(tx *store.Tx, node, capability string) bool {
 	st, ok := tx.Status(node)

@@ -39,7 +39,7 @@ func (r *restoreRecord) running() bool { return r != nil && r.FinishedAt.IsZero(
 func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Operation, error) {
 	var rec *record
 	var machines []machine
-	statuses := map[string]v1.Status{}
+	var statuses map[string]v1.Status
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
 		if rec, err = s.load(tx, name); err != nil {
@@ -48,11 +48,7 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 		if machines, err = loadMachines(tx, name); err != nil {
 			return err
 		}
-		for _, m := range machines {
-			if st, ok := tx.Status(m.Name); ok {
-				statuses[m.Name] = st
-			}
-		}
+		statuses = statusesOf(tx, machines)
 		return nil
 	})
 	if err != nil {

@@ -84,12 +84,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 		if machines, err = loadMachines(tx, name); err != nil {
 			return err
 		}
-		statuses = map[string]v1.Status{}
-		for _, m := range machines {
-			if st, ok := tx.Status(m.Name); ok {
-				statuses[m.Name] = st
-			}
-		}
+		statuses = statusesOf(tx, machines)
 		return nil
 	})
 	if err != nil {
@@ -517,17 +512,13 @@ func pickMaster(masters []machine, first string) machine {
 func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 	name := p.rec.Spec.Name
 	var machines []machine
-	statuses := map[string]v1.Status{}
+	var statuses map[string]v1.Status
 	err := e.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
 		if machines, err = loadMachines(tx, name); err != nil {
 			return err
 		}
-		for _, m := range machines {
-			if st, ok := tx.Status(m.Name); ok {
-				statuses[m.Name] = st
-			}
-		}
+		statuses = statusesOf(tx, machines)
 		return nil
 	})
 	if err != nil {
