@@ -19,9 +19,10 @@ func clusterRestoreCommand(g *globals) *cobra.Command {
 		Use:   "restore NAME [--source MASTER] [--snapshot TIME]",
 		Short: "Restore a cluster's etcd from a master's snapshot",
 		Long: `Bring a cluster's etcd keyspace, all of its Kubernetes objects, back
-from a snapshot one master took (harmonyctl cluster get shows each master's
-newest, ETCD SNAPSHOT). For a cluster that lost its etcd quorum, or its
-data to a bad write: everything written since the snapshot is lost.
+from a snapshot one master took (harmonyctl cluster get shows the age of
+each master's newest, and -o yaml when it was taken). For a cluster that
+lost its etcd quorum, or its data to a bad write: everything written since
+the snapshot is lost.
 
 The source master restores its snapshot as a new etcd cluster of one
 member; then every other master sets its state aside and joins that
