@@ -34,11 +34,12 @@ func (e *clusterEnv) restoring(name string) v1.Condition {
 
 // An etcd restore is refused where it cannot run: a master whose agent
 // does not restore, a source that is not a master, an upgrade. It asks
-// the source first, and the other masters only once the source reports
-// its part done, never a worker; it waits on a source that cannot
+// every master at once (each stops its member and control plane), never
+// a worker, and tells the others the source restored only once the
+// source reports its part done; it waits on a source that cannot
 // restore, saying why, and a new restore replaces it; it ends once every
 // master reports it, and then no role asks for it.
-func TestRestoreAsksTheSourceFirst(t *testing.T) {
+func TestRestoreTellsTheOthersOnceTheSourceIsDone(t *testing.T) {
 	e := newClusterEnv(t)
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("rs", 3, 1))
@@ -70,7 +71,7 @@ func TestRestoreAsksTheSourceFirst(t *testing.T) {
 	restore(v1.RestoreRequest{SnapshotTakenAt: &fraction}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
 
 	// The source cannot restore: the restore waits on it, saying why,
-	// and no other master is asked.
+	// and no other master is told to join.
 	fl.mu.Lock()
 	fl.unrestorable["rs-m3"] = true
 	fl.mu.Unlock()
@@ -81,11 +82,19 @@ func TestRestoreAsksTheSourceFirst(t *testing.T) {
 			strings.Contains(c.Message, "no snapshot taken at")
 	})
 	time.Sleep(time.Second) // a few passes of the engine and the fleet
-	for _, node := range []string{"rs-m1", "rs-m2", "rs-w1"} {
-		if r := e.restoreIn(node); r != nil {
-			t.Errorf("%s asked to restore before the source did its part: %+v", node, r)
+	for _, node := range []string{"rs-m1", "rs-m2", "rs-m3"} {
+		if r := e.restoreIn(node); r == nil || r.ID == "" || r.Source != "rs-m3" || r.SourceRestored {
+			t.Errorf("%s's role while the source cannot restore: %+v, want the restore, the source not done", node, r)
 		}
 	}
+	if r := e.restoreIn("rs-w1"); r != nil {
+		t.Errorf("a worker asked to restore: %+v", r)
+	}
+	fl.mu.Lock()
+	if len(fl.restoreOrder) != 0 {
+		t.Errorf("masters did their part before the source: %q", fl.restoreOrder)
+	}
+	fl.mu.Unlock()
 	doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/rs/upgrade", v1.UpgradeRequest{Image: newImage}).wantStatus(t, http.StatusConflict, v1.CodeConflict)
 
 	// A new restore, from the newest snapshot, replaces it.
@@ -116,15 +125,15 @@ func TestRestoreAsksTheSourceFirst(t *testing.T) {
 		}
 	}
 	fl.mu.Lock()
-	var asked []string
-	for _, seen := range fl.restoreAsked {
+	var done []string
+	for _, seen := range fl.restoreOrder {
 		if rest, ok := strings.CutPrefix(seen, id+" "); ok && id != "" {
-			asked = append(asked, rest)
+			done = append(done, rest)
 		}
 	}
 	fl.mu.Unlock()
-	if len(asked) != 3 || asked[0] != newest || slices.Contains(asked, "rs-w1") {
-		t.Errorf("restore %q asked %q in that order, want the source %s first, then the other masters", id, asked, newest)
+	if len(done) != 3 || done[0] != newest {
+		t.Errorf("restore %q done by %q in that order, want the source %s first, then the other masters", id, done, newest)
 	}
 	for _, n := range cl.Status.Nodes {
 		if want := map[v1.NodeRole]string{v1.RoleMaster: id}[n.Role]; n.EtcdRestored != want {

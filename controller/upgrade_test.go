@@ -65,11 +65,11 @@ type fleet struct {
 	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
 	saved      map[string]time.Time    // each master's newest etcd snapshot
 	// restored is the newest etcd restore each master did; unrestorable
-	// masters cannot restore as a source; restoreAsked lists, in order,
-	// each node's first sight of each restore in its role ("ID node").
+	// masters cannot restore as a source; restoreOrder lists, in order,
+	// each master's part of each restore done ("ID node").
 	restored     map[string]string
 	unrestorable map[string]bool
-	restoreAsked []string
+	restoreOrder []string
 	stop         context.CancelFunc
 	done         chan struct{}
 }
@@ -826,14 +826,16 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 // real agent would, and reports the newest done. Called with mu held.
 func (f *fleet) restore(name string, role v1.Role, st *v1.Status) {
 	if r := role.Etcd.Restore; r != nil && f.restored[name] != r.ID {
-		if seen := r.ID + " " + name; !slices.Contains(f.restoreAsked, seen) {
-			f.restoreAsked = append(f.restoreAsked, seen)
-		}
-		if r.Source == name && f.unrestorable[name] {
+		switch {
+		case r.Source == name && f.unrestorable[name]:
 			st.Components[0].Healthy, st.Components[0].Phase = false, "Failed"
 			st.Components[0].Message = "restore " + r.ID + ": no snapshot taken at " + r.SnapshotTakenAt.Format(time.RFC3339)
-		} else {
+		case r.Source == name || r.SourceRestored:
 			f.restored[name] = r.ID
+			f.restoreOrder = append(f.restoreOrder, r.ID+" "+name)
+		default:
+			st.Components[0].Healthy, st.Components[0].Phase = false, "Failed"
+			st.Components[0].Message = "restore " + r.ID + ": this member's state is set aside; it joins " + r.Source + "'s restored cluster once the controller says so"
 		}
 	}
 	st.EtcdRestored = f.restored[name]

@@ -261,10 +261,13 @@ type EtcdSettings struct {
 
 // EtcdRestore restores a cluster's keyspace from a snapshot one master
 // took (EtcdSnapshots), for a cluster that lost its quorum or its data to
-// a bad write. The source restores it as a new cluster of one member; each
-// other master sets its state aside (kept on its data disk) and joins that
-// cluster afresh, never the old one. Each member acts on an ID once, and
-// reports it (Status.EtcdRestored) when its part is done.
+// a bad write. Every master stops its control plane and its member at
+// once, so that the old cluster serves no more; the source restores the
+// snapshot as a new cluster of one member; each other master sets its
+// state aside (kept on its data disk) and, once SourceRestored, joins
+// that cluster afresh. Each member acts on an ID once, reports it
+// (Status.EtcdRestored) when its part is done, and then starts its
+// control plane afresh.
 type EtcdRestore struct {
 	// ID names this restore: 1 to 63 characters of [a-z0-9-].
 	ID string `json:"id"`
@@ -273,6 +276,9 @@ type EtcdRestore struct {
 	// SnapshotTakenAt names the source's snapshot by when it was taken,
 	// to the second (Status.EtcdSnapshotAt reports the newest's).
 	SnapshotTakenAt time.Time `json:"snapshotTakenAt"`
+	// SourceRestored: the source reports its part done, so the others
+	// may join its cluster.
+	SourceRestored bool `json:"sourceRestored,omitempty"`
 }
 
 var restoreIDPattern = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,62}$`)

@@ -13,11 +13,13 @@ import (
 
 // An etcd restore brings a cluster's keyspace back from one master's
 // snapshot. The agents do the work (agent/components/etcd/restore.go);
-// the controller picks the snapshot, orders them and follows them: the
-// source's role asks first, and the other masters' roles only once the
-// source reports its part done, so that they join the restored cluster
-// and never the old one it left. Each agent restarts its control plane
-// once its member is back. The restore ends when every master reports it.
+// the controller picks the snapshot, orders them and follows them: every
+// master's role asks at once, and each stops its control plane and its
+// member, so that the old cluster serves no more; the other masters'
+// roles say the source restored once it reports its part done, and only
+// then do they join its cluster. Each agent starts its control plane
+// afresh once its member is back. The restore ends when every master
+// reports it.
 
 // restoreRecord is a cluster's newest etcd restore, running or ended.
 type restoreRecord struct {
@@ -165,14 +167,17 @@ func stepName(step string) string {
 }
 
 // restoreSettings is what a master's role says of the running restore:
-// the source is asked first, the others once the source reports its part
-// done; nothing for an agent that does not act on it.
+// every master is asked at once (each stops its control plane and its
+// member, so the old cluster serves no more), and the others are told to
+// join once the source reports its part done; nothing for an agent that
+// does not act on it.
 func restoreSettings(c *record, node string, agents agentSupport) *v1.EtcdRestore {
 	r := c.Restore
-	if !r.running() || !agents.etcdRestore[node] || node != r.Source && agents.etcdRestored[r.Source] != r.ID {
+	if !r.running() || !agents.etcdRestore[node] {
 		return nil
 	}
-	return &v1.EtcdRestore{ID: r.ID, Source: r.Source, SnapshotTakenAt: r.SnapshotTakenAt}
+	return &v1.EtcdRestore{ID: r.ID, Source: r.Source, SnapshotTakenAt: r.SnapshotTakenAt,
+		SourceRestored: agents.etcdRestored[r.Source] == r.ID}
 }
 
 // restoreRolesStale reports whether a master's role says another thing
@@ -195,7 +200,8 @@ func restoreRolesStale(tx *store.Tx, rec *record, machines []machine) bool {
 			has = role.Etcd.Restore
 		}
 		want := restoreSettings(rec, m.Name, agents)
-		if (has == nil) != (want == nil) || has != nil && (has.ID != want.ID || has.Source != want.Source || !has.SnapshotTakenAt.Equal(want.SnapshotTakenAt)) {
+		if (has == nil) != (want == nil) || has != nil && (has.ID != want.ID || has.Source != want.Source ||
+			!has.SnapshotTakenAt.Equal(want.SnapshotTakenAt) || has.SourceRestored != want.SourceRestored) {
 			return true
 		}
 	}

@@ -17,11 +17,13 @@ import (
 
 // A restore (the role's etcd.restore) brings the cluster's keyspace back
 // from a snapshot of its source master. The source restores it with
-// etcdctl as a new cluster of one member; every other master sets its
-// state aside and joins that cluster as a new member (membership, with
-// the restore's record as rejoin). Both sides keep the state they had,
-// set aside on the data disk (setAside), so a restore loses nothing that
-// an admin cannot look at again.
+// etcdctl as a new cluster of one member; every other master stops its
+// member and sets its state aside at once, so the old cluster loses its
+// quorum, and joins the source's cluster as a new member once the role
+// says the source is done (membership, with the restore's record as
+// rejoin). Both sides keep the state they had, set aside on the data disk
+// (setAside), so a restore loses nothing that an admin cannot look at
+// again.
 //
 // Each step is recorded in restoreFile before the next, in the data
 // directory, so that a kill at any point resumes where it stopped, and
@@ -162,6 +164,10 @@ func (c *Component) restore(ctx context.Context, host *reconcile.Host, s setting
 			return nil, actions, fmt.Errorf("restore %s: %w", r.ID, err)
 		}
 		has = true
+	}
+	if !has && !r.SourceRestored {
+		return nil, actions, fmt.Errorf("restore %s: this member's state is set aside; it joins %s's restored cluster once the controller says %s restored its snapshot",
+			r.ID, r.Source, r.Source)
 	}
 	if !has {
 		return &rec, actions, nil

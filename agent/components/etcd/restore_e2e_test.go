@@ -100,9 +100,18 @@ func (lab *restoreLab) healthy(t *testing.T, h *labHost) {
 }
 
 // ask puts the restore into every member's role.
-func (lab *restoreLab) ask(r *v1.EtcdRestore) {
+func (lab *restoreLab) ask(r v1.EtcdRestore) {
 	for _, role := range lab.roles {
-		role.Etcd.Restore = r
+		own := r
+		role.Etcd.Restore = &own
+	}
+}
+
+// sourceRestored tells every member the source did its part, as the
+// controller does once the source reports it.
+func (lab *restoreLab) sourceRestored() {
+	for _, role := range lab.roles {
+		role.Etcd.Restore.SourceRestored = true
 	}
 }
 
@@ -175,11 +184,13 @@ func (lab *restoreLab) restoreAll(t *testing.T, id string, order ...*labHost) ui
 }
 
 // Three real members: a restore from the first one's snapshot brings the
-// keyspace back to it on all three, as a new cluster. The source, once
-// restored, stays in its cluster though the others still serve the old
-// one; a member refuses the old cluster while the source still serves
-// it; nothing is done twice, also by a new agent; every member keeps its
-// old state, set aside.
+// keyspace back to it on all three, as a new cluster. A member that is not
+// the source sets its state aside at once and joins only once told the
+// source restored; the source, once restored, stays in its cluster though
+// another still serves the old one; a member refuses the old cluster
+// while the source still serves it, whatever its role says; nothing is
+// done twice, also by a new agent; every member keeps its old state, set
+// aside.
 func TestRestoreAClusterFromASnapshot(t *testing.T) {
 	needLab(t, "runs three etcd members")
 	ctx := context.Background()
@@ -205,9 +216,9 @@ func TestRestoreAClusterFromASnapshot(t *testing.T) {
 		t.Fatalf("a restore that did not start left a record: %v", err)
 	}
 
-	// r1, the source first, as the controller orders it: m2 and m3 keep
-	// the old cluster's quorum meanwhile.
-	lab.ask(&v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: lab.takenAt})
+	// r1: the source goes first, while m2 and m3 keep the old cluster's
+	// quorum.
+	lab.ask(v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: lab.takenAt})
 	st = m1.comp.Reconcile(ctx, m1.host, lab.roles["m1"])
 	acts := strings.Join(st.Actions, "\n")
 	if st.Phase != reconcile.PhaseConverged || !strings.Contains(acts, "restored snapshot snapshot-") ||
@@ -224,18 +235,30 @@ func TestRestoreAClusterFromASnapshot(t *testing.T) {
 	if st := m1.comp.Reconcile(ctx, m1.host, lab.roles["m1"]); strings.Contains(strings.Join(st.Actions, "\n"), "set aside") {
 		t.Fatalf("the restored source set its state aside for the old cluster: %+v", st)
 	}
+	// A member that is not the source sets its state aside at once and
+	// waits, without looking for a cluster, until the role says the
+	// source restored.
+	for range 2 {
+		st = m2.comp.Reconcile(ctx, m2.host, lab.roles["m2"])
+		if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "it joins m1's restored cluster once the controller says m1 restored its snapshot") {
+			t.Fatalf("m2 before the source restored: %+v", st)
+		}
+	}
+	setAsideOf(t, m2)
+	lab.sourceRestored()
 	r1 := lab.restoreAll(t, "r1", m1, m3, m2)
 	if r1 == before.ClusterID {
 		t.Fatalf("the restored cluster has the old cluster's ID %x", r1)
 	}
 
-	// r2, from the same snapshot, a member first: it sets its state
-	// aside and will not join the source while that still serves r1's
-	// cluster (with m3).
+	// r2, from the same snapshot, with a role that says the source
+	// restored too early: a member that goes first sets its state aside
+	// and will not join the source while that still serves r1's cluster
+	// (with m3).
 	if err := kvPut(ctx, m1.client(t, lab.ca), m1.endpoint(), "written-after-the-snapshot", "lost again"); err != nil {
 		t.Fatal(err)
 	}
-	lab.ask(&v1.EtcdRestore{ID: "r2", Source: "m1", SnapshotTakenAt: lab.takenAt})
+	lab.ask(v1.EtcdRestore{ID: "r2", Source: "m1", SnapshotTakenAt: lab.takenAt, SourceRestored: true})
 	st = m2.comp.Reconcile(ctx, m2.host, lab.roles["m2"])
 	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "m1 still serves the cluster this member's state was set aside from") {
 		t.Fatalf("m2 before the source restored: %+v", st)
@@ -281,8 +304,7 @@ func TestARestoreResumesAfterAKill(t *testing.T) {
 	lab := newRestoreLab(t, "198.18.35", "m1")
 	m1 := lab.hosts[0]
 	dataDir := m1.host.Path(DefaultDataDir)
-	r := &v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: lab.takenAt}
-	lab.ask(r)
+	lab.ask(v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: lab.takenAt})
 
 	// Killed after the set-aside: the record says started, member/ is
 	// gone, the restore's working copy was never made.

@@ -576,10 +576,13 @@ func standInHost(t *testing.T, bin string) (*Component, *reconcile.Host, *servic
 	return c, host, rec
 }
 
-// An etcd restore the local member took part in restarts the control
-// plane once: the three manifests carry its ID in their environment (the
-// kubelet restarts a pod whose manifest changed; the stand-in, a unit
-// whose environment changed), and the same ID again changes nothing.
+// While the role asks for an etcd restore the local member has not done
+// its part of, the control plane stays stopped (no manifests, no
+// stand-in); once it has, the control plane starts afresh: the three
+// manifests carry the restore's ID in their environment (the kubelet
+// restarts a pod whose manifest changed; the stand-in, a unit whose
+// environment changed), and the same ID again changes nothing, also once
+// the role no longer asks.
 func TestAnEtcdRestoreRestartsTheControlPlaneOnce(t *testing.T) {
 	bin := k8sBin(t)
 	cl := newTestCluster(t)
@@ -608,6 +611,22 @@ func TestAnEtcdRestoreRestartsTheControlPlaneOnce(t *testing.T) {
 	carries("")
 	rec.TakeCalls()
 
+	role.Etcd = &v1.EtcdSettings{Restore: &v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: time.Unix(1e9, 0)}}
+	for range 2 {
+		st := c.Reconcile(ctx, host, role)
+		if st.Phase != reconcile.PhaseConverged || st.Healthy || !strings.Contains(st.Message, "control plane stopped until this master's etcd member has done its part of restore r1") {
+			t.Fatalf("pass while the restore is pending: %+v", st)
+		}
+		for _, name := range manifests {
+			if exists(host.Path(ManifestsDir + "/" + name)) {
+				t.Errorf("%s is still there while the restore is pending", name)
+			}
+		}
+	}
+	if calls := rec.TakeCalls(); !slices.Contains(calls, "stop "+APIServerUnit) {
+		t.Errorf("the stand-in apiserver was not stopped for the restore: %q", calls)
+	}
+
 	restored = "r1"
 	st := c.Reconcile(ctx, host, role)
 	if st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "ran kubeadm init phase control-plane all") {
@@ -625,5 +644,9 @@ func TestAnEtcdRestoreRestartsTheControlPlaneOnce(t *testing.T) {
 	}
 	if calls := rec.TakeCalls(); len(calls) != 0 {
 		t.Errorf("second pass after the restore touched units: %q", calls)
+	}
+	role.Etcd = nil // the restore ended
+	if st := c.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged || len(st.Actions) != 0 {
+		t.Errorf("pass once the role no longer asks for the restore: %+v", st)
 	}
 }

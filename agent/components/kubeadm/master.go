@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -27,6 +28,9 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		owe = host.OweReload(APIServerUnit)
 	}
 	fail := func(err error) reconcile.Status { return c.fail(ctx, host, st, err) }
+	if id := restorePending(role, p); id != "" {
+		return c.stopForRestore(ctx, host, st, id)
+	}
 
 	// Configurations first, join before init: when kubeadm refuses either,
 	// nothing else on the node has changed yet.
@@ -207,3 +211,38 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// restorePending is the ID of the etcd restore the role asks for that the
+// local member has yet to do its part of; "" when none.
+func restorePending(role *v1.Role, p *plan) string {
+	if role.Etcd == nil || role.Etcd.Restore == nil || role.Etcd.Restore.ID == p.etcdRestored {
+		return ""
+	}
+	return role.Etcd.Restore.ID
+}
+
+// stopForRestore keeps this master's control plane stopped while its etcd
+// member is restored: an apiserver or controller manager of before the
+// restore would serve, or act on, the old keyspace (or caches of it) while
+// the restored cluster forms. The kubelet stops the static pods once their
+// manifests go; the local phases make them afresh once the member is
+// back, carrying the restore's ID (EtcdRestoredEnv).
+func (c *Component) stopForRestore(ctx context.Context, host *reconcile.Host, st reconcile.Status, id string) reconcile.Status {
+	if c.cfg.StandInForKubelet {
+		actions, err := host.StopUnit(ctx, APIServerUnit)
+		st.Actions = append(st.Actions, actions...)
+		if err != nil {
+			return c.fail(ctx, host, st, err)
+		}
+	}
+	for _, name := range controlPlaneManifests {
+		if err := removeFile(host, path.Join(ManifestsDir, name), &st); err != nil {
+			return c.fail(ctx, host, st, err)
+		}
+	}
+	c.metrics.setReady(false)
+	st.Phase, st.Healthy = reconcile.PhaseConverged, false
+	st.Message = "control plane stopped until this master's etcd member has done its part of restore " + id
+	return st
+}
+
