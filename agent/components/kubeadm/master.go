@@ -245,4 +245,3 @@ func (c *Component) stopForRestore(ctx context.Context, host *reconcile.Host, st
 	st.Message = "control plane stopped until this master's etcd member has done its part of restore " + id
 	return st
 }
-
