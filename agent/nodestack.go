@@ -258,6 +258,7 @@ func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any
 type etcdMember interface {
 	MemberID() string
 	NewestSnapshot() time.Time
+	Snapshots() []time.Time
 	Restored() string
 }
 
@@ -279,6 +280,9 @@ func (ns *nodeStack) report(st *v1.Status) {
 		}
 		if at := m.NewestSnapshot(); !at.IsZero() {
 			st.EtcdSnapshotAt = &at
+		}
+		if taken := m.Snapshots(); len(taken) > 0 {
+			st.EtcdSnapshots = taken
 		}
 		if id := m.Restored(); id != "" {
 			st.EtcdRestored = id

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,12 @@ type stubMember struct {
 func (m stubMember) MemberID() string          { return m.id }
 func (m stubMember) NewestSnapshot() time.Time { return m.snapshot }
 func (m stubMember) Restored() string          { return m.restored }
+func (m stubMember) Snapshots() []time.Time {
+	if m.snapshot.IsZero() {
+		return nil
+	}
+	return []time.Time{m.snapshot.Add(-time.Hour), m.snapshot}
+}
 
 // The report names the local etcd member, its newest snapshot and the
 // restore it did, and leaves out a snapshot or restore there is none of.
@@ -76,6 +83,9 @@ func TestReportNamesTheEtcdMemberAndItsNewestSnapshot(t *testing.T) {
 		if st.EtcdMemberID != m.id || (m.snapshot.IsZero() != (st.EtcdSnapshotAt == nil)) ||
 			(st.EtcdSnapshotAt != nil && !st.EtcdSnapshotAt.Equal(m.snapshot)) {
 			t.Errorf("member %+v: reported member %q, snapshot %v", m, st.EtcdMemberID, st.EtcdSnapshotAt)
+		}
+		if want := m.Snapshots(); !slices.EqualFunc(st.EtcdSnapshots, want, time.Time.Equal) {
+			t.Errorf("member %+v: reported snapshots %v, want %v", m, st.EtcdSnapshots, want)
 		}
 		if st.EtcdRestored != m.restored {
 			t.Errorf("member %+v: reported restore %q", m, st.EtcdRestored)

@@ -69,6 +69,17 @@ func TestRestoreTellsTheOthersOnceTheSourceIsDone(t *testing.T) {
 	restore(v1.RestoreRequest{Source: "rs-m9"}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
 	fraction := time.Date(2026, 11, 29, 3, 0, 0, 5, time.UTC)
 	restore(v1.RestoreRequest{SnapshotTakenAt: &fraction}).wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
+	// A snapshot the source does not report is refused before any master
+	// stops: nothing would restore it.
+	missing := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	r = restore(v1.RestoreRequest{Source: "rs-m1", SnapshotTakenAt: &missing})
+	r.wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
+	if !strings.Contains(string(r.body), "rs-m1 reports no etcd snapshot taken at 2026-11-29T03:00:00Z (it has: ") {
+		t.Errorf("refusal of a snapshot the source does not have: %s", r.body)
+	}
+	if r := e.restoreIn("rs-m1"); r != nil {
+		t.Errorf("a refused restore reached a role: %+v", r)
+	}
 
 	// The source cannot restore: the restore waits on it, saying why,
 	// and no other master is told to join.

@@ -204,7 +204,7 @@ func (f *fleet) tick() {
 					f.saved[name] = time.Now()
 				}
 				if at, ok := f.saved[name]; ok {
-					st.EtcdSnapshotAt = &at
+					st.EtcdSnapshotAt, st.EtcdSnapshots = &at, []time.Time{at}
 				}
 				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestore)
 				f.restore(name, role, &st)

@@ -463,6 +463,9 @@ type ClusterNode struct {
 	// EtcdSnapshotAt is when a master's newest etcd snapshot was taken,
 	// as its agent last reported.
 	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
+	// EtcdSnapshots is when each of a master's etcd snapshots was taken,
+	// oldest first, as its agent last reported: what a restore may name.
+	EtcdSnapshots []time.Time `json:"etcdSnapshots,omitempty"`
 	// EtcdRestored is the newest etcd restore whose part a master's agent
 	// reports done.
 	EtcdRestored string `json:"etcdRestored,omitempty"`

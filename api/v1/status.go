@@ -31,6 +31,10 @@ type Status struct {
 	// EtcdSnapshotAt is when the newest etcd snapshot on the node's data
 	// disk was taken; nil when there is none.
 	EtcdSnapshotAt *time.Time `json:"etcdSnapshotAt,omitempty"`
+	// EtcdSnapshots is when each etcd snapshot on the node's data disk
+	// was taken, oldest first: the newest MaxReportedSnapshots. A
+	// restore names one of them.
+	EtcdSnapshots []time.Time `json:"etcdSnapshots,omitempty"`
 	// EtcdRestored is the ID of the newest etcd restore (etcd.restore)
 	// whose part the node has done.
 	EtcdRestored string `json:"etcdRestored,omitempty"`
@@ -60,6 +64,10 @@ const (
 
 	maxCapabilities = 32
 )
+
+// MaxReportedSnapshots bounds Status.EtcdSnapshots: the most a schedule
+// keeps (EtcdSnapshots.Keep), and a few an admin saved beside them.
+const MaxReportedSnapshots = 128
 
 // KubernetesNodeStatus is a Kubernetes Node's Ready condition and kubelet.
 type KubernetesNodeStatus struct {
@@ -178,6 +186,9 @@ func (s *Status) Validate() error {
 	}
 	if !shortText.MatchString(s.EtcdMemberID) {
 		return fieldErr("etcdMemberID", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+	}
+	if len(s.EtcdSnapshots) > MaxReportedSnapshots {
+		return fieldErr("etcdSnapshots", "at most %d", MaxReportedSnapshots)
 	}
 	if s.EtcdRestored != "" {
 		if err := ValidateRestoreID(s.EtcdRestored); err != nil {

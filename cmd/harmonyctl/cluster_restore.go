@@ -20,21 +20,23 @@ func clusterRestoreCommand(g *globals) *cobra.Command {
 		Short: "Restore a cluster's etcd from a master's snapshot",
 		Long: `Bring a cluster's etcd keyspace, all of its Kubernetes objects, back
 from a snapshot one master took (harmonyctl cluster get shows the age of
-each master's newest, and -o yaml when it was taken). For a cluster that
-lost its etcd quorum, or its data to a bad write: everything written since
-the snapshot is lost.
+each master's newest; -o yaml lists when each was taken, etcdSnapshots).
+For a cluster that lost its etcd quorum, or its data to a bad write:
+everything written since the snapshot is lost, and the API is down until
+the source's control plane is back.
 
-The source master restores its snapshot as a new etcd cluster of one
-member; then every other master sets its state aside and joins that
-cluster afresh; each master restarts its control plane once its member is
-back. No state is destroyed: each master's state before the restore stays
+Every master stops its control plane and etcd member at once; the source
+master restores its snapshot as a new etcd cluster of one member; then
+every other master, its state set aside, joins that cluster afresh; each
+master starts its control plane anew once its member is back. No state is destroyed: each master's state before the restore stays
 on its data disk, in etcd's data directory. The restore ends when every
 master reports it done.
 
 By default the snapshot is the newest any master reports. --source picks
 the master, and --snapshot one of its snapshots by when it was taken
 (RFC 3339, to the second, as its file name says: snapshot-20261129T030000Z.db
-is 2026-11-29T03:00:00Z).`,
+is 2026-11-29T03:00:00Z); one the master does not report is refused
+before anything stops.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -149,6 +150,17 @@ func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status,
 		return "", time.Time{}, refuse(Invalid, "source", "%s is not a master of cluster %q (masters: %s)", source, name, strings.Join(masters, ", "))
 	}
 	if req.SnapshotTakenAt != nil {
+		// Checked here: a restore stops every master's control plane, and
+		// a source without the snapshot would keep them stopped.
+		taken := statuses[source].EtcdSnapshots
+		if !slices.ContainsFunc(taken, req.SnapshotTakenAt.Equal) {
+			var have []string
+			for _, at := range taken {
+				have = append(have, at.UTC().Format(time.RFC3339))
+			}
+			return "", time.Time{}, refuse(Invalid, "snapshotTakenAt", "%s reports no etcd snapshot taken at %s (it has: %s)",
+				source, req.SnapshotTakenAt.UTC().Format(time.RFC3339), cmp.Or(strings.Join(have, ", "), "none"))
+		}
 		return source, req.SnapshotTakenAt.UTC(), nil
 	}
 	at := statuses[source].EtcdSnapshotAt

@@ -276,7 +276,8 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		}
 		st, reported := tx.Status(m.Name)
 		if reported {
-			n.AgentPhase, n.Components, n.EtcdSnapshotAt, n.EtcdRestored = st.Phase, st.Components, st.EtcdSnapshotAt, st.EtcdRestored
+			n.AgentPhase, n.Components = st.Phase, st.Components
+			n.EtcdSnapshotAt, n.EtcdSnapshots, n.EtcdRestored = st.EtcdSnapshotAt, st.EtcdSnapshots, st.EtcdRestored
 			if k := st.KubernetesNode; k != nil {
 				n.Kubernetes, n.KubeletVersion = kubernetesReady(k.Ready), k.KubeletVersion
 			}

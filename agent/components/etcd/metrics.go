@@ -2,10 +2,13 @@ package etcd
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
 )
 
 // metrics holds what the last pass saw, for Collect. Values are the last
@@ -106,9 +109,9 @@ func (c *Component) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.hasLeader, prometheus.GaugeValue, boolValue(m.hasLead))
 	ch <- prometheus.MustNewConstMetric(m.snapFailed, prometheus.CounterValue, float64(m.snapFailures))
 	if m.snapsKnown {
-		ch <- prometheus.MustNewConstMetric(m.snapshotCount, prometheus.GaugeValue, float64(m.snaps.count))
-		if !m.snaps.newest.IsZero() {
-			ch <- prometheus.MustNewConstMetric(m.snapshotNewest, prometheus.GaugeValue, float64(m.snaps.newest.Unix()))
+		ch <- prometheus.MustNewConstMetric(m.snapshotCount, prometheus.GaugeValue, float64(len(m.snaps.taken)))
+		if newest := m.snaps.newest(); !newest.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.snapshotNewest, prometheus.GaugeValue, float64(newest.Unix()))
 		}
 	}
 }
@@ -131,6 +134,20 @@ func (c *Component) MemberID() string {
 		return ""
 	}
 	return fmt.Sprintf("%x", m.id)
+}
+
+// Snapshots is when each snapshot on the data disk was taken, oldest
+// first (the newest MaxReportedSnapshots); none when this node runs no
+// member: the agent reports them, and a restore names one of them.
+func (c *Component) Snapshots() []time.Time {
+	m := c.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.enabled || !m.snapsKnown {
+		return nil
+	}
+	taken := m.snaps.taken
+	return slices.Clone(taken[max(0, len(taken)-v1.MaxReportedSnapshots):])
 }
 
 // setRestored records the newest restore done here.
@@ -162,5 +179,5 @@ func (c *Component) NewestSnapshot() time.Time {
 	if !m.enabled || !m.snapsKnown {
 		return time.Time{}
 	}
-	return m.snaps.newest
+	return m.snaps.newest()
 }

@@ -49,10 +49,18 @@ type snapshotFile struct {
 }
 
 // snapshotState is what the directory held after a pass, for the
-// metrics.
+// metrics and the agent's report: when each snapshot was taken, oldest
+// first.
 type snapshotState struct {
-	count  int
-	newest time.Time // zero when there is none
+	taken []time.Time
+}
+
+// newest is when the newest was taken; zero when there is none.
+func (s snapshotState) newest() time.Time {
+	if len(s.taken) == 0 {
+		return time.Time{}
+	}
+	return s.taken[len(s.taken)-1]
 }
 
 // snapshots takes a snapshot from the local member when the newest one is
@@ -108,9 +116,9 @@ func (c *Component) snapshots(ctx context.Context, cl *Client, dir string, sched
 }
 
 func stateOf(files []snapshotFile) snapshotState {
-	s := snapshotState{count: len(files)}
-	if len(files) > 0 {
-		s.newest = files[len(files)-1].taken
+	var s snapshotState
+	for _, f := range files {
+		s.taken = append(s.taken, f.taken)
 	}
 	return s
 }

@@ -103,6 +103,9 @@ func TestSnapshotsOfARealMember(t *testing.T) {
 	if got := h.comp.NewestSnapshot(); !got.Equal(now) {
 		t.Errorf("the newest snapshot for the agent's status: %v, want %v", got, now)
 	}
+	if got, want := h.comp.Snapshots(), []time.Time{now.Add(-time.Hour), now}; !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("the snapshots for the agent's status: %v, want %v", got, want)
+	}
 
 	// A write killed before its rename leaves a temporary file; the next
 	// pass removes it, and nothing else.
