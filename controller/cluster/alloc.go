@@ -94,6 +94,26 @@ func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 	return a
 }
 
+// clusterState reads a cluster, its machines and their agents' last
+// reports in one view, for a request's checks.
+func (s *Service) clusterState(name string) (*record, []machine, map[string]v1.Status, error) {
+	var rec *record
+	var machines []machine
+	var statuses map[string]v1.Status
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		if rec, err = s.load(tx, name); err != nil {
+			return err
+		}
+		if machines, err = loadMachines(tx, name); err != nil {
+			return err
+		}
+		statuses = statusesOf(tx, machines)
+		return nil
+	})
+	return rec, machines, statuses, err
+}
+
 // statusesOf is the machines' agents' last reports, by node; a machine
 // whose agent never reported has none.
 func statusesOf(tx *store.Tx, machines []machine) map[string]v1.Status {

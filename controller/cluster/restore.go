@@ -40,20 +40,7 @@ func (r *restoreRecord) running() bool { return r != nil && r.FinishedAt.IsZero(
 // another runs replaces it (one whose source cannot restore would
 // otherwise hold the cluster for good).
 func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Operation, error) {
-	var rec *record
-	var machines []machine
-	var statuses map[string]v1.Status
-	err := s.cfg.Store.View(func(tx *store.Tx) error {
-		var err error
-		if rec, err = s.load(tx, name); err != nil {
-			return err
-		}
-		if machines, err = loadMachines(tx, name); err != nil {
-			return err
-		}
-		statuses = statusesOf(tx, machines)
-		return nil
-	})
+	rec, machines, statuses, err := s.clusterState(name)
 	if err != nil {
 		return v1.Operation{}, err
 	}

@@ -73,20 +73,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 	if req.Image == "" && len(req.FreshDisk) > 0 {
 		return s.amendUpgrade(name, req.FreshDisk, by)
 	}
-	var rec *record
-	var machines []machine
-	var statuses map[string]v1.Status
-	err := s.cfg.Store.View(func(tx *store.Tx) error {
-		var err error
-		if rec, err = s.load(tx, name); err != nil {
-			return err
-		}
-		if machines, err = loadMachines(tx, name); err != nil {
-			return err
-		}
-		statuses = statusesOf(tx, machines)
-		return nil
-	})
+	rec, machines, statuses, err := s.clusterState(name)
 	if err != nil {
 		return v1.Operation{}, err
 	}
