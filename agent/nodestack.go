@@ -257,7 +257,6 @@ func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any
 // etcdMember is a component that runs the local etcd member.
 type etcdMember interface {
 	MemberID() string
-	NewestSnapshot() time.Time
 	Snapshots() []time.Time
 	Restored() string
 }
@@ -278,11 +277,9 @@ func (ns *nodeStack) report(st *v1.Status) {
 		if id := m.MemberID(); id != "" {
 			st.EtcdMemberID = id
 		}
-		if at := m.NewestSnapshot(); !at.IsZero() {
-			st.EtcdSnapshotAt = &at
-		}
 		if taken := m.Snapshots(); len(taken) > 0 {
-			st.EtcdSnapshots = taken
+			newest := taken[len(taken)-1]
+			st.EtcdSnapshots, st.EtcdSnapshotAt = taken, &newest
 		}
 		if id := m.Restored(); id != "" {
 			st.EtcdRestored = id

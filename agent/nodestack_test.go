@@ -62,9 +62,8 @@ type stubMember struct {
 	restored string
 }
 
-func (m stubMember) MemberID() string          { return m.id }
-func (m stubMember) NewestSnapshot() time.Time { return m.snapshot }
-func (m stubMember) Restored() string          { return m.restored }
+func (m stubMember) MemberID() string { return m.id }
+func (m stubMember) Restored() string { return m.restored }
 func (m stubMember) Snapshots() []time.Time {
 	if m.snapshot.IsZero() {
 		return nil

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,25 +122,36 @@ var initialClusterName = lazyregexp.New(`^[a-z0-9.-]{1,253}$`)
 // readBootstrap returns the record, or ok=false when there is none or it
 // cannot be used.
 func readBootstrap(path string) (b Bootstrap, ok bool, err error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return Bootstrap{}, false, nil
-	}
-	if err != nil {
-		return Bootstrap{}, false, fmt.Errorf("read %s: %w", BootstrapFile, err)
-	}
-	if len(data) > maxResponseBytes {
-		return Bootstrap{}, false, fmt.Errorf("%s is larger than %d bytes", BootstrapFile, maxResponseBytes)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		return Bootstrap{}, false, fmt.Errorf("%s: %w", BootstrapFile, err)
+	found, err := readRecord(path, &b)
+	if err != nil || !found {
+		return Bootstrap{}, false, err
 	}
 	if err := b.check(); err != nil {
 		return Bootstrap{}, false, fmt.Errorf("%s: %w", BootstrapFile, err)
 	}
 	return b, true, nil
+}
+
+// readRecord decodes one of the component's own JSON records, strictly
+// (it is outside input once it is on disk) and bounded; found is false
+// when there is none.
+func readRecord(path string, v any) (found bool, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxResponseBytes {
+		return false, fmt.Errorf("%s is larger than %d bytes", path, maxResponseBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
 }
 
 func writeBootstrap(path string, b Bootstrap) (bool, error) {

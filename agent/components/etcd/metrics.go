@@ -168,16 +168,3 @@ func (c *Component) Restored() string {
 	defer m.mu.Unlock()
 	return m.restored
 }
-
-// NewestSnapshot is when the newest snapshot on the data disk was taken,
-// zero when there is none or this node runs no member: the agent reports
-// it in its status.
-func (c *Component) NewestSnapshot() time.Time {
-	m := c.metrics
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.enabled || !m.snapsKnown {
-		return time.Time{}
-	}
-	return m.snaps.newest()
-}

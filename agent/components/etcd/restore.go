@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
@@ -60,22 +61,13 @@ type restoreRecord struct {
 
 func readRestoreRecord(dataDir string) (restoreRecord, error) {
 	var r restoreRecord
-	data, err := os.ReadFile(filepath.Join(dataDir, restoreFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return r, nil
-	}
-	if err != nil {
-		return r, fmt.Errorf("read the restore record: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, fmt.Errorf("restore record %s: %w", restoreFile, err)
+	if found, err := readRecord(filepath.Join(dataDir, restoreFile), &r); err != nil || !found {
+		return restoreRecord{}, err
 	}
 	switch {
 	case r.Stage != restoreStarted && r.Stage != restoreDone:
 		return r, fmt.Errorf("restore record %s: stage %q is neither %q nor %q", restoreFile, truncate(r.Stage), restoreStarted, restoreDone)
-	case r.Aside != "" && (filepath.Base(r.Aside) != r.Aside || len(r.Aside) <= len(setAsidePrefix) || r.Aside[:len(setAsidePrefix)] != setAsidePrefix):
+	case r.Aside != "" && (filepath.Base(r.Aside) != r.Aside || r.Aside == setAsidePrefix || !strings.HasPrefix(r.Aside, setAsidePrefix)):
 		return r, fmt.Errorf("restore record %s: aside %q is not a set-aside state's name", restoreFile, truncate(r.Aside))
 	}
 	return r, nil

@@ -78,7 +78,11 @@ func newRestoreLab(t *testing.T, subnet string, names ...string) *restoreLab {
 		t.Fatalf("%s snapshot pass: %+v", first.name, st)
 	}
 	role.Etcd.Snapshots = &v1.EtcdSnapshots{Disabled: true}
-	lab.takenAt = first.comp.NewestSnapshot()
+	taken := first.comp.Snapshots()
+	if len(taken) != 1 {
+		t.Fatalf("%s reports snapshots %v, want the one it took", first.name, taken)
+	}
+	lab.takenAt = taken[0]
 	// The bad write a restore undoes.
 	if err := kvPut(ctx, cl, first.endpoint(), "written-before-the-snapshot", "overwritten"); err != nil {
 		t.Fatal(err)
