@@ -46,7 +46,8 @@ func (l *labUnderTest) configMapValue(t *testing.T, name string) (string, error)
 // cluster through harmonyctl's API: a ConfigMap changed after it is back
 // as it was, one made after it is gone, etcd is the three masters in a
 // new cluster, each master's old state is kept and its control plane
-// restarted, and the API takes writes through the VIP again.
+// restarted, the API takes writes through the VIP again, and a controller
+// manager and scheduler of after the restore lead.
 func (l *labUnderTest) checkRestore(t *testing.T) {
 	ctx := context.Background()
 	masters := l.masters(t)
@@ -121,6 +122,17 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 		out, err := l.kubectl(t, "", "create", "configmap", "restore-written-after", "--from-literal=v=new")
 		return err == nil || strings.Contains(string(out), "AlreadyExists") // an earlier try's answer was lost
 	})
+	// The controller manager and the scheduler of after the restore lead:
+	// each renews its lease (the restored one names a holder of before,
+	// which a new process waits out), so the cluster acts again, not only
+	// answers.
+	for _, lease := range []string{"kube-controller-manager", "kube-scheduler"} {
+		testutil.Eventually(t, 3*time.Minute, lease+" leading after the restore", func() bool {
+			out, err := l.kubectl(t, "", "-n", "kube-system", "get", "lease", lease, "-o", "jsonpath={.spec.renewTime}")
+			renewed, perr := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(out)))
+			return err == nil && perr == nil && renewed.After(start)
+		})
+	}
 	testutil.Eventually(t, 3*time.Minute, "five Ready Kubernetes nodes after the restore", func() bool {
 		nodes := l.kubeNodes(t)
 		ready := 0
