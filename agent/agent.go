@@ -137,6 +137,9 @@ type Agent struct {
 	statusNow      chan struct{}
 	stack          *nodeStack // nil unless Config.NodeStack
 	readyOnce      sync.Once
+	// controller is the session's client for the controller while one
+	// runs: the node stack sends etcd snapshot copies through it.
+	controller atomic.Pointer[controlclient.Client]
 }
 
 // New validates the configuration and binds the metrics listeners.
@@ -622,6 +625,8 @@ func (a *Agent) session(parent context.Context, id *identity.Identity) string {
 	client := controlclient.New(id.Controllers, id.CAPool, a.currentCert)
 	defer client.Close()
 	client.OnError = a.countError
+	a.controller.Store(client)
+	defer a.controller.CompareAndSwap(client, nil)
 
 	var wg sync.WaitGroup
 	done := make(chan string, 3)

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/components/kubeadm"
 	"github.com/harmonykaas/harmony/agent/components/kubeproxy"
 	"github.com/harmonykaas/harmony/agent/components/network"
+	"github.com/harmonykaas/harmony/agent/controlclient"
 	"github.com/harmonykaas/harmony/agent/netinfo"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	"github.com/harmonykaas/harmony/agent/service"
@@ -201,7 +204,7 @@ func (a *Agent) defaultComponents(root string) ([]reconcile.Component, []reconci
 	}
 	ha := haproxy.New(haproxy.Config{})
 	ka := keepalived.New(keepalived.Config{TrackScript: track})
-	et := etcd.New(etcd.Config{})
+	et := etcd.New(etcd.Config{Copies: snapshotCopies{a}})
 	kcfg := kubeadm.Config{Binary: a.cfg.KubeadmBinary, APIServerBinary: a.cfg.APIServerBinary,
 		StandInForKubelet: a.cfg.StandInForKubelet, Kubelet: !a.cfg.StandInForKubelet, EtcdRestored: et.Restored}
 	if kcfg.Kubelet {
@@ -252,6 +255,41 @@ func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any
 	if ns.closeServices != nil {
 		ns.closeServices()
 	}
+}
+
+// snapshotCopies sends etcd snapshots to the controller through the
+// session's client.
+type snapshotCopies struct{ a *Agent }
+
+func (s snapshotCopies) client() (*controlclient.Client, error) {
+	c := s.a.controller.Load()
+	if c == nil {
+		return nil, errors.New("no session with the controller yet")
+	}
+	return c, nil
+}
+
+func (s snapshotCopies) List(ctx context.Context) (v1.EtcdSnapshotCopyList, error) {
+	var list v1.EtcdSnapshotCopyList
+	c, err := s.client()
+	if err != nil {
+		return list, err
+	}
+	_, err = c.Do(ctx, http.MethodGet, v1.PathNodeEtcdSnapshots, nil, nil, &list)
+	return list, err
+}
+
+func (s snapshotCopies) Put(ctx context.Context, takenAt time.Time, path string) (bool, error) {
+	c, err := s.client()
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Upload(ctx, http.MethodPut, v1.PathNodeEtcdSnapshots+"/"+takenAt.UTC().Format(time.RFC3339), path, nil)
+	var refused *controlclient.RefusedError
+	if errors.As(err, &refused) && refused.Status == http.StatusConflict {
+		return false, nil // another master's copy came first
+	}
+	return err == nil, err
 }
 
 // etcdMember is a component that runs the local etcd member.

@@ -29,6 +29,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/access"
 	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/controller/cluster"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/netaddr"
 )
@@ -103,6 +104,7 @@ type Controller struct {
 	metrics  *metrics
 	sessions *sessions
 	clusters *cluster.Service
+	copies   *etcdcopies.Store
 	imports  *importRunner
 	access   *access.Service
 	audit    *auditLog
@@ -176,11 +178,16 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	var err error
+	if c.copies, err = etcdcopies.Open(cfg.DataDir); err != nil {
+		c.store.Close()
+		return nil, err
+	}
 	c.clusters, err = cluster.New(cluster.Config{
 		Store: c.store, Catalog: catalog{c}, Bootstrap: bootstrapper{c}, Notify: c.hub.notify, Now: c.now, Log: c.log,
 		CloneParallelism: cfg.CloneParallelism, RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts,
 		LeaveTimeout:       cfg.LeaveTimeout,
 		UpgradeNodeTimeout: cfg.UpgradeNodeTimeout,
+		Copies:             c.copies,
 	})
 	if err != nil {
 		c.store.Close()

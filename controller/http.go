@@ -13,6 +13,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/console"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 )
 
 // apiError is a refusal with its HTTP status and stable code.
@@ -247,6 +248,8 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathRenew, v1.MaxEnrollBytes, c.handleRenew, permNode)
 	c.route(mux, "GET "+v1.PathNodeRole, 0, c.handleWatchRole, permNode)
 	c.route(mux, "POST "+v1.PathNodeStatus, v1.MaxStatusBytes, c.handleStatus, permNode)
+	c.route(mux, "GET "+v1.PathNodeEtcdSnapshots, 0, c.handleListEtcdSnapshotCopies, permNode)
+	c.route(mux, "PUT "+v1.PathNodeEtcdSnapshots+"/{takenAt}", etcdsnapshot.MaxBytes, c.handlePutEtcdSnapshotCopy, permNode)
 
 	c.route(mux, "GET "+v1.PathNodes, 0, c.handleListNodes, permAdmin)
 	c.route(mux, "POST "+v1.PathNodes, v1.MaxAdminBytes, c.handleAddNode, permAdmin)

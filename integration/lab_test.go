@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,8 +25,10 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/integration/lab"
 	"github.com/harmonykaas/harmony/integration/lab/body"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 	"github.com/harmonykaas/harmony/internal/kubeconfig"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
@@ -543,6 +546,38 @@ func (l *labUnderTest) checkEtcdSnapshots(t *testing.T) {
 			t.Errorf("%s: etcdctl snapshot status %s: %v: %s", m.Name, first[1], err, out)
 		}
 	}
+
+	// One of them reached the controller over the agent's mTLS session,
+	// byte for byte, off the masters' datastore.
+	var copied v1.EtcdSnapshotCopy
+	testutil.Eventually(t, 2*time.Minute, "the controller keeping a copy of a master's snapshot", func() bool {
+		copies := l.cluster(t).Status.EtcdSnapshotCopies
+		if len(copies) > 0 {
+			copied = copies[len(copies)-1]
+		}
+		return len(copies) > 0
+	})
+	name := etcdsnapshot.Name(copied.TakenAt)
+	files, err := filepath.Glob(filepath.Join(l.stateDir, "controller", etcdcopies.Dir, lab.ClusterName+"-*", name))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the controller's copy %s: %v, %v", name, files, err)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil || int64(len(data)) != copied.Bytes {
+		t.Fatalf("the controller's copy %s: %d bytes, %v; its view says %d", files[0], len(data), err, copied.Bytes)
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(data))
+	var sums []string
+	for _, m := range l.masters(t) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, _ := l.body(t, m.Name).Output(ctx, "sh", "-c", "sha256sum "+dir+"/"+name+" 2>/dev/null || true")
+		cancel()
+		sums = append(sums, m.Name+": "+strings.TrimSpace(string(out)))
+		if strings.HasPrefix(string(out), sum+" ") {
+			return
+		}
+	}
+	t.Errorf("no master holds the controller's copy %s (sha256 %s): %q", name, sum, sums)
 }
 
 func (l *labUnderTest) checkPrometheus(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/components/kubeadm"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/integration/lab"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -56,7 +57,7 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 		t.Fatalf("kubectl create configmap: %v: %s", err, out)
 	}
 	taken := time.Now().UTC().Truncate(time.Second)
-	path := etcd.DefaultDataDir + "/" + etcd.SnapshotDir + "/" + etcd.SnapshotName(taken)
+	path := etcd.DefaultDataDir + "/" + etcd.SnapshotDir + "/" + etcdsnapshot.Name(taken)
 	if out, err := l.etcdctl(t, source, "snapshot", "save", path); err != nil {
 		t.Fatalf("%s: etcdctl snapshot save: %v: %s", source.Name, err, out)
 	}

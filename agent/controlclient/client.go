@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -183,16 +184,43 @@ func (c *Client) Rotate(grace time.Duration) {
 }
 
 // Do sends one request, trying each URL from the last one that worked.
-// It decodes a 200 body into out (if non-nil) and returns the status. A
-// 4xx is returned as *RefusedError without trying further URLs.
+// It decodes a 200 or 201 body into out (if non-nil) and returns the
+// status. A 4xx is returned as *RefusedError without trying further URLs.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
-	var payload []byte
+	var open opener
 	if body != nil {
-		var err error
-		if payload, err = json.Marshal(body); err != nil {
+		payload, err := json.Marshal(body)
+		if err != nil {
 			return 0, fmt.Errorf("encode request: %w", err)
 		}
+		open = func() (io.ReadCloser, int64, string, error) {
+			return io.NopCloser(bytes.NewReader(payload)), int64(len(payload)), "application/json", nil
+		}
 	}
+	return c.send(ctx, method, path, query, open, out)
+}
+
+// Upload is Do with the file at file as the body, read again for each
+// URL tried: a snapshot of gigabytes is never held in memory.
+func (c *Client) Upload(ctx context.Context, method, path, file string, out any) (int, error) {
+	return c.send(ctx, method, path, nil, func() (io.ReadCloser, int64, string, error) {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, 0, "", err
+		}
+		info, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, "", err
+		}
+		return f, info.Size(), "application/octet-stream", nil
+	}, out)
+}
+
+// opener opens a request's body: the body, its length and content type.
+type opener func() (io.ReadCloser, int64, string, error)
+
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, open opener, out any) (int, error) {
 	if len(c.urls) == 0 {
 		return 0, errors.New("no controller URL to send the request to")
 	}
@@ -200,7 +228,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	var lastErr error
 	for i := range c.urls {
 		idx := (start + i) % len(c.urls)
-		status, err := c.once(ctx, c.urls[idx], method, path, query, payload, out)
+		status, err := c.once(ctx, c.urls[idx], method, path, query, open, out)
 		if err == nil {
 			c.preferred.Store(int32(idx))
 			return status, nil
@@ -218,21 +246,22 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	return 0, lastErr
 }
 
-func (c *Client) once(ctx context.Context, base, method, path string, query url.Values, payload []byte, out any) (int, error) {
+func (c *Client) once(ctx context.Context, base, method, path string, query url.Values, open opener, out any) (int, error) {
 	u := strings.TrimSuffix(base, "/") + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	var body io.Reader
-	if payload != nil {
-		body = bytes.NewReader(payload)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return 0, fmt.Errorf("request %s: %w", u, err)
 	}
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if open != nil {
+		body, size, contentType, err := open()
+		if err != nil {
+			return 0, fmt.Errorf("request %s: %w", u, err)
+		}
+		req.Body, req.ContentLength = body, size
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.http.Load().Do(req)
 	if err != nil {
@@ -253,7 +282,7 @@ func (c *Client) once(ctx context.Context, base, method, path string, query url.
 			eb.Error = v1.Error{Code: "refused", Message: errorMessage(data)}
 		}
 		return resp.StatusCode, &RefusedError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field, URL: base}
-	case resp.StatusCode == http.StatusOK && out != nil:
+	case (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) && out != nil:
 		if err := json.Unmarshal(data, out); err != nil {
 			return resp.StatusCode, &badResponseError{url: base, err: err}
 		}

@@ -392,8 +392,11 @@ type ClusterStatus struct {
 	Nodes              []ClusterNode `json:"nodes"`
 	Events             []Event       `json:"events,omitempty"`
 	// Upgrade is the newest upgrade, running or finished.
-	Upgrade   *UpgradeStatus `json:"upgrade,omitempty"`
-	CreatedAt time.Time      `json:"createdAt"`
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+	// EtcdSnapshotCopies are the copies the controller keeps of the
+	// masters' etcd snapshots, oldest first (GET only).
+	EtcdSnapshotCopies []EtcdSnapshotCopy `json:"etcdSnapshotCopies,omitempty"`
+	CreatedAt          time.Time          `json:"createdAt"`
 }
 
 // Condition is one aspect of a cluster's state, Kubernetes-style.

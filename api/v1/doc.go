@@ -39,4 +39,9 @@ const (
 	PathScraperCert = "/api/v1/certificates/scraper"
 	PathHealthz     = "/healthz"
 	PathMetrics     = "/metrics"
+
+	// PathNodeEtcdSnapshots: GET lists the copies the controller keeps of
+	// the node's cluster's etcd snapshots; PUT
+	// PathNodeEtcdSnapshots/{takenAt} sends one (a master's).
+	PathNodeEtcdSnapshots = "/api/v1/node/etcd-snapshots"
 )

@@ -32,12 +32,55 @@ func DecodeRestoreRequest(r io.Reader) (*RestoreRequest, error) {
 		}
 	}
 	if req.SnapshotTakenAt != nil {
-		switch t := *req.SnapshotTakenAt; {
-		case t.IsZero() || t.Year() < 2000:
-			return nil, fieldErr("snapshotTakenAt", "%s is not when a snapshot was taken", t.Format(time.RFC3339))
-		case t.Nanosecond() != 0:
-			return nil, fieldErr("snapshotTakenAt", "snapshots are named to the second; %s has a fraction", t.Format(time.RFC3339Nano))
+		if err := validateSnapshotTime("snapshotTakenAt", *req.SnapshotTakenAt); err != nil {
+			return nil, err
 		}
 	}
 	return &req, nil
+}
+
+// validateSnapshotTime checks t as a snapshot's name: a time to the
+// second.
+func validateSnapshotTime(field string, t time.Time) error {
+	switch {
+	case t.IsZero() || t.Year() < 2000:
+		return fieldErr(field, "%s is not when a snapshot was taken", t.Format(time.RFC3339))
+	case t.Nanosecond() != 0:
+		return fieldErr(field, "snapshots are named to the second; %s has a fraction", t.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// EtcdSnapshotCopy is one etcd snapshot the controller keeps a copy of,
+// off the masters' data disks: a cluster whose masters lost their disks
+// can still be restored from it.
+type EtcdSnapshotCopy struct {
+	// TakenAt is when the master took it (to the second, as its name
+	// says).
+	TakenAt time.Time `json:"takenAt"`
+	Bytes   int64     `json:"bytes"`
+}
+
+// EtcdSnapshotCopyList answers GET PathNodeEtcdSnapshots: the copies the
+// controller keeps of the node's cluster's snapshots, oldest first, and
+// which it takes next.
+type EtcdSnapshotCopyList struct {
+	Items []EtcdSnapshotCopy `json:"items"`
+	// NextAfter: the controller takes a copy of a snapshot taken after
+	// this, and refuses older ones (a copy every half interval is
+	// enough; every master has its own snapshots). Zero: any.
+	NextAfter time.Time `json:"nextAfter,omitzero"`
+}
+
+// ParseSnapshotTime reads the {takenAt} of PUT PathNodeEtcdSnapshots:
+// RFC 3339, to the second.
+func ParseSnapshotTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fieldErr("takenAt", "%.64q is not an RFC 3339 time (2026-11-29T03:00:00Z)", s)
+	}
+	if err := validateSnapshotTime("takenAt", t); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
 }

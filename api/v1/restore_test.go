@@ -36,3 +36,17 @@ func TestDecodeRestoreRequest(t *testing.T) {
 		t.Errorf("a restore of a named snapshot: %+v, %v", r, err)
 	}
 }
+
+func TestParseSnapshotTime(t *testing.T) {
+	for _, s := range []string{"", "yesterday", "2026-11-29T03:00:00.5Z", "1999-12-31T23:59:59Z", "2026-11-29 03:00:00", "../../etc/passwd"} {
+		_, err := v1.ParseSnapshotTime(s)
+		var fe *v1.FieldError
+		if !errors.As(err, &fe) || fe.Field != "takenAt" {
+			t.Errorf("%q: %v, want a refusal of takenAt", s, err)
+		}
+	}
+	got, err := v1.ParseSnapshotTime("2026-11-29T04:00:00+01:00")
+	if err != nil || got != time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC) {
+		t.Errorf("a snapshot's time: %v, %v; want 03:00 UTC", got, err)
+	}
+}

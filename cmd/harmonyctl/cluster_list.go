@@ -84,6 +84,13 @@ func clusterGetCommand(g *globals) *cobra.Command {
 				}
 				fmt.Fprintln(w)
 				printClusterNodes(w, cl.Status.Nodes, time.Now())
+				if copies := cl.Status.EtcdSnapshotCopies; len(copies) > 0 {
+					fmt.Fprintln(w)
+					fmt.Fprintln(w, "ETCD SNAPSHOT ON THE CONTROLLER\tBYTES")
+					for _, c := range copies {
+						fmt.Fprintf(w, "%s\t%d\n", c.TakenAt.UTC().Format(time.RFC3339), c.Bytes)
+					}
+				}
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "TIME\tTYPE\tREASON\tMESSAGE")
 				for _, e := range cl.Status.Events {

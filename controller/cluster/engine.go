@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/access"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
@@ -356,13 +357,19 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 }
 
 // finishDelete removes what is left of a deleted cluster: with purge its
-// data disk folders, then its VM folder and records.
+// data disk folders and the controller's copies of its etcd snapshots,
+// then its VM folder and records.
 func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 	name := p.rec.Spec.Name
 	if p.rec.Purge {
 		for _, ds := range p.vc.Provider.DataDatastores() {
 			if err := p.vc.DeleteDatastoreDir(ctx, ds, dataDiskRoot+"/"+name); err != nil {
 				return err
+			}
+		}
+		if e.cfg.Copies != nil {
+			if err := e.cfg.Copies.Remove(etcdcopies.Cluster{Name: name, UID: p.rec.UID}); err != nil {
+				return fmt.Errorf("etcd snapshot copies: %w", err)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 	"github.com/harmonykaas/harmony/internal/randstr"
@@ -73,6 +74,10 @@ type Config struct {
 	// UpgradeNodeTimeout is how long a replacement VM has to report
 	// Ready before it is rolled back; default DefaultUpgradeNodeTimeout.
 	UpgradeNodeTimeout time.Duration
+	// Copies are the controller's copies of the clusters' etcd
+	// snapshots: a cluster deleted with purge loses them too, as its
+	// data disks. Nil: none are kept.
+	Copies *etcdcopies.Store
 }
 
 // Service creates, changes and deletes clusters.

@@ -56,8 +56,12 @@ type Config struct {
 	// PromoteWait bounds how long one pass waits for a new learner to
 	// catch up and be promoted; default 30s. The next pass goes on.
 	PromoteWait time.Duration
-	// SnapshotTimeout bounds taking one snapshot; default 10m.
+	// SnapshotTimeout bounds taking one snapshot, and copying one to
+	// the controller; default 10m.
 	SnapshotTimeout time.Duration
+	// Copies is where the newest snapshot is copied to, off the data
+	// disk (the controller); nil: nowhere.
+	Copies SnapshotCopies
 	// Now is the clock snapshots are scheduled by; default time.Now.
 	Now func() time.Time
 }
@@ -78,6 +82,12 @@ type Component struct {
 	// process answered: a clock far behind the controller's would
 	// otherwise never see the request covered and snapshot every pass.
 	snapshotServed time.Time
+	// copied is the newest snapshot the controller has, or did not want;
+	// copyRetry and copyErr are as snapshotRetry and snapshotErr, for
+	// copies.
+	copied    time.Time
+	copyRetry time.Time
+	copyErr   error
 }
 
 var _ reconcile.Component = (*Component)(nil)
@@ -206,6 +216,14 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		}
 		if shown != nil {
 			st.Message += "; snapshot: " + shown.Error()
+		}
+		if s.snapshots.Enabled {
+			actions, err := c.copyNewest(ctx, filepath.Join(dataDir, SnapshotDir), snaps)
+			st.Actions = append(st.Actions, actions...)
+			if err != nil {
+				logger(host).Warn("etcd snapshot copy failed", "err", err, "retry_in", snapshotRetryAfter)
+				st.Message += "; snapshot copy: " + err.Error()
+			}
 		}
 	}
 	c.metrics.set(obs, s.name)

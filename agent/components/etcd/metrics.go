@@ -16,6 +16,7 @@ import (
 type metrics struct {
 	info, leader, learner, hasLeader          *prometheus.Desc
 	snapshotNewest, snapshotCount, snapFailed *prometheus.Desc
+	copyFailures                              *prometheus.Desc
 
 	mu      sync.Mutex
 	enabled bool
@@ -30,6 +31,8 @@ type metrics struct {
 	snaps        snapshotState
 	snapsKnown   bool
 	snapFailures int
+	// copyFails counts failed copies to the controller.
+	copyFails int
 	// restored is the ID of the newest restore whose part is done here.
 	restored string
 }
@@ -51,7 +54,15 @@ func newMetrics() *metrics {
 			"How many etcd snapshots this node's data disk holds.", nil, nil),
 		snapFailed: prometheus.NewDesc("harmony_agent_etcd_snapshot_failures_total",
 			"Snapshots this node's etcd member was due for and could not take, since the agent started.", nil, nil),
+		copyFailures: prometheus.NewDesc("harmony_agent_etcd_snapshot_copy_failures_total",
+			"Copies of this node's newest etcd snapshot to the controller that failed, since the agent started.", nil, nil),
 	}
+}
+
+func (m *metrics) copyFailed() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.copyFails++
 }
 
 // setSnapshots records a pass's look at the snapshots; err is its failure.
@@ -87,7 +98,7 @@ func (m *metrics) disable() {
 // Describe implements prometheus.Collector.
 func (c *Component) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.metrics.info, c.metrics.leader, c.metrics.learner, c.metrics.hasLeader,
-		c.metrics.snapshotNewest, c.metrics.snapshotCount, c.metrics.snapFailed} {
+		c.metrics.snapshotNewest, c.metrics.snapshotCount, c.metrics.snapFailed, c.metrics.copyFailures} {
 		ch <- d
 	}
 }
@@ -108,6 +119,7 @@ func (c *Component) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.learner, prometheus.GaugeValue, boolValue(m.isLearn))
 	ch <- prometheus.MustNewConstMetric(m.hasLeader, prometheus.GaugeValue, boolValue(m.hasLead))
 	ch <- prometheus.MustNewConstMetric(m.snapFailed, prometheus.CounterValue, float64(m.snapFailures))
+	ch <- prometheus.MustNewConstMetric(m.copyFailures, prometheus.CounterValue, float64(m.copyFails))
 	if m.snapsKnown {
 		ch <- prometheus.MustNewConstMetric(m.snapshotCount, prometheus.GaugeValue, float64(len(m.snaps.taken)))
 		if newest := m.snaps.newest(); !newest.IsZero() {

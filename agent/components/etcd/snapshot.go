@@ -1,13 +1,10 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"os"
@@ -16,10 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 )
 
 // SnapshotDir is where, under the data directory, a member keeps its
@@ -28,19 +24,9 @@ import (
 // SHA-256), so `etcdctl snapshot restore` takes it as it is.
 const SnapshotDir = "snapshots"
 
-const (
-	snapshotPrefix = "snapshot-"
-	snapshotSuffix = ".db"
-	// The name carries the time, so that the newest is known from the
-	// names alone, also by an operator with ls.
-	snapshotTimeLayout = "20060102T150405Z"
-	// maxSnapshotBytes bounds one snapshot: etcd's largest quota, 8 GiB,
-	// and the hash.
-	maxSnapshotBytes = 8<<30 + sha256.Size
-	// snapshotRetryAfter is how long after a failed snapshot the next try
-	// waits.
-	snapshotRetryAfter = 5 * time.Minute
-)
+// snapshotRetryAfter is how long after a failed snapshot the next try
+// waits.
+const snapshotRetryAfter = 5 * time.Minute
 
 // snapshotFile is one complete snapshot in the directory.
 type snapshotFile struct {
@@ -150,15 +136,12 @@ func listSnapshots(dir string) ([]snapshotFile, []string, error) {
 	var leftovers []string
 	for _, e := range entries {
 		name := e.Name()
-		if atomicfile.IsLeftover(name) && strings.HasPrefix(name, "."+snapshotPrefix) {
+		if atomicfile.IsLeftover(name) && etcdsnapshot.HasPrefix(name[1:]) {
 			leftovers = append(leftovers, name)
 			continue
 		}
-		stamp, ok := strings.CutPrefix(name, snapshotPrefix)
-		if stamp, ok2 := strings.CutSuffix(stamp, snapshotSuffix); ok && ok2 && e.Type().IsRegular() {
-			if t, err := time.Parse(snapshotTimeLayout, stamp); err == nil {
-				files = append(files, snapshotFile{name: name, taken: t})
-			}
+		if t, ok := etcdsnapshot.ParseName(name); ok && e.Type().IsRegular() {
+			files = append(files, snapshotFile{name: name, taken: t})
 		}
 	}
 	slices.SortFunc(files, byTaken)
@@ -175,13 +158,6 @@ func withSnapshot(files []snapshotFile, f snapshotFile) []snapshotFile {
 	return files
 }
 
-// SnapshotName is the file name, in SnapshotDir, of a snapshot taken at
-// taken: the component lists what it finds under such names, so an
-// admin's own (etcdctl snapshot save) counts and restores too.
-func SnapshotName(taken time.Time) string {
-	return snapshotPrefix + taken.UTC().Format(snapshotTimeLayout) + snapshotSuffix
-}
-
 // byTaken orders snapshots oldest first.
 func byTaken(a, b snapshotFile) int { return a.taken.Compare(b.taken) }
 
@@ -189,13 +165,13 @@ func byTaken(a, b snapshotFile) int { return a.taken.Compare(b.taken) }
 // 0600 (it holds every secret of the cluster) and renamed into place only
 // once complete and checked.
 func (c *Component) takeSnapshot(ctx context.Context, cl *Client, dir string, now time.Time, dbSize uint64) (snapshotFile, int64, error) {
-	limit, err := snapshotRoom(dir, dbSize)
+	limit, err := etcdsnapshot.Room(dir, dbSize)
 	if err != nil {
-		return snapshotFile{}, 0, err
+		return snapshotFile{}, 0, fmt.Errorf("snapshot skipped: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
 	defer cancel()
-	f := snapshotFile{name: SnapshotName(now), taken: now.Truncate(time.Second)}
+	f := snapshotFile{name: etcdsnapshot.Name(now), taken: now.Truncate(time.Second)}
 	var size int64
 	err = atomicfile.WriteFunc(filepath.Join(dir, f.name), 0o600, func(w io.Writer) error {
 		var err error
@@ -206,30 +182,6 @@ func (c *Component) takeSnapshot(ctx context.Context, cl *Client, dir string, no
 		return snapshotFile{}, 0, fmt.Errorf("take a snapshot: %w", err)
 	}
 	return f, size, nil
-}
-
-// snapshotRoom is how large a snapshot may grow on the file system of dir:
-// it must leave free at least the database's size again or a tenth of the
-// disk, whichever is more, so that a snapshot never takes the room etcd
-// needs to grow.
-func snapshotRoom(dir string, dbSize uint64) (int64, error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return 0, fmt.Errorf("free space for a snapshot: %w", err)
-	}
-	free := fs.Bavail * uint64(fs.Bsize)
-	total := fs.Blocks * uint64(fs.Bsize)
-	return room(free, total, dbSize)
-}
-
-// room is snapshotRoom's rule, apart from the file system.
-func room(free, total, dbSize uint64) (int64, error) {
-	reserve := max(dbSize, total/10)
-	need := dbSize + sha256.Size + reserve
-	if free < need {
-		return 0, fmt.Errorf("snapshot skipped: the data disk has %d bytes free; a snapshot of the %d-byte database would leave less than %d", free, dbSize, reserve)
-	}
-	return int64(min(free-reserve, maxSnapshotBytes)), nil
 }
 
 // Snapshot streams a snapshot of the member at endpoint into w and returns
@@ -260,7 +212,7 @@ func (c *Client) Snapshot(ctx context.Context, endpoint string, w io.Writer, lim
 // copySnapshot decodes the gateway's chunks from r into w.
 func copySnapshot(w io.Writer, r io.Reader, limit int64) (int64, error) {
 	dec := json.NewDecoder(r)
-	sum := newTrailerHash()
+	sum := etcdsnapshot.NewChecker()
 	var n int64
 	for {
 		var chunk struct {
@@ -293,34 +245,5 @@ func copySnapshot(w io.Writer, r io.Reader, limit int64) (int64, error) {
 		}
 		sum.Write(chunk.Result.Blob)
 	}
-	// A database is whole pages; etcdctl tells a hashed snapshot by the
-	// size modulo 512 too.
-	if db := n - sha256.Size; db <= 0 || db%512 != 0 {
-		return n, fmt.Errorf("not an etcd snapshot: %d bytes, not a database and its SHA-256", n)
-	}
-	if !sum.matches() {
-		return n, errors.New("the snapshot's SHA-256 does not match its content: damaged on the way")
-	}
-	return n, nil
-}
-
-// trailerHash hashes all that is written to it but the last 32 bytes, and
-// checks that those are the hash.
-type trailerHash struct {
-	h    hash.Hash
-	tail []byte
-}
-
-func newTrailerHash() *trailerHash { return &trailerHash{h: sha256.New()} }
-
-func (t *trailerHash) Write(p []byte) {
-	t.tail = append(t.tail, p...)
-	if over := len(t.tail) - sha256.Size; over > 0 {
-		t.h.Write(t.tail[:over])
-		t.tail = append(t.tail[:0], t.tail[over:]...)
-	}
-}
-
-func (t *trailerHash) matches() bool {
-	return len(t.tail) == sha256.Size && bytes.Equal(t.h.Sum(nil), t.tail)
+	return n, sum.Check()
 }

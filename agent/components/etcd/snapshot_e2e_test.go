@@ -190,19 +190,25 @@ func TestSnapshotsOfARealMember(t *testing.T) {
 	}
 }
 
-// failures reads harmony_agent_etcd_snapshot_failures_total, a counter.
+// failures reads harmony_agent_etcd_snapshot_failures_total.
 func failures(t *testing.T, h *labHost) float64 {
+	t.Helper()
+	return counter(t, h, "harmony_agent_etcd_snapshot_failures_total")
+}
+
+// counter reads the counter of that name.
+func counter(t *testing.T, h *labHost, name string) float64 {
 	t.Helper()
 	families, err := h.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == "harmony_agent_etcd_snapshot_failures_total" {
+		if f.GetName() == name {
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatal("no harmony_agent_etcd_snapshot_failures_total")
+	t.Fatal("no " + name)
 	return 0
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 )
 
 // The gateway's stream is what etcd 3.4 sends for /v3/maintenance/snapshot
@@ -116,31 +118,6 @@ func TestSnapshotDue(t *testing.T) {
 	}
 }
 
-func TestRoomLeavesEtcdSpaceToGrow(t *testing.T) {
-	const gib = 1 << 30
-	for _, tc := range []struct {
-		name             string
-		free, total, db  uint64
-		wantRoom         int64
-		wantErrSubstring string
-	}{
-		{"plenty", 5 * gib, 20 * gib, 1 << 20, 3 * gib, ""},
-		{"a tenth of the disk is kept", 11 * gib, 100 * gib, 1 << 20, 1 * gib, ""},
-		{"the database's size is kept when larger", 10 * gib, 20 * gib, 4 * gib, 6 * gib, ""},
-		{"too little for the database twice", 7 * gib, 20 * gib, 4 * gib, 0, "snapshot skipped"},
-		{"too little for the tenth", 10*gib + 1<<20, 100 * gib, 1 << 20, 0, "snapshot skipped"},
-		{"never more than etcd's largest database", 500 * gib, 1000 * gib, 1 << 20, maxSnapshotBytes, ""},
-	} {
-		got, err := room(tc.free, tc.total, tc.db)
-		switch {
-		case tc.wantErrSubstring != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErrSubstring)):
-			t.Errorf("%s: %d, %v; want an error saying %q", tc.name, got, err, tc.wantErrSubstring)
-		case tc.wantErrSubstring == "" && (err != nil || got != tc.wantRoom):
-			t.Errorf("%s: %d, %v; want %d", tc.name, got, err, tc.wantRoom)
-		}
-	}
-}
-
 func TestListSnapshotsTakesOnlyItsOwn(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{
@@ -180,7 +157,7 @@ func TestListSnapshotsTakesOnlyItsOwn(t *testing.T) {
 func TestANewSnapshotUnderAnExistingNameCountsOnce(t *testing.T) {
 	day := func(d int) snapshotFile {
 		taken := time.Date(2026, 11, d, 12, 0, 0, 0, time.UTC)
-		return snapshotFile{name: SnapshotName(taken), taken: taken}
+		return snapshotFile{name: etcdsnapshot.Name(taken), taken: taken}
 	}
 	var names []string
 	// The clock was set back to the second of the 27th's snapshot.

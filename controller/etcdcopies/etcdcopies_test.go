@@ -1,0 +1,115 @@
+package etcdcopies
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
+)
+
+func snapshot(t *testing.T, pages int) []byte {
+	t.Helper()
+	db := make([]byte, pages*4096)
+	if _, err := rand.Read(db); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(db)
+	return append(db, sum[:]...)
+}
+
+// Two masters' copies of the same half interval may both be under way:
+// the one that finishes first is kept, the other is refused at its end
+// and leaves nothing behind.
+func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	rule := Rule{Keep: 3, Gap: 30 * time.Minute}
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	slow := snapshot(t, 2)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(c, t0.Add(time.Minute), pr, int64(len(slow)), rule)
+		done <- err
+	}()
+	if _, err := pw.Write(slow[:4096]); err != nil { // the slow copy is under way
+		t.Fatal(err)
+	}
+	fast := snapshot(t, 1)
+	if _, err := s.Put(c, t0, bytes.NewReader(fast), int64(len(fast)), rule); err != nil {
+		t.Fatalf("the copy that finishes first: %v", err)
+	}
+	if _, err := pw.Write(slow[4096:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var notWanted *NotWantedError
+	if err := <-done; !errors.As(err, &notWanted) {
+		t.Fatalf("the copy that finished second: %v, want it not wanted", err)
+	}
+	dir, _ := c.dirName()
+	entries, err := os.ReadDir(filepath.Join(s.dir, dir))
+	if err != nil || len(entries) != 1 || entries[0].Name() != etcdsnapshot.Name(t0) {
+		t.Fatalf("the cluster's directory holds %v (%v), want only the first copy", entries, err)
+	}
+}
+
+// A copy cut short by a kill leaves a temporary file, which the next
+// start removes; the copies stay.
+func TestOpenRemovesWhatAKilledCopyLeft(t *testing.T) {
+	data := t.TempDir()
+	s, err := Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	good := snapshot(t, 1)
+	if _, err := s.Put(c, t0, bytes.NewReader(good), -1, Rule{Keep: 1}); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := c.dirName()
+	leftover := filepath.Join(data, Dir, dir, "."+etcdsnapshot.Name(t0.Add(time.Hour))+".tmp-123")
+	if err := os.WriteFile(leftover, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the leftover: %v, want it removed", err)
+	}
+	l, err := s.List(c, Rule{})
+	if err != nil || len(l.Items) != 1 || l.Items[0].Bytes != int64(len(good)) {
+		t.Errorf("copies after the restart: %+v, %v", l, err)
+	}
+}
+
+// A cluster name or UID that could leave the directory names nothing.
+func TestClusterNamesStayInTheirDirectory(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Cluster{{"..", "0123"}, {"demo", "../x"}, {"a/b", "0123"}, {"", "0123"}, {"demo", ""}, {"Demo", "0123"}} {
+		if _, err := s.List(c, Rule{}); err == nil {
+			t.Errorf("%+v: listed, want a refusal", c)
+		}
+		if _, err := s.Put(c, time.Now(), bytes.NewReader(snapshot(t, 1)), -1, Rule{Keep: 1}); err == nil {
+			t.Errorf("%+v: copied, want a refusal", c)
+		}
+		if err := s.Remove(c); err == nil {
+			t.Errorf("%+v: removed, want a refusal", c)
+		}
+	}
+}

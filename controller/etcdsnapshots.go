@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
+)
+
+// maxSnapshotClockSkew is how far in the controller's future a snapshot
+// may say it was taken: a master whose clock runs ahead by more would
+// make every later snapshot look older than its copy.
+const maxSnapshotClockSkew = 10 * time.Minute
+
+// handleListEtcdSnapshotCopies answers a master with the copies the
+// controller keeps of its cluster's snapshots, and which it takes next.
+func (c *Controller) handleListEtcdSnapshotCopies(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	cl, rule, err := c.clusters.SnapshotCopies(who.name)
+	if err != nil {
+		return clusterError(err)
+	}
+	list, err := c.copies.List(cl, rule)
+	if err != nil {
+		return internalError("etcd snapshot copies", err)
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// handlePutEtcdSnapshotCopy keeps a copy of a snapshot a master sends
+// (PUT PathNodeEtcdSnapshots/{takenAt}, the snapshot's bytes as etcd wrote
+// them). The cluster is the node's, from its certificate.
+func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	takenAt, err := v1.ParseSnapshotTime(r.PathValue("takenAt"))
+	if err != nil {
+		return badInput(err)
+	}
+	if ahead := takenAt.Sub(c.now()); ahead > maxSnapshotClockSkew {
+		e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "takenAt %s is %s ahead of the controller's clock: the master's clock is wrong",
+			takenAt.Format(time.RFC3339), ahead.Round(time.Second))
+		e.field = "takenAt"
+		return e
+	}
+	cl, rule, err := c.clusters.SnapshotCopies(who.name)
+	if err != nil {
+		return clusterError(err)
+	}
+	// A snapshot of gigabytes outlives the server's deadlines.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout))
+	copied, err := c.copies.Put(cl, takenAt, r.Body, r.ContentLength, rule)
+	var notWanted *etcdcopies.NotWantedError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &notWanted):
+		return refuse(http.StatusConflict, v1.CodeConflict, "%v", err)
+	case errors.As(err, &tooBig):
+		return badInput(err)
+	case errors.Is(err, etcdcopies.ErrBadSnapshot):
+		e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "%v", err)
+		e.field = "body"
+		return e
+	case err != nil:
+		return internalError("etcd snapshot copy", err)
+	}
+	c.log.Info("etcd snapshot copied", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", copied.Bytes)
+	writeJSON(w, http.StatusCreated, copied)
+	return nil
+}
