@@ -817,7 +817,8 @@ func (a *Agent) cachedRole() v1.Role {
 // capabilities are the role fields this agent acts on beyond the first
 // v1 ones; the controller sends no agent a field it does not list.
 func capabilities() []string {
-	return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3, v1.CapabilityEtcdSnapshots, v1.CapabilityEtcdRestore}
+	return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3, v1.CapabilityEtcdSnapshots, v1.CapabilityEtcdRestore,
+		v1.CapabilityEtcdRestoreFromController}
 }
 
 func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) string {

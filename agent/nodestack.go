@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -290,6 +291,15 @@ func (s snapshotCopies) Put(ctx context.Context, takenAt time.Time, path string)
 		return false, nil // another master's copy came first
 	}
 	return err == nil, err
+}
+
+func (s snapshotCopies) Get(ctx context.Context, takenAt time.Time, w io.Writer, limit int64) error {
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	_, err = c.Download(ctx, v1.PathNodeEtcdSnapshots+"/"+takenAt.UTC().Format(time.RFC3339), w, limit)
+	return err
 }
 
 // etcdMember is a component that runs the local etcd member.

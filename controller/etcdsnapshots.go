@@ -2,7 +2,10 @@ package controller
 
 import (
 	"errors"
+	"io"
+	"io/fs"
 	"net/http"
+	"strconv"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -68,5 +71,37 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 	}
 	c.log.Info("etcd snapshot copied", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", copied.Bytes)
 	writeJSON(w, http.StatusCreated, copied)
+	return nil
+}
+
+// handleGetEtcdSnapshotCopy sends a master the controller's copy of its
+// cluster's snapshot taken at {takenAt}: a restore's source fetches it
+// when the masters lost their own.
+func (c *Controller) handleGetEtcdSnapshotCopy(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	takenAt, err := v1.ParseSnapshotTime(r.PathValue("takenAt"))
+	if err != nil {
+		return badInput(err)
+	}
+	cl, _, err := c.clusters.SnapshotCopies(who.name)
+	if err != nil {
+		return clusterError(err)
+	}
+	f, size, err := c.copies.Open(cl, takenAt)
+	if errors.Is(err, fs.ErrNotExist) {
+		return refuse(http.StatusNotFound, v1.CodeNotFound, "the controller keeps no copy of cluster %q's snapshot taken at %s", cl.Name, takenAt.Format(time.RFC3339))
+	}
+	if err != nil {
+		return internalError("etcd snapshot copy", err)
+	}
+	defer f.Close()
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(uploadTimeout))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, f); err != nil {
+		c.log.Warn("etcd snapshot copy not sent whole", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "err", err)
+		return nil
+	}
+	c.log.Info("etcd snapshot copy sent", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", size)
 	return nil
 }

@@ -250,6 +250,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathNodeStatus, v1.MaxStatusBytes, c.handleStatus, permNode)
 	c.route(mux, "GET "+v1.PathNodeEtcdSnapshots, 0, c.handleListEtcdSnapshotCopies, permNode)
 	c.route(mux, "PUT "+v1.PathNodeEtcdSnapshots+"/{takenAt}", etcdsnapshot.MaxBytes, c.handlePutEtcdSnapshotCopy, permNode)
+	c.route(mux, "GET "+v1.PathNodeEtcdSnapshots+"/{takenAt}", 0, c.handleGetEtcdSnapshotCopy, permNode)
 
 	c.route(mux, "GET "+v1.PathNodes, 0, c.handleListNodes, permAdmin)
 	c.route(mux, "POST "+v1.PathNodes, v1.MaxAdminBytes, c.handleAddNode, permAdmin)

@@ -77,6 +77,11 @@ var adminAPIDocs = []apiDoc{
 			{404, v1.ErrorBody{}, "the node is not a master of a cluster that takes etcd snapshots"},
 			{409, v1.ErrorBody{}, "not wanted: the controller has a copy from within half an interval"},
 		}},
+	{pattern: "GET " + v1.PathNodeEtcdSnapshots + "/{takenAt}", summary: "Fetch the controller's copy of the node's cluster's etcd snapshot taken at {takenAt} (a master's certificate): a restore's source does, with etcd.restore.fromController",
+		answers: []answer{
+			{200, mediaType("application/octet-stream"), "the snapshot as etcd wrote it"},
+			{404, v1.ErrorBody{}, "no such copy, or the node is not a master of a cluster that takes etcd snapshots"},
+		}},
 	{pattern: "GET " + v1.PathNodes, summary: "List node records",
 		answers: []answer{{200, v1.NodeList{}, "the node records"}}},
 	{pattern: "POST " + v1.PathNodes, summary: "Create a node record; answers with its bootstrap document",

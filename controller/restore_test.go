@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"net/http"
 	"slices"
 	"strings"
@@ -159,5 +160,75 @@ func TestRestoreTellsTheOthersOnceTheSourceIsDone(t *testing.T) {
 	}
 	if !slices.ContainsFunc(cl.Status.Events, func(ev v1.Event) bool { return ev.Reason == "Restored" && strings.Contains(ev.Message, id) }) {
 		t.Errorf("no Restored event for %s: %+v", id, cl.Status.Events)
+	}
+}
+
+// A restore from the controller's copy, for masters that lost their own
+// snapshots: refused without a copy, for a time the controller has no
+// copy of, and for a source whose agent cannot fetch one; the source's
+// role alone says fromController; the source fetches the copy with its
+// own certificate (a worker and a time without a copy get nothing), and
+// the restore ends as any does.
+func TestARestoreFromTheControllersCopy(t *testing.T) {
+	e := newClusterEnv(t)
+	e.do("POST", v1.PathClusters, e.spec("rc", 3, 1))
+	fl := e.startFleet("rc", "")
+	e.waitAllReady("rc")
+	restore := func(req v1.RestoreRequest) response {
+		return doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/rc/restore", req)
+	}
+	refused := func(r response, status int, code, field string) {
+		t.Helper()
+		r.wantStatus(t, status, code)
+		if r.err.Field != field {
+			t.Errorf("refusal %q names field %q, want %q", r.err.Message, r.err.Field, field)
+		}
+	}
+	copyURL := func(at time.Time) string {
+		return e.tc.url + v1.PathNodeEtcdSnapshots + "/" + at.UTC().Format(time.RFC3339)
+	}
+	agent := func(name string) *http.Client {
+		t.Helper()
+		a := fl.agent(name, e.vms("rc")[name])
+		if a == nil {
+			t.Fatalf("no agent of %s", name)
+		}
+		return a
+	}
+
+	refused(restore(v1.RestoreRequest{FromController: true}), http.StatusConflict, v1.CodeConflict, "fromController")
+	taken := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	data := fakeSnapshot(t, 2)
+	doJSON(t, agent("rc-m1"), "PUT", copyURL(taken), data).wantStatus(t, http.StatusCreated, "")
+	other := taken.Add(time.Minute)
+	refused(restore(v1.RestoreRequest{FromController: true, SnapshotTakenAt: &other}), http.StatusBadRequest, v1.CodeBadRequest, "snapshotTakenAt")
+	fl.mu.Lock()
+	fl.noCopies["rc-m2"] = true
+	fl.mu.Unlock()
+	waitFor(t, "rc-m2 reporting it fetches no copies", func() bool {
+		var n v1.Node
+		doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/rc-m2", nil).decode(t, &n)
+		return n.Status != nil && !slices.Contains(n.Status.Capabilities, v1.CapabilityEtcdRestoreFromController)
+	})
+	refused(restore(v1.RestoreRequest{FromController: true, Source: "rc-m2"}), http.StatusConflict, v1.CodeConflict, "source")
+	doJSON(t, agent("rc-w1"), "GET", copyURL(taken), nil).wantStatus(t, http.StatusNotFound, v1.CodeNotFound)
+	doJSON(t, agent("rc-m1"), "GET", copyURL(other), nil).wantStatus(t, http.StatusNotFound, v1.CodeNotFound)
+
+	r := restore(v1.RestoreRequest{FromController: true, Source: "rc-m3"})
+	if r.status != http.StatusAccepted {
+		t.Fatalf("restore from the controller's copy: %d %s", r.status, r.body)
+	}
+	var op v1.Operation
+	r.decode(t, &op)
+	if op = e.waitOp(op.ID); op.State != v1.OperationSucceeded || !strings.Contains(op.Message, "the controller's copy of the snapshot of "+taken.Format(time.RFC3339)+", through rc-m3") {
+		t.Fatalf("the restore's operation: %s: %s", op.State, op.Message)
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if !bytes.Equal(fl.fetched["rc-m3"], data) {
+		t.Errorf("rc-m3 fetched %d bytes, want the copy's %d", len(fl.fetched["rc-m3"]), len(data))
+	}
+	if len(fl.toldToFetch) != 1 || !fl.toldToFetch["rc-m3"] {
+		t.Errorf("masters told to fetch the copy: %v, want the source alone", fl.toldToFetch)
 	}
 }

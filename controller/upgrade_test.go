@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -70,8 +71,14 @@ type fleet struct {
 	restored     map[string]string
 	unrestorable map[string]bool
 	restoreOrder []string
-	stop         context.CancelFunc
-	done         chan struct{}
+	// noCopies: masters whose agents do not fetch the controller's
+	// snapshot copies; fetched is the copy each source fetched, and
+	// toldToFetch the masters whose role said fromController.
+	noCopies    map[string]bool
+	fetched     map[string][]byte
+	toldToFetch map[string]bool
+	stop        context.CancelFunc
+	done        chan struct{}
 }
 
 // startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
@@ -83,6 +90,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
 		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{},
 		restored: map[string]string{}, unrestorable: map[string]bool{},
+		noCopies: map[string]bool{}, fetched: map[string][]byte{}, toldToFetch: map[string]bool{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -207,7 +215,10 @@ func (f *fleet) tick() {
 					st.EtcdSnapshotAt, st.EtcdSnapshots = &at, []time.Time{at}
 				}
 				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestore)
-				f.restore(name, role, &st)
+				if !f.noCopies[name] {
+					st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestoreFromController)
+				}
+				f.restore(name, role, &st, agent, url)
 			}
 			f.mu.Unlock()
 		}
@@ -823,10 +834,20 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 }
 
 // restore does a master's part of the restore its role asks for, as a
-// real agent would, and reports the newest done. Called with mu held.
-func (f *fleet) restore(name string, role v1.Role, st *v1.Status) {
+// real agent would, and reports the newest done: a source told to fetch
+// the controller's copy fetches it with the agent's certificate. Called
+// with mu held.
+func (f *fleet) restore(name string, role v1.Role, st *v1.Status, agent *http.Client, url string) {
 	if r := role.Etcd.Restore; r != nil && f.restored[name] != r.ID {
+		var fetchErr error
+		if r.FromController {
+			f.toldToFetch[name] = true
+			f.fetched[name], fetchErr = fetch(agent, url+v1.PathNodeEtcdSnapshots+"/"+r.SnapshotTakenAt.UTC().Format(time.RFC3339))
+		}
 		switch {
+		case fetchErr != nil:
+			st.Components[0].Healthy, st.Components[0].Phase = false, "Failed"
+			st.Components[0].Message = "restore " + r.ID + ": " + fetchErr.Error()
 		case r.Source == name && f.unrestorable[name]:
 			st.Components[0].Healthy, st.Components[0].Phase = false, "Failed"
 			st.Components[0].Message = "restore " + r.ID + ": no snapshot taken at " + r.SnapshotTakenAt.Format(time.RFC3339)
@@ -839,6 +860,20 @@ func (f *fleet) restore(name string, role v1.Role, st *v1.Status) {
 		}
 	}
 	st.EtcdRestored = f.restored[name]
+}
+
+// fetch is the body of a 200 answer to GET url.
+func fetch(c *http.Client, url string) ([]byte, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, data)
+	}
+	return data, err
 }
 
 // hold makes a node report as a VM of the bad image does.

@@ -272,22 +272,82 @@ func (c *Client) once(ctx context.Context, base, method, path string, query url.
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("read %s: %w", u, err)
 	}
-	switch {
-	case resp.StatusCode >= 500:
-		return resp.StatusCode, &serverError{url: base, status: resp.StatusCode, body: errorMessage(data)}
-	case resp.StatusCode >= 400:
-		var eb v1.ErrorBody
-		_ = json.Unmarshal(data, &eb)
-		if eb.Error.Code == "" {
-			eb.Error = v1.Error{Code: "refused", Message: errorMessage(data)}
-		}
-		return resp.StatusCode, &RefusedError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field, URL: base}
-	case (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) && out != nil:
+	if err := answerError(base, resp.StatusCode, data); err != nil {
+		return resp.StatusCode, err
+	}
+	if (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) && out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
 			return resp.StatusCode, &badResponseError{url: base, err: err}
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// answerError is the error of an answer with status and body data: a
+// *serverError for a 5xx, a *RefusedError for a 4xx, else nil.
+func answerError(base string, status int, data []byte) error {
+	switch {
+	case status >= 500:
+		return &serverError{url: base, status: status, body: errorMessage(data)}
+	case status >= 400:
+		var eb v1.ErrorBody
+		_ = json.Unmarshal(data, &eb)
+		if eb.Error.Code == "" {
+			eb.Error = v1.Error{Code: "refused", Message: errorMessage(data)}
+		}
+		return &RefusedError{Status: status, Code: eb.Error.Code, Message: eb.Error.Message, Field: eb.Error.Field, URL: base}
+	}
+	return nil
+}
+
+// Download streams the body of a 200 answer to GET path into w, at most
+// limit bytes, and returns its size. It tries each URL until one
+// answers; once a body has begun, a failure is returned, not tried
+// elsewhere, since w holds part of it.
+func (c *Client) Download(ctx context.Context, path string, w io.Writer, limit int64) (int64, error) {
+	if len(c.urls) == 0 {
+		return 0, errors.New("no controller URL to send the request to")
+	}
+	start := int(c.preferred.Load())
+	var lastErr error
+	for i := range c.urls {
+		idx := (start + i) % len(c.urls)
+		base := c.urls[idx]
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := c.http.Load().Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+			resp.Body.Close()
+			if err = answerError(base, resp.StatusCode, data); err == nil {
+				err = &badResponseError{url: base, err: fmt.Errorf("answered %d, not 200", resp.StatusCode)}
+			}
+		}
+		if err != nil {
+			if c.OnError != nil {
+				c.OnError(Reason(err))
+			}
+			var refused *RefusedError
+			if errors.As(err, &refused) || ctx.Err() != nil {
+				return 0, err
+			}
+			lastErr = err
+			continue
+		}
+		c.preferred.Store(int32(idx))
+		n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return n, fmt.Errorf("%s%s after %d bytes: %w", base, path, n, err)
+		case n > limit:
+			return n, fmt.Errorf("%s%s: larger than %d bytes", base, path, limit)
+		}
+		return n, nil
+	}
+	return 0, lastErr
 }
 
 func errorMessage(data []byte) string {

@@ -42,6 +42,7 @@ const (
 
 	// PathNodeEtcdSnapshots: GET lists the copies the controller keeps of
 	// the node's cluster's etcd snapshots; PUT
-	// PathNodeEtcdSnapshots/{takenAt} sends one (a master's).
+	// PathNodeEtcdSnapshots/{takenAt} sends one (a master's), GET
+	// PathNodeEtcdSnapshots/{takenAt} fetches one (a restore's source).
 	PathNodeEtcdSnapshots = "/api/v1/node/etcd-snapshots"
 )

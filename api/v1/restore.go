@@ -18,6 +18,11 @@ type RestoreRequest struct {
 	// taken (to the second, as its file name says); default: the newest
 	// the source's agent reports.
 	SnapshotTakenAt *time.Time `json:"snapshotTakenAt,omitempty"`
+	// FromController restores the controller's copy
+	// (ClusterStatus.EtcdSnapshotCopies) taken at SnapshotTakenAt,
+	// default the newest, for a cluster whose masters lost their own:
+	// the source (default: the first master) fetches it.
+	FromController bool `json:"fromController,omitempty"`
 }
 
 // DecodeRestoreRequest reads and checks a restore request.

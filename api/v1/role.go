@@ -279,6 +279,10 @@ type EtcdRestore struct {
 	// SourceRestored: the source reports its part done, so the others
 	// may join its cluster.
 	SourceRestored bool `json:"sourceRestored,omitempty"`
+	// FromController (the source's role only): the snapshot is the
+	// controller's copy (GET PathNodeEtcdSnapshots/{takenAt}), which the
+	// source fetches onto its data disk when it has none of that time.
+	FromController bool `json:"fromController,omitempty"`
 }
 
 var restoreIDPattern = lazyregexp.New(`^[a-z0-9][a-z0-9-]{0,62}$`)

@@ -61,6 +61,10 @@ const (
 	// CapabilityEtcdRestore: the agent acts on etcd.restore (and reports
 	// etcdRestored).
 	CapabilityEtcdRestore = "etcd.restore"
+	// CapabilityEtcdRestoreFromController: the agent acts on
+	// etcd.restore.fromController (and sends its snapshots to the
+	// controller).
+	CapabilityEtcdRestoreFromController = "etcd.restore.fromController"
 
 	maxCapabilities = 32
 )

@@ -16,7 +16,7 @@ func clusterRestoreCommand(g *globals) *cobra.Command {
 	var snapshot string
 	var wf waitFlags
 	cmd := &cobra.Command{
-		Use:   "restore NAME [--source MASTER] [--snapshot TIME]",
+		Use:   "restore NAME [--source MASTER] [--snapshot TIME] [--from-controller]",
 		Short: "Restore a cluster's etcd from a master's snapshot",
 		Long: `Bring a cluster's etcd keyspace, all of its Kubernetes objects, back
 from a snapshot one master took (harmonyctl cluster get shows the age of
@@ -36,7 +36,13 @@ By default the snapshot is the newest any master reports. --source picks
 the master, and --snapshot one of its snapshots by when it was taken
 (RFC 3339, to the second, as its file name says: snapshot-20261129T030000Z.db
 is 2026-11-29T03:00:00Z); one the master does not report is refused
-before anything stops.`,
+before anything stops.
+
+--from-controller restores the controller's copy instead (cluster get
+lists them, ETCD SNAPSHOT ON THE CONTROLLER), for masters that lost their
+own snapshots with their datastore: the newest, or the one --snapshot
+names. The source (--source, default the first master) fetches it onto
+its data disk first.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.complete(clusterNames),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,6 +60,7 @@ before anything stops.`,
 	}
 	cmd.Flags().StringVar(&req.Source, "source", "", "the master whose snapshot is restored (default: the one with the newest)")
 	cmd.Flags().StringVar(&snapshot, "snapshot", "", "when the snapshot was taken, RFC 3339 (default: the source's newest)")
+	cmd.Flags().BoolVar(&req.FromController, "from-controller", false, "restore the controller's copy of the snapshot, which the source fetches")
 	addWaitFlags(cmd, &wf, false)
 	return cmd
 }

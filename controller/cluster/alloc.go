@@ -72,8 +72,9 @@ type agentSupport struct {
 	// vrrp3 puts the masters on VRRPv3 (every master's agent runs it).
 	vrrp3 bool
 	// etcdSnapshots names the nodes whose agent takes etcd.snapshots,
-	// etcdRestore those whose agent acts on etcd.restore.
-	etcdSnapshots, etcdRestore map[string]bool
+	// etcdRestore those whose agent acts on etcd.restore, and
+	// etcdRestoreFromController on its fromController.
+	etcdSnapshots, etcdRestore, etcdRestoreFromController map[string]bool
 	// etcdRestored is the newest etcd restore each node's agent reported
 	// done.
 	etcdRestored map[string]string
@@ -81,7 +82,7 @@ type agentSupport struct {
 
 func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 	a := agentSupport{vrrp3: mastersRunVRRPv3(tx, machines),
-		etcdSnapshots: map[string]bool{}, etcdRestore: map[string]bool{}, etcdRestored: map[string]string{}}
+		etcdSnapshots: map[string]bool{}, etcdRestore: map[string]bool{}, etcdRestoreFromController: map[string]bool{}, etcdRestored: map[string]string{}}
 	for _, m := range machines {
 		st, ok := tx.Status(m.Name)
 		if !ok {
@@ -89,6 +90,7 @@ func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 		}
 		a.etcdSnapshots[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdSnapshots)
 		a.etcdRestore[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRestore)
+		a.etcdRestoreFromController[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRestoreFromController)
 		a.etcdRestored[m.Name] = st.EtcdRestored
 	}
 	return a

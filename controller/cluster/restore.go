@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/randstr"
 )
@@ -27,24 +28,46 @@ type restoreRecord struct {
 	ID              string    `json:"id"`
 	Source          string    `json:"source"`
 	SnapshotTakenAt time.Time `json:"snapshotTakenAt"`
-	By              string    `json:"by"`
-	StartedAt       time.Time `json:"startedAt"`
+	// FromController: the snapshot is the controller's copy, which the
+	// source fetches.
+	FromController bool      `json:"fromController,omitempty"`
+	By             string    `json:"by"`
+	StartedAt      time.Time `json:"startedAt"`
 	// FinishedAt is zero while it runs.
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
 }
 
 func (r *restoreRecord) running() bool { return r != nil && r.FinishedAt.IsZero() }
 
+// snapshot names the snapshot restored, for messages.
+func (r *restoreRecord) snapshot() string {
+	if r.FromController {
+		return fmt.Sprintf("the controller's copy of the snapshot of %s, through %s", r.SnapshotTakenAt.Format(time.RFC3339), r.Source)
+	}
+	return fmt.Sprintf("%s's snapshot of %s", r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
+}
+
 // Restore starts an etcd restore of the cluster from a master's snapshot:
-// by default the newest any master's agent reports. A restore asked while
-// another runs replaces it (one whose source cannot restore would
-// otherwise hold the cluster for good).
+// by default the newest any master's agent reports; with FromController,
+// from the controller's copy. A restore asked while another runs
+// replaces it (one whose source cannot restore would otherwise hold the
+// cluster for good).
 func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Operation, error) {
 	rec, machines, statuses, err := s.clusterState(name)
 	if err != nil {
 		return v1.Operation{}, err
 	}
-	source, takenAt, err := pickRestore(rec, machines, statuses, req)
+	var copies []time.Time
+	if req.FromController && s.cfg.Copies != nil {
+		list, err := s.cfg.Copies.List(etcdcopies.Cluster{Name: name, UID: rec.UID}, etcdcopies.Rule{})
+		if err != nil {
+			return v1.Operation{}, err
+		}
+		for _, c := range list.Items {
+			copies = append(copies, c.TakenAt)
+		}
+	}
+	source, takenAt, err := pickRestore(rec, machines, statuses, copies, req)
 	if err != nil {
 		return v1.Operation{}, err
 	}
@@ -65,14 +88,14 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 				return "", err
 			}
 		}
-		cur.Restore = &restoreRecord{ID: id, Source: source, SnapshotTakenAt: takenAt, By: by, StartedAt: now}
+		cur.Restore = &restoreRecord{ID: id, Source: source, SnapshotTakenAt: takenAt, FromController: req.FromController, By: by, StartedAt: now}
 		cur.Conditions = setCondition(cur.Conditions, v1.Condition{Type: v1.ConditionRestoring, Status: "True", Reason: "Waiting",
 			Message: restoreWaiting(cur.Restore, false, nil)}, now)
 		if err := putRoles(tx, cur, sec); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("etcd restore %s from %s's snapshot of %s, by %s: what was written since is lost; each master's state before it is kept on its data disk%s",
-			id, source, takenAt.Format(time.RFC3339), by, replaced), nil
+		return fmt.Sprintf("etcd restore %s from %s, by %s: what was written since is lost; each master's state before it is kept on its data disk%s",
+			id, cur.Restore.snapshot(), by, replaced), nil
 	})
 }
 
@@ -96,8 +119,9 @@ func failRestoreOperations(tx *store.Tx, cluster, msg string, now time.Time) err
 }
 
 // pickRestore checks that the cluster can be restored and picks the
-// source and its snapshot.
-func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status, req v1.RestoreRequest) (string, time.Time, error) {
+// source and its snapshot, or, with req.FromController, one of the
+// controller's copies (taken when each was taken, oldest first).
+func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status, copies []time.Time, req v1.RestoreRequest) (string, time.Time, error) {
 	name := rec.Spec.Name
 	switch {
 	case rec.Deleting:
@@ -121,6 +145,9 @@ func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status,
 	}
 	if len(masters) == 0 {
 		return "", time.Time{}, refuse(Conflict, "", "cluster %q has no master to restore", name)
+	}
+	if req.FromController {
+		return pickCopy(name, masters, statuses, copies, req)
 	}
 	source := req.Source
 	if source == "" {
@@ -157,6 +184,34 @@ func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status,
 	return source, at.UTC(), nil
 }
 
+// pickCopy picks the source master, which fetches the controller's copy,
+// and the copy.
+func pickCopy(name string, masters []string, statuses map[string]v1.Status, copies []time.Time, req v1.RestoreRequest) (string, time.Time, error) {
+	source := cmp.Or(req.Source, masters[0])
+	if !slices.Contains(masters, source) {
+		return "", time.Time{}, refuse(Invalid, "source", "%s is not a master of cluster %q (masters: %s)", source, name, strings.Join(masters, ", "))
+	}
+	if !slices.Contains(statuses[source].Capabilities, v1.CapabilityEtcdRestoreFromController) {
+		return "", time.Time{}, refuse(Conflict, "source", "%s's agent does not report %q (its image is older than snapshot copies); name another source, or upgrade it first",
+			source, v1.CapabilityEtcdRestoreFromController)
+	}
+	if len(copies) == 0 {
+		return "", time.Time{}, refuse(Conflict, "fromController", "the controller keeps no copy of cluster %q's etcd snapshots", name)
+	}
+	if req.SnapshotTakenAt == nil {
+		return source, copies[len(copies)-1], nil
+	}
+	if !slices.ContainsFunc(copies, req.SnapshotTakenAt.Equal) {
+		var have []string
+		for _, at := range copies {
+			have = append(have, at.UTC().Format(time.RFC3339))
+		}
+		return "", time.Time{}, refuse(Invalid, "snapshotTakenAt", "the controller keeps no copy of a snapshot taken at %s (it has: %s)",
+			req.SnapshotTakenAt.UTC().Format(time.RFC3339), strings.Join(have, ", "))
+	}
+	return source, req.SnapshotTakenAt.UTC(), nil
+}
+
 // cmpStep names a workflow step for a message.
 func stepName(step string) string {
 	if step == stepPending {
@@ -172,11 +227,14 @@ func stepName(step string) string {
 // does not act on it.
 func restoreSettings(c *record, node string, agents agentSupport) *v1.EtcdRestore {
 	r := c.Restore
-	if !r.running() || !agents.etcdRestore[node] {
+	// Only the source fetches the controller's copy, and only an agent
+	// that can is told to.
+	fetches := r.running() && r.FromController && node == r.Source
+	if !r.running() || !agents.etcdRestore[node] || fetches && !agents.etcdRestoreFromController[node] {
 		return nil
 	}
 	return &v1.EtcdRestore{ID: r.ID, Source: r.Source, SnapshotTakenAt: r.SnapshotTakenAt,
-		SourceRestored: agents.etcdRestored[r.Source] == r.ID}
+		SourceRestored: agents.etcdRestored[r.Source] == r.ID, FromController: fetches}
 }
 
 // restoreRolesStale reports whether a master's role says another thing
@@ -200,7 +258,7 @@ func restoreRolesStale(tx *store.Tx, rec *record, machines []machine) bool {
 		}
 		want := restoreSettings(rec, m.Name, agents)
 		if (has == nil) != (want == nil) || has != nil && (has.ID != want.ID || has.Source != want.Source ||
-			!has.SnapshotTakenAt.Equal(want.SnapshotTakenAt) || has.SourceRestored != want.SourceRestored) {
+			!has.SnapshotTakenAt.Equal(want.SnapshotTakenAt) || has.SourceRestored != want.SourceRestored || has.FromController != want.FromController) {
 			return true
 		}
 	}
@@ -210,7 +268,10 @@ func restoreRolesStale(tx *store.Tx, rec *record, machines []machine) bool {
 // restoreWaiting says what a running restore waits for: the source, with
 // its etcd component's message, or the masters yet to join it.
 func restoreWaiting(r *restoreRecord, sourceDone bool, waiting []string) string {
-	if !sourceDone {
+	switch {
+	case !sourceDone && r.FromController:
+		return fmt.Sprintf("waiting for %s to fetch and restore the controller's copy of the snapshot of %s", r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
+	case !sourceDone:
 		return fmt.Sprintf("waiting for %s to restore its etcd snapshot of %s", r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
 	}
 	return "waiting for " + strings.Join(waiting, ", ") + " to join the restored etcd cluster"
@@ -286,8 +347,8 @@ func (e *engine) finishRestore(p *pass) error {
 		if err := putRoles(tx, cur, p.sec); err != nil {
 			return err
 		}
-		msg = fmt.Sprintf("etcd restore %s done: every master serves the keyspace of %s's snapshot of %s, and restarted its control plane",
-			r.ID, r.Source, r.SnapshotTakenAt.Format(time.RFC3339))
+		msg = fmt.Sprintf("etcd restore %s done: every master serves the keyspace of %s, and restarted its control plane",
+			r.ID, r.snapshot())
 		_, err = addEvent(tx, name, v1.Event{Time: now, Type: "Normal", Reason: "Restored", Message: msg})
 		return err
 	})

@@ -202,6 +202,25 @@ func (s *Store) wantedLocked(dir string, takenAt time.Time, rule Rule) error {
 	return nil
 }
 
+// Open opens the cluster's copy of the snapshot taken at takenAt, and
+// says its size; an error wrapping os.ErrNotExist when there is none.
+func (s *Store) Open(c Cluster, takenAt time.Time) (*os.File, int64, error) {
+	dir, err := s.clusterDir(c)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := os.Open(filepath.Join(dir, etcdsnapshot.Name(takenAt)))
+	if err != nil {
+		return nil, 0, fmt.Errorf("the copy of %s: %w", takenAt.Format(time.RFC3339), err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, info.Size(), nil
+}
+
 // Remove removes the cluster's copies (a cluster deleted with --purge).
 func (s *Store) Remove(c Cluster) error {
 	dir, err := s.clusterDir(c)

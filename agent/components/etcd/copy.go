@@ -2,12 +2,16 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/atomicfile"
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 )
 
@@ -20,6 +24,9 @@ type SnapshotCopies interface {
 	// false when the controller did not want it (another master's came
 	// first).
 	Put(ctx context.Context, takenAt time.Time, path string) (copied bool, err error)
+	// Get writes the controller's copy of the snapshot taken at takenAt
+	// into w, at most limit bytes.
+	Get(ctx context.Context, takenAt time.Time, w io.Writer, limit int64) error
 }
 
 // copyNewest sends the newest snapshot in dir to the controller, unless
@@ -63,4 +70,34 @@ func (c *Component) copy(ctx context.Context, dir string, newest time.Time) ([]s
 		return nil, nil
 	}
 	return []string{"copied snapshot " + name + " to the controller"}, nil
+}
+
+// fetchCopy writes the controller's copy of the snapshot taken at
+// takenAt into dir under its name, as one of this member's snapshots:
+// checked as it streams (size and SHA-256), 0600, in place only whole.
+func (c *Component) fetchCopy(ctx context.Context, dir string, takenAt time.Time) (string, error) {
+	if c.cfg.Copies == nil {
+		return "", errors.New("this agent reaches no controller for snapshot copies")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("snapshot directory: %w", err)
+	}
+	limit, err := etcdsnapshot.Room(dir, 0)
+	if err != nil {
+		return "", fmt.Errorf("no room for the controller's copy: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
+	defer cancel()
+	name := etcdsnapshot.Name(takenAt)
+	err = atomicfile.WriteFunc(filepath.Join(dir, name), 0o600, func(w io.Writer) error {
+		check := etcdsnapshot.NewChecker()
+		if err := c.cfg.Copies.Get(ctx, takenAt, io.MultiWriter(w, check), limit); err != nil {
+			return err
+		}
+		return check.Check()
+	})
+	if err != nil {
+		return "", fmt.Errorf("fetch the controller's copy of %s: %w", name, err)
+	}
+	return "fetched the controller's copy of " + name, nil
 }

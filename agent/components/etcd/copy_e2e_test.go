@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,6 +60,21 @@ func (c *controllerCopies) Put(_ context.Context, takenAt time.Time, path string
 	}
 	c.copies[takenAt] = data
 	return true, nil
+}
+
+func (c *controllerCopies) Get(_ context.Context, takenAt time.Time, w io.Writer, limit int64) error {
+	if c.failing {
+		return errors.New("dial tcp: connection refused")
+	}
+	data, ok := c.copies[takenAt]
+	switch {
+	case !ok:
+		return errors.New("404 not_found: no such copy")
+	case int64(len(data)) > limit:
+		return errors.New("larger than the limit")
+	}
+	_, err := w.Write(data)
+	return err
 }
 
 func (c *controllerCopies) taken() []time.Time {

@@ -185,9 +185,21 @@ func (c *Component) restoreDone(host *reconcile.Host, dataDir string, rec restor
 // so that the cluster it makes has an ID of its own, even from the same
 // snapshot twice.
 func (c *Component) restoreSnapshot(ctx context.Context, host *reconcile.Host, s settings, dataDir string, takenAt time.Time) ([]string, error) {
-	file, err := findSnapshot(filepath.Join(dataDir, SnapshotDir), takenAt)
+	var actions []string
+	dir := filepath.Join(dataDir, SnapshotDir)
+	file, err := findSnapshot(dir, takenAt)
+	if errors.Is(err, errNoSnapshot) && s.restore.FromController {
+		// The masters lost their own: the controller's copy is fetched
+		// first, and restores as the member's own would.
+		fetched, ferr := c.fetchCopy(ctx, dir, takenAt)
+		if ferr != nil {
+			return nil, ferr
+		}
+		actions = append(actions, fetched)
+		file, err = findSnapshot(dir, takenAt)
+	}
 	if err != nil {
-		return nil, err
+		return actions, err
 	}
 	tmp := filepath.Join(dataDir, restoreTmp)
 	if err := os.RemoveAll(tmp); err != nil {
@@ -200,9 +212,9 @@ func (c *Component) restoreSnapshot(ctx context.Context, host *reconcile.Host, s
 	cmd.Env = []string{"ETCDCTL_API=3"}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("etcdctl snapshot restore %s: %w: %s", filepath.Base(file), err, truncate(string(bytes.TrimSpace(out))))
+		return actions, fmt.Errorf("etcdctl snapshot restore %s: %w: %s", filepath.Base(file), err, truncate(string(bytes.TrimSpace(out))))
 	}
-	return []string{"restored snapshot " + filepath.Base(file) + " into " + filepath.Join(s.dataDir, restoreTmp)}, nil
+	return append(actions, "restored snapshot "+filepath.Base(file)+" into "+filepath.Join(s.dataDir, restoreTmp)), nil
 }
 
 // moveRestored moves the restored state into place as the member's, and
@@ -250,5 +262,8 @@ func findSnapshot(dir string, takenAt time.Time) (string, error) {
 			return filepath.Join(dir, f.name), nil
 		}
 	}
-	return "", fmt.Errorf("no snapshot taken at %s in %s (%d there)", takenAt.UTC().Format(time.RFC3339), dir, len(files))
+	return "", fmt.Errorf("%w taken at %s in %s (%d there)", errNoSnapshot, takenAt.UTC().Format(time.RFC3339), dir, len(files))
 }
+
+// errNoSnapshot: the snapshot a restore names is not on the data disk.
+var errNoSnapshot = errors.New("no snapshot")

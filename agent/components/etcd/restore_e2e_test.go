@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,8 @@ import (
 	"github.com/harmonykaas/harmony/agent/pki"
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // restoreLab is a cluster of real members, one per network namespace,
@@ -353,6 +356,62 @@ func TestARestoreResumesAfterAKill(t *testing.T) {
 	}
 	if rec, err := readRestoreRecord(dataDir); err != nil || rec.Stage != restoreDone {
 		t.Errorf("record %+v, %v; want done", rec, err)
+	}
+	if m1.comp.Restored() != "r1" {
+		t.Errorf("reports restore %q done, want r1", m1.comp.Restored())
+	}
+}
+
+// The masters lost their snapshots: a restore from the controller's copy
+// fetches it onto the source's data disk, checked as it streams, and
+// restores it as the member's own. A damaged copy fails the pass and
+// touches nothing: the member serves on, no file is left, nothing is
+// recorded.
+func TestARestoreFromTheControllersCopy(t *testing.T) {
+	needLab(t, "runs an etcd member")
+	ctx := context.Background()
+	lab := newRestoreLab(t, "198.18.35", "m1")
+	m1 := lab.hosts[0]
+	dir := m1.host.Path(DefaultDataDir + "/" + SnapshotDir)
+	file := filepath.Join(dir, etcdsnapshot.Name(lab.takenAt))
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	damaged := slices.Clone(good)
+	damaged[len(damaged)/2] ^= 1
+	copies := &controllerCopies{copies: map[time.Time][]byte{lab.takenAt: damaged}}
+	m1.comp = New(Config{DialContext: testutil.NetnsDialer(m1.ns), Copies: copies})
+	lab.ask(v1.EtcdRestore{ID: "r1", Source: "m1", SnapshotTakenAt: lab.takenAt, FromController: true})
+
+	st := m1.comp.Reconcile(ctx, m1.host, lab.roles["m1"])
+	if st.Phase != reconcile.PhaseFailed || !strings.Contains(st.Message, "fetch the controller's copy of "+etcdsnapshot.Name(lab.takenAt)) ||
+		!strings.Contains(st.Message, "SHA-256") {
+		t.Fatalf("a pass with a damaged copy: %+v, want it failed on the copy's SHA-256", st)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the snapshot directory after a damaged copy: %v, %v; want it empty", entries, err)
+	}
+	if rec, err := readRestoreRecord(m1.host.Path(DefaultDataDir)); err != nil || rec.ID != "" {
+		t.Errorf("restore record after a damaged copy: %+v, %v; want none", rec, err)
+	}
+	if v, err := kvGetLocal(ctx, m1.client(t, lab.ca), m1.endpoint(), "written-after-the-snapshot"); err != nil || v != "lost" {
+		t.Errorf("the member after a damaged copy: %q, %v; want it serving as before", v, err)
+	}
+
+	copies.copies[lab.takenAt] = good
+	st = m1.comp.Reconcile(ctx, m1.host, lab.roles["m1"])
+	acts := strings.Join(st.Actions, "\n")
+	if !strings.Contains(acts, "fetched the controller's copy of "+etcdsnapshot.Name(lab.takenAt)) || !strings.Contains(acts, "restored snapshot") {
+		t.Fatalf("the pass with the copy: %+v, want it fetched and restored", st)
+	}
+	lab.healthy(t, m1)
+	lab.holds(t, m1)
+	if info, err := os.Stat(file); err != nil || info.Mode().Perm() != 0o600 || info.Size() != int64(len(good)) {
+		t.Errorf("the fetched copy on the data disk: %v, %v; want %d bytes, 0600", info, err, len(good))
 	}
 	if m1.comp.Restored() != "r1" {
 		t.Errorf("reports restore %q done, want r1", m1.comp.Restored())
