@@ -2,8 +2,6 @@ package controller
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
+	htest "github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // A cluster spec's etcd snapshot settings reach a master's role only once
@@ -53,18 +52,6 @@ func TestEtcdSnapshotSettingsReachOnlyAgentsThatTakeThem(t *testing.T) {
 	check("m2 of an older image", map[string]bool{"sn-m1": true, "sn-m3": true})
 }
 
-// fakeSnapshot is a snapshot as etcd writes one: pages of a database
-// (random here: the controller reads none of it) and its SHA-256.
-func fakeSnapshot(t *testing.T, pages int) []byte {
-	t.Helper()
-	db := make([]byte, pages*4096)
-	if _, err := rand.Read(db); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(db)
-	return append(db, sum[:]...)
-}
-
 // Masters send copies of their etcd snapshots to the controller, which
 // keeps one of each half interval, the newest spec.keep, 0600 under its
 // data directory, named as the agent names them; the cluster is the
@@ -95,7 +82,7 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 		return l
 	}
 	t0 := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Second)
-	good := fakeSnapshot(t, 3)
+	good := htest.EtcdSnapshot(t, 3)
 
 	// Refused, whoever is not a master of a cluster.
 	doJSON(t, e.tc.anonClient(), "PUT", at(t0), good).wantStatus(t, http.StatusUnauthorized, v1.CodeNoClientCert)
@@ -145,10 +132,10 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 	}
 
 	// Another master's snapshot of the same half hour is not wanted.
-	doJSON(t, nodes["cp-m2"], "PUT", at(t0.Add(10*time.Minute)), fakeSnapshot(t, 1)).wantStatus(t, http.StatusConflict, v1.CodeConflict)
+	doJSON(t, nodes["cp-m2"], "PUT", at(t0.Add(10*time.Minute)), htest.EtcdSnapshot(t, 1)).wantStatus(t, http.StatusConflict, v1.CodeConflict)
 	second, third := t0.Add(31*time.Minute), t0.Add(62*time.Minute)
-	doJSON(t, nodes["cp-m2"], "PUT", at(second), fakeSnapshot(t, 2)).wantStatus(t, http.StatusCreated, "")
-	doJSON(t, nodes["cp-m1"], "PUT", at(third), fakeSnapshot(t, 1)).wantStatus(t, http.StatusCreated, "")
+	doJSON(t, nodes["cp-m2"], "PUT", at(second), htest.EtcdSnapshot(t, 2)).wantStatus(t, http.StatusCreated, "")
+	doJSON(t, nodes["cp-m1"], "PUT", at(third), htest.EtcdSnapshot(t, 1)).wantStatus(t, http.StatusCreated, "")
 	var taken []time.Time
 	for _, c := range e.cluster("cp").Status.EtcdSnapshotCopies {
 		taken = append(taken, c.TakenAt)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	htest "github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // restoreIn is the etcd restore a node's role asks for, nil when none.
@@ -198,7 +199,7 @@ func TestARestoreFromTheControllersCopy(t *testing.T) {
 
 	refused(restore(v1.RestoreRequest{FromController: true}), http.StatusConflict, v1.CodeConflict, "fromController")
 	taken := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
-	data := fakeSnapshot(t, 2)
+	data := htest.EtcdSnapshot(t, 2)
 	doJSON(t, agent("rc-m1"), "PUT", copyURL(taken), data).wantStatus(t, http.StatusCreated, "")
 	other := taken.Add(time.Minute)
 	refused(restore(v1.RestoreRequest{FromController: true, SnapshotTakenAt: &other}), http.StatusBadRequest, v1.CodeBadRequest, "snapshotTakenAt")

@@ -221,17 +221,34 @@ func (c *Client) Upload(ctx context.Context, method, path, file string, out any)
 type opener func() (io.ReadCloser, int64, string, error)
 
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, open opener, out any) (int, error) {
+	var status int
+	err := c.tryEach(ctx, func(base string) error {
+		var err error
+		status, err = c.once(ctx, base, method, path, query, open, out)
+		return err
+	})
+	var refused *RefusedError
+	if err != nil && !errors.As(err, &refused) && ctx.Err() == nil {
+		status = 0 // no controller answered
+	}
+	return status, err
+}
+
+// tryEach calls try with each controller URL, from the last one that
+// worked, until one succeeds; a refusal (4xx), which another URL would
+// repeat, or the end of ctx stops it.
+func (c *Client) tryEach(ctx context.Context, try func(base string) error) error {
 	if len(c.urls) == 0 {
-		return 0, errors.New("no controller URL to send the request to")
+		return errors.New("no controller URL to send the request to")
 	}
 	start := int(c.preferred.Load())
 	var lastErr error
 	for i := range c.urls {
 		idx := (start + i) % len(c.urls)
-		status, err := c.once(ctx, c.urls[idx], method, path, query, open, out)
+		err := try(c.urls[idx])
 		if err == nil {
 			c.preferred.Store(int32(idx))
-			return status, nil
+			return nil
 		}
 		if c.OnError != nil {
 			c.OnError(Reason(err))
@@ -239,11 +256,11 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 		var refused *RefusedError
 		if errors.As(err, &refused) || ctx.Err() != nil {
 			c.preferred.Store(int32(idx))
-			return status, err
+			return err
 		}
 		lastErr = err
 	}
-	return 0, lastErr
+	return lastErr
 }
 
 func (c *Client) once(ctx context.Context, base, method, path string, query url.Values, open opener, out any) (int, error) {
@@ -305,49 +322,40 @@ func answerError(base string, status int, data []byte) error {
 // answers; once a body has begun, a failure is returned, not tried
 // elsewhere, since w holds part of it.
 func (c *Client) Download(ctx context.Context, path string, w io.Writer, limit int64) (int64, error) {
-	if len(c.urls) == 0 {
-		return 0, errors.New("no controller URL to send the request to")
-	}
-	start := int(c.preferred.Load())
-	var lastErr error
-	for i := range c.urls {
-		idx := (start + i) % len(c.urls)
-		base := c.urls[idx]
+	var resp *http.Response
+	var from string
+	err := c.tryEach(ctx, func(base string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		resp, err := c.http.Load().Do(req)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-			resp.Body.Close()
-			if err = answerError(base, resp.StatusCode, data); err == nil {
-				err = &badResponseError{url: base, err: fmt.Errorf("answered %d, not 200", resp.StatusCode)}
-			}
-		}
+		r, err := c.http.Load().Do(req)
 		if err != nil {
-			if c.OnError != nil {
-				c.OnError(Reason(err))
-			}
-			var refused *RefusedError
-			if errors.As(err, &refused) || ctx.Err() != nil {
-				return 0, err
-			}
-			lastErr = err
-			continue
+			return err
 		}
-		c.preferred.Store(int32(idx))
-		n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
-		resp.Body.Close()
-		switch {
-		case err != nil:
-			return n, fmt.Errorf("%s%s after %d bytes: %w", base, path, n, err)
-		case n > limit:
-			return n, fmt.Errorf("%s%s: larger than %d bytes", base, path, limit)
+		if r.StatusCode != http.StatusOK {
+			data, _ := io.ReadAll(io.LimitReader(r.Body, maxResponseBytes))
+			r.Body.Close()
+			if err := answerError(base, r.StatusCode, data); err != nil {
+				return err
+			}
+			return &badResponseError{url: base, err: fmt.Errorf("answered %d, not 200", r.StatusCode)}
 		}
-		return n, nil
+		resp, from = r, base
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	return 0, lastErr
+	defer resp.Body.Close()
+	n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
+	switch {
+	case err != nil:
+		return n, fmt.Errorf("%s%s after %d bytes: %w", from, path, n, err)
+	case n > limit:
+		return n, fmt.Errorf("%s%s: larger than %d bytes", from, path, limit)
+	}
+	return n, nil
 }
 
 func errorMessage(data []byte) string {

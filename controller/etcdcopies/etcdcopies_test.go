@@ -2,8 +2,6 @@ package etcdcopies
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"os"
@@ -12,17 +10,8 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
-
-func snapshot(t *testing.T, pages int) []byte {
-	t.Helper()
-	db := make([]byte, pages*4096)
-	if _, err := rand.Read(db); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(db)
-	return append(db, sum[:]...)
-}
 
 // Two masters' copies of the same half interval may both be under way:
 // the one that finishes first is kept, the other is refused at its end
@@ -35,7 +24,7 @@ func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
 	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
 	rule := Rule{Keep: 3, Gap: 30 * time.Minute}
 	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	slow := snapshot(t, 2)
+	slow := testutil.EtcdSnapshot(t, 2)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -45,7 +34,7 @@ func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
 	if _, err := pw.Write(slow[:4096]); err != nil { // the slow copy is under way
 		t.Fatal(err)
 	}
-	fast := snapshot(t, 1)
+	fast := testutil.EtcdSnapshot(t, 1)
 	if _, err := s.Put(c, t0, bytes.NewReader(fast), int64(len(fast)), rule); err != nil {
 		t.Fatalf("the copy that finishes first: %v", err)
 	}
@@ -74,7 +63,7 @@ func TestOpenRemovesWhatAKilledCopyLeft(t *testing.T) {
 	}
 	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
 	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	good := snapshot(t, 1)
+	good := testutil.EtcdSnapshot(t, 1)
 	if _, err := s.Put(c, t0, bytes.NewReader(good), -1, Rule{Keep: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +94,7 @@ func TestClusterNamesStayInTheirDirectory(t *testing.T) {
 		if _, err := s.List(c, Rule{}); err == nil {
 			t.Errorf("%+v: listed, want a refusal", c)
 		}
-		if _, err := s.Put(c, time.Now(), bytes.NewReader(snapshot(t, 1)), -1, Rule{Keep: 1}); err == nil {
+		if _, err := s.Put(c, time.Now(), bytes.NewReader(testutil.EtcdSnapshot(t, 1)), -1, Rule{Keep: 1}); err == nil {
 			t.Errorf("%+v: copied, want a refusal", c)
 		}
 		if err := s.Remove(c); err == nil {
