@@ -273,7 +273,7 @@ func TestWorkerStopsEtcd(t *testing.T) {
 	// A master whose member does not answer exports that it has no leader
 	// (and its snapshots, none here).
 	if got := metricNames(t, reg); !slices.Equal(got, []string{"harmony_agent_etcd_has_leader", "harmony_agent_etcd_is_leader",
-		"harmony_agent_etcd_is_learner", "harmony_agent_etcd_snapshot_failures_total", "harmony_agent_etcd_snapshots"}) {
+		"harmony_agent_etcd_is_learner", "harmony_agent_etcd_snapshot_copy_failures_total", "harmony_agent_etcd_snapshot_failures_total", "harmony_agent_etcd_snapshots"}) {
 		t.Errorf("metrics of a silent member: %q", got)
 	}
 	r := f.role(t)
