@@ -55,8 +55,9 @@ func TestEtcdSnapshotSettingsReachOnlyAgentsThatTakeThem(t *testing.T) {
 // Masters send copies of their etcd snapshots to the controller, which
 // keeps one of each half interval, the newest spec.keep, 0600 under its
 // data directory, named as the agent names them; the cluster is the
-// node's, from its certificate. Every other caller, and every snapshot
-// that is not whole, is refused, and leaves nothing. Deleting the
+// node's, from its certificate, and a master fetches its own cluster's
+// copies, no other's. Every other caller, and every snapshot that is not
+// whole, is refused, and leaves nothing. Deleting the
 // cluster with --purge removes them; without, they stay.
 func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 	e := newClusterEnv(t)
@@ -135,7 +136,8 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 	doJSON(t, nodes["cp-m2"], "PUT", at(t0.Add(10*time.Minute)), htest.EtcdSnapshot(t, 1)).wantStatus(t, http.StatusConflict, v1.CodeConflict)
 	second, third := t0.Add(31*time.Minute), t0.Add(62*time.Minute)
 	doJSON(t, nodes["cp-m2"], "PUT", at(second), htest.EtcdSnapshot(t, 2)).wantStatus(t, http.StatusCreated, "")
-	doJSON(t, nodes["cp-m1"], "PUT", at(third), htest.EtcdSnapshot(t, 1)).wantStatus(t, http.StatusCreated, "")
+	thirdData := htest.EtcdSnapshot(t, 1)
+	doJSON(t, nodes["cp-m1"], "PUT", at(third), thirdData).wantStatus(t, http.StatusCreated, "")
 	var taken []time.Time
 	for _, c := range e.cluster("cp").Status.EtcdSnapshotCopies {
 		taken = append(taken, c.TakenAt)
@@ -146,6 +148,11 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("the oldest copy beyond keep: %v, want it gone", err)
 	}
+	// A master fetches its own cluster's copies, and no other's.
+	if got := doJSON(t, nodes["cp-m2"], "GET", at(third), nil); got.status != http.StatusOK || !bytes.Equal(got.body, thirdData) {
+		t.Errorf("cp-m2 fetching its cluster's copy: %d, %d bytes, want the %d sent", got.status, len(got.body), len(thirdData))
+	}
+	doJSON(t, otherMaster, "GET", at(third), nil).wantStatus(t, http.StatusNotFound, v1.CodeNotFound)
 
 	doJSON(t, otherMaster, "PUT", at(t0), good).wantStatus(t, http.StatusCreated, "")
 	otherDir := filepath.Join(e.tc.dir, etcdcopies.Dir, "cq-"+clusterUID(t, e.tc, "cq"))
