@@ -62,6 +62,8 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 		return refuse(http.StatusConflict, v1.CodeConflict, "%v", err)
 	case errors.As(err, &tooBig):
 		return badInput(err)
+	case errors.Is(err, etcdcopies.ErrNoRoom):
+		return refuse(http.StatusRequestEntityTooLarge, v1.CodeBodyTooLarge, "%v", err)
 	case errors.Is(err, etcdcopies.ErrBadSnapshot):
 		e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "%v", err)
 		e.field = "body"

@@ -67,8 +67,12 @@ func (e *NotWantedError) Error() string {
 }
 
 // ErrBadSnapshot wraps what is wrong with a copy sent: not a whole
-// snapshot, or not the size the sender said.
-var ErrBadSnapshot = errors.New("not a whole etcd snapshot")
+// snapshot, or not the size the sender said; ErrNoRoom a copy the
+// controller's disk has no room for.
+var (
+	ErrBadSnapshot = errors.New("not a whole etcd snapshot")
+	ErrNoRoom      = errors.New("no room for the copy")
+)
 
 // Store is the copies of every cluster.
 type Store struct {
@@ -128,7 +132,7 @@ func nextAfter(items []v1.EtcdSnapshotCopy, rule Rule) time.Time {
 // checked as it streams, and it is kept only whole, under its name, once
 // on disk. Then the oldest copies beyond rule.Keep go. size is what the
 // sender says the snapshot's size is (-1 when it does not); the copy must
-// leave room on the disk (etcdsnapshot.Room).
+// leave a tenth of the disk free (else ErrNoRoom).
 func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, rule Rule) (v1.EtcdSnapshotCopy, error) {
 	dir, err := s.clusterDir(c)
 	if err != nil {
@@ -140,12 +144,14 @@ func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, ru
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return v1.EtcdSnapshotCopy{}, fmt.Errorf("etcd snapshot copies of %s: %w", c.Name, err)
 	}
-	limit, err := etcdsnapshot.Room(dir, uint64(max(size, 0)))
+	// A tenth of the disk stays free (the store beside the copies grows
+	// too); etcd's own rule, room for its database twice, is a member's.
+	limit, err := etcdsnapshot.Room(dir, 0)
 	if err != nil {
-		return v1.EtcdSnapshotCopy{}, fmt.Errorf("no room for the copy: %w", err)
+		return v1.EtcdSnapshotCopy{}, fmt.Errorf("%w: %w", ErrNoRoom, err)
 	}
 	if size > limit {
-		return v1.EtcdSnapshotCopy{}, fmt.Errorf("no room for the copy: it is %d bytes; the disk takes at most %d", size, limit)
+		return v1.EtcdSnapshotCopy{}, fmt.Errorf("%w: it is %d bytes; the disk takes at most %d", ErrNoRoom, size, limit)
 	}
 	var n int64
 	locked := false
@@ -163,7 +169,7 @@ func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, ru
 		case err != nil:
 			return fmt.Errorf("after %d bytes: %w", n, err)
 		case n > limit:
-			return fmt.Errorf("larger than the %d bytes a copy may take", limit)
+			return fmt.Errorf("%w: larger than the %d bytes the disk takes", ErrNoRoom, limit)
 		case size >= 0 && n != size:
 			return fmt.Errorf("%w: %d bytes, where the sender said %d", ErrBadSnapshot, n, size)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
@@ -100,5 +102,41 @@ func TestClusterNamesStayInTheirDirectory(t *testing.T) {
 		if err := s.Remove(c); err == nil {
 			t.Errorf("%+v: removed, want a refusal", c)
 		}
+	}
+}
+
+// A copy never fills the controller's disk: one that would leave less
+// than a tenth of it free is refused, as said (its size) or as it
+// streams (without one), and leaves nothing. The disk is a 1 MiB tmpfs.
+func TestACopyLeavesTheDiskATenthFree(t *testing.T) {
+	data := t.TempDir()
+	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a 1 MiB tmpfs (the test runs as root): %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(data, 0) })
+	s, err := Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	small := testutil.EtcdSnapshot(t, 2)
+	if _, err := s.Put(c, t0, bytes.NewReader(small), int64(len(small)), Rule{Keep: 5}); err != nil {
+		t.Fatalf("a copy of %d bytes: %v", len(small), err)
+	}
+	large := testutil.EtcdSnapshot(t, 240) // 960 KiB of 1 MiB
+	for _, size := range []int64{int64(len(large)), -1} {
+		_, err := s.Put(c, t0.Add(time.Duration(size+2)*time.Hour), bytes.NewReader(large), size, Rule{Keep: 5})
+		if !errors.Is(err, ErrNoRoom) {
+			t.Errorf("a copy of %d bytes (size said: %d): %v, want no room", len(large), size, err)
+		}
+	}
+	l, err := s.List(c, Rule{})
+	if err != nil || len(l.Items) != 1 {
+		t.Errorf("copies after the refusals: %+v, %v; want the small one alone", l, err)
+	}
+	dir, _ := c.dirName()
+	if entries, _ := os.ReadDir(filepath.Join(data, Dir, dir)); len(entries) != 1 {
+		t.Errorf("the cluster's directory holds %v, want the small copy alone", entries)
 	}
 }
