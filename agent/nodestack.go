@@ -285,7 +285,7 @@ func (s snapshotCopies) Put(ctx context.Context, takenAt time.Time, path string)
 	if err != nil {
 		return false, err
 	}
-	_, err = c.Upload(ctx, http.MethodPut, v1.PathNodeEtcdSnapshots+"/"+takenAt.UTC().Format(time.RFC3339), path, nil)
+	_, err = c.Upload(ctx, http.MethodPut, v1.EtcdSnapshotCopyPath(takenAt), path, nil)
 	var refused *controlclient.RefusedError
 	if errors.As(err, &refused) && refused.Status == http.StatusConflict {
 		return false, nil // another master's copy came first
@@ -298,7 +298,7 @@ func (s snapshotCopies) Get(ctx context.Context, takenAt time.Time, w io.Writer,
 	if err != nil {
 		return err
 	}
-	_, err = c.Download(ctx, v1.PathNodeEtcdSnapshots+"/"+takenAt.UTC().Format(time.RFC3339), w, limit)
+	_, err = c.Download(ctx, v1.EtcdSnapshotCopyPath(takenAt), w, limit)
 	return err
 }
 

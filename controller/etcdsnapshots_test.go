@@ -71,7 +71,7 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 	otherMaster := e.enrollClusterNode("cq", "cq-m1")
 
 	base := e.tc.url + v1.PathNodeEtcdSnapshots
-	at := func(t time.Time) string { return base + "/" + t.UTC().Format(time.RFC3339) }
+	at := func(t time.Time) string { return e.tc.url + v1.EtcdSnapshotCopyPath(t) }
 	list := func(c *http.Client) v1.EtcdSnapshotCopyList {
 		t.Helper()
 		var l v1.EtcdSnapshotCopyList

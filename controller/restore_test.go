@@ -186,7 +186,7 @@ func TestARestoreFromTheControllersCopy(t *testing.T) {
 		}
 	}
 	copyURL := func(at time.Time) string {
-		return e.tc.url + v1.PathNodeEtcdSnapshots + "/" + at.UTC().Format(time.RFC3339)
+		return e.tc.url + v1.EtcdSnapshotCopyPath(at)
 	}
 	agent := func(name string) *http.Client {
 		t.Helper()

@@ -842,7 +842,7 @@ func (f *fleet) restore(name string, role v1.Role, st *v1.Status, agent *http.Cl
 		var fetchErr error
 		if r.FromController {
 			f.toldToFetch[name] = true
-			f.fetched[name], fetchErr = fetch(agent, url+v1.PathNodeEtcdSnapshots+"/"+r.SnapshotTakenAt.UTC().Format(time.RFC3339))
+			f.fetched[name], fetchErr = fetch(agent, url+v1.EtcdSnapshotCopyPath(r.SnapshotTakenAt))
 		}
 		switch {
 		case fetchErr != nil:

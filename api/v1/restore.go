@@ -77,7 +77,14 @@ type EtcdSnapshotCopyList struct {
 	NextAfter time.Time `json:"nextAfter,omitzero"`
 }
 
-// ParseSnapshotTime reads the {takenAt} of PUT PathNodeEtcdSnapshots:
+// EtcdSnapshotCopyPath is the path of the controller's copy of the
+// snapshot taken at takenAt: PathNodeEtcdSnapshots/{takenAt}, which
+// ParseSnapshotTime reads back.
+func EtcdSnapshotCopyPath(takenAt time.Time) string {
+	return PathNodeEtcdSnapshots + "/" + takenAt.UTC().Format(time.RFC3339)
+}
+
+// ParseSnapshotTime reads the {takenAt} of PathNodeEtcdSnapshots/{takenAt}:
 // RFC 3339, to the second.
 func ParseSnapshotTime(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, s)

@@ -45,6 +45,10 @@ func TestParseSnapshotTime(t *testing.T) {
 			t.Errorf("%q: %v, want a refusal of takenAt", s, err)
 		}
 	}
+	taken := time.Date(2026, 11, 29, 4, 0, 0, 0, time.FixedZone("", 3600))
+	if p := v1.EtcdSnapshotCopyPath(taken); p != v1.PathNodeEtcdSnapshots+"/2026-11-29T03:00:00Z" {
+		t.Errorf("the copy's path: %s, want its time in UTC", p)
+	}
 	got, err := v1.ParseSnapshotTime("2026-11-29T04:00:00+01:00")
 	if err != nil || got != time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC) {
 		t.Errorf("a snapshot's time: %v, %v; want 03:00 UTC", got, err)
