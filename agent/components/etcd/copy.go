@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -58,8 +57,9 @@ func (c *Component) copy(ctx context.Context, dir string, newest time.Time) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("ask the controller for its copies: %w", err)
 	}
+	// A copy the controller holds is never after nextAfter.
 	name := etcdsnapshot.Name(newest)
-	if !newest.After(list.NextAfter) || slices.ContainsFunc(list.Items, func(i v1.EtcdSnapshotCopy) bool { return i.TakenAt.Equal(newest) }) {
+	if !newest.After(list.NextAfter) {
 		return nil, nil
 	}
 	copied, err := c.cfg.Copies.Put(ctx, newest, filepath.Join(dir, name))
@@ -75,6 +75,7 @@ func (c *Component) copy(ctx context.Context, dir string, newest time.Time) ([]s
 // fetchCopy writes the controller's copy of the snapshot taken at
 // takenAt into dir under its name, as one of this member's snapshots:
 // checked as it streams (size and SHA-256), 0600, in place only whole.
+// It returns the file's path.
 func (c *Component) fetchCopy(ctx context.Context, dir string, takenAt time.Time) (string, error) {
 	if c.cfg.Copies == nil {
 		return "", errors.New("this agent reaches no controller for snapshot copies")
@@ -89,7 +90,8 @@ func (c *Component) fetchCopy(ctx context.Context, dir string, takenAt time.Time
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
 	defer cancel()
 	name := etcdsnapshot.Name(takenAt)
-	err = atomicfile.WriteFunc(filepath.Join(dir, name), 0o600, func(w io.Writer) error {
+	path := filepath.Join(dir, name)
+	err = atomicfile.WriteFunc(path, 0o600, func(w io.Writer) error {
 		check := etcdsnapshot.NewChecker()
 		if err := c.cfg.Copies.Get(ctx, takenAt, io.MultiWriter(w, check), limit); err != nil {
 			return err
@@ -99,5 +101,5 @@ func (c *Component) fetchCopy(ctx context.Context, dir string, takenAt time.Time
 	if err != nil {
 		return "", fmt.Errorf("fetch the controller's copy of %s: %w", name, err)
 	}
-	return "fetched the controller's copy of " + name, nil
+	return path, nil
 }

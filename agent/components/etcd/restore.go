@@ -191,12 +191,10 @@ func (c *Component) restoreSnapshot(ctx context.Context, host *reconcile.Host, s
 	if errors.Is(err, errNoSnapshot) && s.restore.FromController {
 		// The masters lost their own: the controller's copy is fetched
 		// first, and restores as the member's own would.
-		fetched, ferr := c.fetchCopy(ctx, dir, takenAt)
-		if ferr != nil {
-			return nil, ferr
+		file, err = c.fetchCopy(ctx, dir, takenAt)
+		if err == nil {
+			actions = append(actions, "fetched the controller's copy of "+filepath.Base(file))
 		}
-		actions = append(actions, fetched)
-		file, err = findSnapshot(dir, takenAt)
 	}
 	if err != nil {
 		return actions, err
