@@ -120,7 +120,7 @@ func failRestoreOperations(tx *store.Tx, cluster, msg string, now time.Time) err
 
 // pickRestore checks that the cluster can be restored and picks the
 // source and its snapshot, or, with req.FromController, one of the
-// controller's copies (taken when each was taken, oldest first).
+// controller's copies (copies: when each was taken, oldest first).
 func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status, copies []time.Time, req v1.RestoreRequest) (string, time.Time, error) {
 	name := rec.Spec.Name
 	switch {
