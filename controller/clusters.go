@@ -53,6 +53,11 @@ func (c *Controller) handleRestoreCluster(w http.ResponseWriter, r *http.Request
 	return answerOperation(w, op, err)
 }
 
+func (c *Controller) handleSnapshotCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	op, err := c.clusters.SnapshotEtcd(r.PathValue("name"), who.name)
+	return answerOperation(w, op, err)
+}
+
 func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	keepVM, err := boolParam(r, "keepVM")
 	if err != nil {

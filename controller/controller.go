@@ -88,7 +88,11 @@ type Config struct {
 	// upgrade has to report Ready before the replacement is rolled back;
 	// zero means cluster.DefaultUpgradeNodeTimeout.
 	UpgradeNodeTimeout time.Duration
-	Logger             *slog.Logger
+	// EtcdSnapshotTimeout is how long a cluster's masters have to take
+	// and copy an etcd snapshot asked for by hand; zero means
+	// cluster.DefaultSnapshotTimeout.
+	EtcdSnapshotTimeout time.Duration
+	Logger              *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -187,6 +191,7 @@ func New(cfg Config) (*Controller, error) {
 		CloneParallelism: cfg.CloneParallelism, RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts,
 		LeaveTimeout:       cfg.LeaveTimeout,
 		UpgradeNodeTimeout: cfg.UpgradeNodeTimeout,
+		SnapshotTimeout:    cfg.EtcdSnapshotTimeout,
 		Copies:             c.copies,
 	})
 	if err != nil {

@@ -277,6 +277,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/scale", v1.MaxAdminBytes, c.handleScaleCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/upgrade", v1.MaxAdminBytes, c.handleUpgradeCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/restore", v1.MaxAdminBytes, c.handleRestoreCluster, permClusterAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/etcd-snapshot", 0, c.handleSnapshotCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/retry", 0, c.handleRetryCluster, permClusterAdmin)
 	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/nodes/{node}", 0, c.handleRemoveNode, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/kubeconfig", v1.MaxAdminBytes, c.handleClusterKubeconfig, permClusterAdmin)

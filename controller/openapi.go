@@ -148,6 +148,8 @@ var adminAPIDocs = []apiDoc{
 		body: v1.UpgradeRequest{}, answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/restore", summary: "Restore the cluster's etcd keyspace from a master's snapshot (default: the newest any master reports); what was written since is lost, each master's state before it is kept on its data disk",
 		body: v1.RestoreRequest{}, answers: []answer{docAsync}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/etcd-snapshot", summary: "Take an etcd snapshot now: every master takes one, and the first taken after the request answers it once the controller keeps its copy (status.etcdSnapshotRequest names it)",
+		answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/retry", summary: "Retry the steps that failed for good",
 		answers: []answer{docAsync}},
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off",
@@ -306,7 +308,7 @@ func openAPIDocument(perms map[string]permission) map[string]any {
 				"), or holds a client certificate from the controller's CA: an admin's (" + v1.OrgAdmins + ", admin.conf, the break-glass credential), an enrolled node's (" + v1.OrgNodes + ") or a metrics scraper's (" + v1.OrgScrapers + ")." +
 				" Every route declares one permission (x-harmony-permission): public, node, metrics, admin, admin-certificate, signed-in, cluster:view or cluster:admin." +
 				" A user sees only the clusters granted to them; any other cluster answers 404." +
-				" Long operations (creating, scaling, upgrading, retrying or deleting a cluster, removing a node, importing an image) answer 202 with an Operation;" +
+				" Long operations (creating, scaling, upgrading, retrying or deleting a cluster, restoring or snapshotting its etcd, removing a node, importing an image) answer 202 with an Operation;" +
 				" GET " + v1.PathOperations + "/{id} polls it, or with ?watch=true&revision=N&timeout=30s long-polls for newer events." +
 				" Errors are JSON: {\"error\": {\"code\", \"message\", \"field\"}}, with a stable code."},
 		"paths":    paths,

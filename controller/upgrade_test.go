@@ -27,6 +27,7 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/vsphere"
+	htest "github.com/harmonykaas/harmony/internal/testutil"
 	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
@@ -65,6 +66,7 @@ type fleet struct {
 	unsaved    map[string]bool         // masters whose etcd snapshots fail
 	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
 	saved      map[string]time.Time    // each master's newest etcd snapshot
+	kept       map[string][]time.Time  // and all of them, oldest first
 	// restored is the newest etcd restore each master did; unrestorable
 	// masters cannot restore as a source; restoreOrder lists, in order,
 	// each master's part of each restore done ("ID node").
@@ -77,8 +79,14 @@ type fleet struct {
 	noCopies    map[string]bool
 	fetched     map[string][]byte
 	toldToFetch map[string]bool
-	stop        context.CancelFunc
-	done        chan struct{}
+	// copying: masters send their newest snapshot to the controller
+	// when it takes it, as agents do (copy holds its bytes, sent when
+	// each was last sent).
+	copying atomic.Bool
+	copy    []byte
+	sent    map[string]time.Time
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
@@ -88,9 +96,10 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{}, kept: map[string][]time.Time{},
 		restored: map[string]string{}, unrestorable: map[string]bool{},
 		noCopies: map[string]bool{}, fetched: map[string][]byte{}, toldToFetch: map[string]bool{},
+		copy: htest.EtcdSnapshot(e.t, 1), sent: map[string]time.Time{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -209,16 +218,23 @@ func (f *fleet) tick() {
 				switch since := role.Etcd.SnapshotSince; {
 				case f.unsaved[name]:
 				case !saved || since.After(f.saved[name]) && !v1.EtcdSnapshotCovers(f.saved[name], since):
-					f.saved[name] = time.Now()
+					at := time.Now().UTC().Truncate(time.Second) // named to the second
+					if !at.Equal(f.saved[name]) {
+						f.kept[name] = append(f.kept[name], at)
+					}
+					f.saved[name] = at
 				}
 				if at, ok := f.saved[name]; ok {
-					st.EtcdSnapshotAt, st.EtcdSnapshots = &at, []time.Time{at}
+					st.EtcdSnapshotAt, st.EtcdSnapshots = &at, f.kept[name]
 				}
 				st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestore)
 				if !f.noCopies[name] {
 					st.Capabilities = append(st.Capabilities, v1.CapabilityEtcdRestoreFromController)
 				}
 				f.restore(name, role, &st, agent, url)
+				if f.copying.Load() && !f.noCopies[name] {
+					f.sendCopy(name, agent, url)
+				}
 			}
 			f.mu.Unlock()
 		}
@@ -860,6 +876,31 @@ func (f *fleet) restore(name string, role v1.Role, st *v1.Status, agent *http.Cl
 		}
 	}
 	st.EtcdRestored = f.restored[name]
+}
+
+// sendCopy sends the master's newest snapshot to the controller, once,
+// if the controller takes it (GET the list, then PUT), as an agent does.
+func (f *fleet) sendCopy(name string, agent *http.Client, url string) {
+	at, ok := f.saved[name]
+	if !ok || at.Equal(f.sent[name]) {
+		return
+	}
+	var list v1.EtcdSnapshotCopyList
+	if code, err := call(agent, "GET", url+v1.PathNodeEtcdSnapshots, nil, &list); err != nil || code != http.StatusOK {
+		return
+	}
+	if at.After(list.NextAfter) {
+		req, err := http.NewRequest("PUT", url+v1.EtcdSnapshotCopyPath(at), bytes.NewReader(f.copy))
+		if err != nil {
+			return
+		}
+		resp, err := agent.Do(req)
+		if err != nil {
+			return
+		}
+		resp.Body.Close()
+	}
+	f.sent[name] = at
 }
 
 // fetch is the body of a 200 answer to GET url.

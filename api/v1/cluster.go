@@ -396,7 +396,10 @@ type ClusterStatus struct {
 	// EtcdSnapshotCopies are the copies the controller keeps of the
 	// masters' etcd snapshots, oldest first (GET only).
 	EtcdSnapshotCopies []EtcdSnapshotCopy `json:"etcdSnapshotCopies,omitempty"`
-	CreatedAt          time.Time          `json:"createdAt"`
+	// EtcdSnapshotRequest is the newest snapshot asked for by hand
+	// (POST PathClusters/{name}/etcd-snapshot), running or ended.
+	EtcdSnapshotRequest *EtcdSnapshotRequest `json:"etcdSnapshotRequest,omitempty"`
+	CreatedAt           time.Time            `json:"createdAt"`
 }
 
 // Condition is one aspect of a cluster's state, Kubernetes-style.
@@ -526,6 +529,8 @@ const (
 	OperationImport     OperationKind = "import"
 	OperationUpgrade    OperationKind = "upgrade"
 	OperationRestore    OperationKind = "restore"
+	// OperationEtcdSnapshot is a snapshot asked for by hand.
+	OperationEtcdSnapshot OperationKind = "etcd-snapshot"
 )
 
 // Operation states.

@@ -66,6 +66,25 @@ type EtcdSnapshotCopy struct {
 	Bytes   int64     `json:"bytes"`
 }
 
+// EtcdSnapshotRequest is an etcd snapshot asked for by hand (POST
+// PathClusters/{name}/etcd-snapshot): every master takes one, and the
+// first taken after the request, as the masters' clocks tell, answers it
+// once the controller keeps a copy of it (when the masters' agents send
+// copies; older ones do not).
+type EtcdSnapshotRequest struct {
+	AskedAt time.Time `json:"askedAt"`
+	By      string    `json:"by"`
+	// TakenAt and Master name the snapshot that answered it, and Copied
+	// says the controller keeps a copy (EtcdSnapshotCopies).
+	TakenAt time.Time `json:"takenAt,omitzero"`
+	Master  string    `json:"master,omitempty"`
+	Copied  bool      `json:"copied,omitempty"`
+	// FinishedAt is zero while the masters are at it; Error says why
+	// it failed.
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
 // EtcdSnapshotCopyList answers GET PathNodeEtcdSnapshots: the copies the
 // controller keeps of the node's cluster's snapshots, oldest first, and
 // which it takes next.

@@ -82,6 +82,7 @@ Every API but enrollment requires a client certificate from the CA.`,
 	f.DurationVar(&cfg.RetryBase, "retry-base", cluster.DefaultRetryBase, "first retry delay of a failed vCenter step (doubles per attempt)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", cluster.DefaultMaxAttempts, "attempts of a vCenter step before its node is marked failed")
 	f.DurationVar(&cfg.LeaveTimeout, "leave-timeout", cluster.DefaultLeaveTimeout, "how long a removed node has to leave its cluster before its VM is powered off anyway")
+	f.DurationVar(&cfg.EtcdSnapshotTimeout, "etcd-snapshot-timeout", cluster.DefaultSnapshotTimeout, "how long a cluster's masters have to take and copy an etcd snapshot asked for by hand (harmonyctl cluster snapshot)")
 	f.DurationVar(&cfg.UpgradeNodeTimeout, "upgrade-node-timeout", cluster.DefaultUpgradeNodeTimeout, "how long a VM that replaces another in an upgrade has to report Ready before the replacement is rolled back")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

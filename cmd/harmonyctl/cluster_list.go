@@ -91,6 +91,10 @@ func clusterGetCommand(g *globals) *cobra.Command {
 						fmt.Fprintf(w, "%s\t%d\n", c.TakenAt.UTC().Format(time.RFC3339), c.Bytes)
 					}
 				}
+				if r := cl.Status.EtcdSnapshotRequest; r != nil {
+					fmt.Fprintln(w)
+					fmt.Fprintf(w, "ETCD SNAPSHOT ASKED:\t%s by %s: %s\n", r.AskedAt.Local().Format(time.DateTime), r.By, snapshotAnswer(r))
+				}
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "TIME\tTYPE\tREASON\tMESSAGE")
 				for _, e := range cl.Status.Events {
@@ -101,4 +105,17 @@ func clusterGetCommand(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	return cmd
+}
+
+// snapshotAnswer says what became of a snapshot asked for by hand.
+func snapshotAnswer(r *v1.EtcdSnapshotRequest) string {
+	switch {
+	case r.Error != "":
+		return "failed: " + r.Error
+	case r.FinishedAt.IsZero():
+		return "the masters are taking it"
+	case r.Copied:
+		return fmt.Sprintf("%s took it at %s; the controller keeps a copy", r.Master, r.TakenAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s took it at %s; no copy on the controller", r.Master, r.TakenAt.UTC().Format(time.RFC3339))
 }

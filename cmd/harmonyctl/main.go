@@ -58,7 +58,7 @@ credential.`,
 	image.AddCommand(imageImportCommand(g), imageListCommand(g))
 	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, upgrade, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
-		clusterUpgradeCommand(g), clusterRestoreCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
+		clusterUpgradeCommand(g), clusterRestoreCommand(g), clusterSnapshotCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
 		clusterGrantCommand(g), clusterRevokeCommand(g), clusterRevokeSessionsCommand(g))
 	user := &cobra.Command{Use: "user", Short: "Manage users: local ones, and the directory users who signed in (admins only)"}
 	user.AddCommand(userAddCommand(g), userListCommand(g), userDeleteCommand(g), userPasswdCommand(g),

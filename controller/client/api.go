@@ -202,6 +202,11 @@ func (c *Client) UpgradeCluster(ctx context.Context, name string, req v1.Upgrade
 	return c.doOperation(ctx, "POST", clusterPath(name, "/upgrade"), req)
 }
 
+// SnapshotCluster asks the cluster's masters for an etcd snapshot now.
+func (c *Client) SnapshotCluster(ctx context.Context, name string) (*v1.Operation, error) {
+	return c.doOperation(ctx, "POST", clusterPath(name, "/etcd-snapshot"), nil)
+}
+
 // RestoreCluster starts an etcd restore from a master's snapshot.
 func (c *Client) RestoreCluster(ctx context.Context, name string, req v1.RestoreRequest) (*v1.Operation, error) {
 	return c.doOperation(ctx, "POST", clusterPath(name, "/restore"), req)

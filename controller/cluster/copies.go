@@ -42,6 +42,9 @@ func (s *Service) SnapshotCopies(node string) (etcdcopies.Cluster, etcdcopies.Ru
 		}
 		c = etcdcopies.Cluster{Name: rec.Spec.Name, UID: rec.UID}
 		rule = etcdcopies.Rule{Keep: sched.Keep, Gap: sched.Interval / 2}
+		if r := rec.EtcdSnapshot; r.running() {
+			rule.Want = r.After
+		}
 		return nil
 	})
 	return c, rule, err

@@ -109,6 +109,14 @@ func (e *engine) run(name string, kicked chan struct{}) {
 		if err != nil && e.ctx.Err() == nil {
 			e.cfg.Log.Warn("cluster pass failed", "cluster", name, "err", err, "retry_in", wait)
 		}
+		// Apart from the pass: a snapshot needs the agents, not vCenter.
+		snap, err := e.driveSnapshot(name)
+		if err != nil && e.ctx.Err() == nil {
+			e.cfg.Log.Warn("etcd snapshot request", "cluster", name, "err", err)
+		}
+		if snap > 0 && (done || snap < wait) {
+			wait, done = snap, false
+		}
 		if done {
 			e.mu.Lock()
 			select {
@@ -427,7 +435,8 @@ func (e *engine) finishOperations(cluster string, gen int64, state, msg string) 
 			return err
 		}
 		for _, op := range ops {
-			if op.Cluster != cluster || op.State != v1.OperationRunning || gen != 0 && op.Generation > gen {
+			// A snapshot asked for by hand ends on its own (driveSnapshot).
+			if op.Cluster != cluster || op.State != v1.OperationRunning || gen != 0 && (op.Generation > gen || op.Kind == v1.OperationEtcdSnapshot) {
 				continue
 			}
 			op.State, op.Message, op.FinishedAt = state, msg, now

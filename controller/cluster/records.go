@@ -32,6 +32,9 @@ type record struct {
 	Upgrade *upgradeRecord `json:"upgrade,omitempty"`
 	// Restore is the newest etcd restore, running or finished.
 	Restore *restoreRecord `json:"restore,omitempty"`
+	// EtcdSnapshot is the newest etcd snapshot asked for by hand,
+	// running or ended.
+	EtcdSnapshot *snapshotRequest `json:"etcdSnapshot,omitempty"`
 }
 
 // Workflow steps of a machine, in order. Each is recorded once done.

@@ -84,7 +84,12 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 		replaced := ""
 		if cur.Restore.running() {
 			replaced = fmt.Sprintf("; it replaces restore %s, which had not finished", cur.Restore.ID)
-			if err := failRestoreOperations(tx, name, "replaced by restore "+id, now); err != nil {
+			if err := endOperations(tx, name, v1.OperationRestore, v1.OperationFailed, "replaced by restore "+id, now); err != nil {
+				return "", err
+			}
+		}
+		if cur.EtcdSnapshot.running() {
+			if err := endSnapshotRequest(tx, cur, "etcd restore "+id+" began", now); err != nil {
 				return "", err
 			}
 		}
@@ -99,18 +104,17 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 	})
 }
 
-// failRestoreOperations ends the running restore operations of a cluster
-// as failed: a new restore replaced theirs.
-func failRestoreOperations(tx *store.Tx, cluster, msg string, now time.Time) error {
+// endOperations ends the running operations of a kind of a cluster.
+func endOperations(tx *store.Tx, cluster string, kind v1.OperationKind, state, msg string, now time.Time) error {
 	ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
 	if err != nil {
 		return err
 	}
 	for _, o := range ops {
-		if o.Cluster != cluster || o.Kind != v1.OperationRestore || o.State != v1.OperationRunning {
+		if o.Cluster != cluster || o.Kind != kind || o.State != v1.OperationRunning {
 			continue
 		}
-		o.State, o.Message, o.FinishedAt = v1.OperationFailed, msg, now
+		o.State, o.Message, o.FinishedAt = state, msg, now
 		if err := tx.Put(store.Operations, o.ID, o); err != nil {
 			return err
 		}

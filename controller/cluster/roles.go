@@ -152,13 +152,17 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 // spec's settings and, while an upgrade runs, the snapshot it asks for
 // (checkSnapshots); nothing for an agent that does not take them.
 func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
-	switch {
-	case !takes:
+	if !takes {
 		return nil, time.Time{}
-	case c.Upgrade.running():
-		return c.Spec.EtcdSnapshots, c.Upgrade.StartedAt
 	}
-	return c.Spec.EtcdSnapshots, time.Time{}
+	var since time.Time
+	if c.Upgrade.running() {
+		since = c.Upgrade.StartedAt
+	}
+	if r := c.EtcdSnapshot; r.running() {
+		since = later(since, r.since())
+	}
+	return c.Spec.EtcdSnapshots, since
 }
 
 // StatusReported gives a cluster's nodes their roles again when a

@@ -78,6 +78,9 @@ type Config struct {
 	// snapshots: a cluster deleted with purge loses them too, as its
 	// data disks. Nil: none are kept.
 	Copies *etcdcopies.Store
+	// SnapshotTimeout is how long the masters have to take and copy an
+	// etcd snapshot asked for by hand; default DefaultSnapshotTimeout.
+	SnapshotTimeout time.Duration
 }
 
 // Service creates, changes and deletes clusters.
@@ -118,6 +121,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.UpgradeNodeTimeout == 0 {
 		cfg.UpgradeNodeTimeout = DefaultUpgradeNodeTimeout
+	}
+	if cfg.SnapshotTimeout == 0 {
+		cfg.SnapshotTimeout = DefaultSnapshotTimeout
 	}
 	if cfg.UpgradeNodeTimeout < 0 {
 		return nil, fmt.Errorf("upgrade node timeout %s: want a positive duration", cfg.UpgradeNodeTimeout)
@@ -542,6 +548,8 @@ func reasonOfOperation(kind v1.OperationKind) string {
 		return "Upgrade"
 	case v1.OperationRestore:
 		return "Restore"
+	case v1.OperationEtcdSnapshot:
+		return "EtcdSnapshot"
 	}
 	return string(kind)
 }

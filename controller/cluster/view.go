@@ -180,6 +180,10 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 			pending = true
 		}
 	}
+	if r := rec.EtcdSnapshot; r != nil {
+		req := r.EtcdSnapshotRequest
+		view.Status.EtcdSnapshotRequest = &req
+	}
 	if u := rec.Upgrade; u != nil {
 		view.Status.Upgrade = upgradeView(rec, machines)
 	}

@@ -54,6 +54,10 @@ type Rule struct {
 	// be copied: every master sends its snapshots, and one of each
 	// interval is enough.
 	Gap time.Duration
+	// Want, when set, asks for a copy of a snapshot taken after it,
+	// whatever the gap, until one is kept: the answer to a snapshot
+	// asked for by hand.
+	Want time.Time
 }
 
 // NotWantedError refuses a copy older than the rule asks for.
@@ -124,7 +128,12 @@ func nextAfter(items []v1.EtcdSnapshotCopy, rule Rule) time.Time {
 	if len(items) == 0 {
 		return time.Time{}
 	}
-	return items[len(items)-1].TakenAt.Add(rule.Gap)
+	newest := items[len(items)-1].TakenAt
+	next := newest.Add(rule.Gap)
+	if !rule.Want.IsZero() && !newest.After(rule.Want) && rule.Want.Before(next) {
+		next = rule.Want
+	}
+	return next
 }
 
 // Put copies the snapshot taken at takenAt from body, when rule wants it

@@ -140,3 +140,45 @@ func TestACopyLeavesTheDiskATenthFree(t *testing.T) {
 		t.Errorf("the cluster's directory holds %v, want the small copy alone", entries)
 	}
 }
+
+// A snapshot asked for by hand (Rule.Want) is copied although the gap
+// would refuse it, once: the next within the gap is refused again.
+func TestAWantedSnapshotIsCopiedWhateverTheGap(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	data := testutil.EtcdSnapshot(t, 1)
+	put := func(at time.Time, rule Rule) error {
+		_, err := s.Put(c, at, bytes.NewReader(data), int64(len(data)), rule)
+		return err
+	}
+	scheduled := Rule{Keep: 5, Gap: 6 * time.Hour}
+	if err := put(t0, scheduled); err != nil {
+		t.Fatal(err)
+	}
+	var notWanted *NotWantedError
+	if err := put(t0.Add(time.Minute), scheduled); !errors.As(err, &notWanted) {
+		t.Fatalf("a copy within the gap: %v, want it not wanted", err)
+	}
+	asked := scheduled
+	asked.Want = t0.Add(2 * time.Minute)
+	if err := put(t0.Add(time.Minute), asked); !errors.As(err, &notWanted) {
+		t.Errorf("a copy taken before the one wanted: %v, want it not wanted", err)
+	}
+	list, err := s.List(c, asked)
+	if err != nil || !list.NextAfter.Equal(asked.Want) {
+		t.Fatalf("next after %s (%v), want %s", list.NextAfter, err, asked.Want)
+	}
+	if err := put(t0.Add(3*time.Minute), asked); err != nil {
+		t.Fatalf("the copy wanted: %v", err)
+	}
+	if err := put(t0.Add(4*time.Minute), asked); !errors.As(err, &notWanted) {
+		t.Errorf("a second copy after the one wanted: %v, want it not wanted", err)
+	}
+	if list, err := s.List(c, asked); err != nil || len(list.Items) != 2 || !list.NextAfter.Equal(t0.Add(3*time.Minute+6*time.Hour)) {
+		t.Errorf("copies %+v, next after %s (%v), want two and the gap after the second", list.Items, list.NextAfter, err)
+	}
+}
