@@ -54,7 +54,8 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
 	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout))
-	copied, err := c.copies.Put(cl, takenAt, r.Body, r.ContentLength, rule)
+	body := &bodyReader{r: r.Body}
+	copied, err := c.copies.Put(cl, takenAt, body, r.ContentLength, rule)
 	var notWanted *etcdcopies.NotWantedError
 	var tooBig *http.MaxBytesError
 	switch {
@@ -62,6 +63,13 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 		return refuse(http.StatusConflict, v1.CodeConflict, "%v", err)
 	case errors.As(err, &tooBig):
 		return badInput(err)
+	case body.err != nil:
+		// The master went away mid-way (it tries again later): its
+		// doing, not a failure of the controller's.
+		c.log.Warn("etcd snapshot copy broke off", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "err", body.err)
+		e := refuse(http.StatusBadRequest, v1.CodeBadRequest, "the snapshot's body broke off: %v", body.err)
+		e.field = "body"
+		return e
 	case errors.Is(err, etcdcopies.ErrNoRoom):
 		return refuse(http.StatusRequestEntityTooLarge, v1.CodeBodyTooLarge, "%v", err)
 	case errors.Is(err, etcdcopies.ErrBadSnapshot):
@@ -72,8 +80,26 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 		return internalError("etcd snapshot copy", err)
 	}
 	c.log.Info("etcd snapshot copied", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", copied.Bytes)
+	if err := c.clusters.SnapshotCopied(cl, who.name, takenAt); err != nil {
+		// The copy is kept; the request's pass finds it, if not whose.
+		c.log.Warn("etcd snapshot request not told of the copy", "cluster", cl.Name, "node", who.name, "err", err)
+	}
 	writeJSON(w, http.StatusCreated, copied)
 	return nil
+}
+
+// bodyReader remembers why reading a request's body failed.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
 }
 
 // handleGetEtcdSnapshotCopy sends a master the controller's copy of its

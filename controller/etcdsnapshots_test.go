@@ -2,10 +2,13 @@ package controller
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +110,28 @@ func TestMastersCopyEtcdSnapshotsToTheController(t *testing.T) {
 		r.wantStatus(t, http.StatusBadRequest, v1.CodeBadRequest)
 		if r.err.Field != "body" {
 			t.Errorf("%s: field %q, want body (%s)", name, r.err.Field, r.err.Message)
+		}
+	}
+	// A master that goes away mid-way: its doing, not the controller's
+	// failure, and nothing is kept.
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write(good[:4096])
+		pw.CloseWithError(errors.New("the master went away"))
+	}()
+	req, err := http.NewRequest("PUT", at(t0), pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := nodes["cp-m1"].Do(req); err == nil {
+		resp.Body.Close()
+	}
+	waitFor(t, "the controller noting the copy that broke off", func() bool {
+		return strings.Contains(e.tc.logs.String(), "etcd snapshot copy broke off")
+	})
+	for _, line := range strings.Split(e.tc.logs.String(), "\n") {
+		if strings.Contains(line, "request failed") && strings.Contains(line, v1.PathNodeEtcdSnapshots) {
+			t.Errorf("a copy that broke off, logged as the controller's failure: %s", line)
 		}
 	}
 	if l := list(nodes["cp-m1"]); len(l.Items) != 0 || !l.NextAfter.IsZero() {

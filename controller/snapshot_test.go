@@ -92,6 +92,9 @@ func TestAnEtcdSnapshotTakenWhenAsked(t *testing.T) {
 		t.Errorf("copies %+v, want the first (%s) and the one asked for (%s)", copies, first.TakenAt, req.TakenAt)
 	}
 	fl.mu.Lock()
+	if sender := fl.keptFrom[req.TakenAt]; req.Master != sender {
+		t.Errorf("the request names %s as the snapshot's master; %s sent the copy", req.Master, sender)
+	}
 	for _, m := range masters {
 		if fl.saved[m].Before(asked) {
 			t.Errorf("%s's newest snapshot is of %s, before the request (%s): its role did not ask", m, fl.saved[m], asked)
@@ -120,7 +123,7 @@ func TestAnEtcdSnapshotTakenWhenAsked(t *testing.T) {
 		t.Errorf("the failed request: %+v", req)
 	}
 
-	// A restore ends a request that runs.
+	// A restore ends a request that runs (the masters still fail theirs).
 	op = start()
 	restore := doJSON(t, e.tc.admin, "POST", e.tc.url+v1.PathClusters+"/sn/restore", v1.RestoreRequest{})
 	if restore.status != http.StatusAccepted {
@@ -133,5 +136,12 @@ func TestAnEtcdSnapshotTakenWhenAsked(t *testing.T) {
 	restore.decode(t, &rop)
 	if rop = e.waitOp(rop.ID); rop.State != v1.OperationSucceeded {
 		t.Errorf("the restore: %s: %s", rop.State, rop.Message)
+	}
+
+	// So does a delete.
+	op = start()
+	e.do("DELETE", v1.PathClusters+"/sn", nil)
+	if op = e.waitOp(op.ID); op.State != v1.OperationFailed || !strings.Contains(op.Message, "the cluster is deleted") {
+		t.Errorf("a snapshot request of a deleted cluster: %s: %s", op.State, op.Message)
 	}
 }

@@ -82,11 +82,12 @@ type fleet struct {
 	// copying: masters send their newest snapshot to the controller
 	// when it takes it, as agents do (copy holds its bytes, sent when
 	// each was last sent).
-	copying atomic.Bool
-	copy    []byte
-	sent    map[string]time.Time
-	stop    context.CancelFunc
-	done    chan struct{}
+	copying  atomic.Bool
+	copy     []byte
+	sent     map[string]time.Time
+	keptFrom map[time.Time]string // who sent the copy the controller kept
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
@@ -99,7 +100,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{}, kept: map[string][]time.Time{},
 		restored: map[string]string{}, unrestorable: map[string]bool{},
 		noCopies: map[string]bool{}, fetched: map[string][]byte{}, toldToFetch: map[string]bool{},
-		copy: htest.EtcdSnapshot(e.t, 1), sent: map[string]time.Time{},
+		copy: htest.EtcdSnapshot(e.t, 1), sent: map[string]time.Time{}, keptFrom: map[time.Time]string{},
 		stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
@@ -899,6 +900,9 @@ func (f *fleet) sendCopy(name string, agent *http.Client, url string) {
 			return
 		}
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated {
+			f.keptFrom[at] = name
+		}
 	}
 	f.sent[name] = at
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,13 +43,15 @@ func (l *labUnderTest) configMapValue(t *testing.T, name string) (string, error)
 	return strings.TrimSpace(string(out)), err
 }
 
-// checkRestore: a snapshot an admin saves with etcdctl on a master's data
-// disk, beside the agent's own and named as they are, restores the
-// cluster through harmonyctl's API: a ConfigMap changed after it is back
-// as it was, one made after it is gone, etcd is the three masters in a
-// new cluster, each master's old state is kept and its control plane
-// restarted, the API takes writes through the VIP again, and a controller
-// manager and scheduler of after the restore lead.
+// checkRestore: a snapshot asked for through harmonyctl's API (cluster
+// snapshot) is taken by every master and copied to the controller; the
+// masters then lose it, as with their datastore, and the controller's
+// copy restores the cluster (cluster restore --from-controller), the
+// source fetching it: a ConfigMap changed after it is back as it was, one
+// made after it is gone, etcd is the three masters in a new cluster, each
+// master's old state is kept and its control plane restarted, the API
+// takes writes through the VIP again, and a controller manager and
+// scheduler of after the restore lead.
 func (l *labUnderTest) checkRestore(t *testing.T) {
 	ctx := context.Background()
 	masters := l.masters(t)
@@ -56,19 +59,39 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 	if out, err := l.kubectl(t, "", "create", "configmap", "restore-kept", "--from-literal=v=before"); err != nil {
 		t.Fatalf("kubectl create configmap: %v: %s", err, out)
 	}
-	taken := time.Now().UTC().Truncate(time.Second)
-	path := etcd.DefaultDataDir + "/" + etcd.SnapshotDir + "/" + etcdsnapshot.Name(taken)
-	if out, err := l.etcdctl(t, source, "snapshot", "save", path); err != nil {
-		t.Fatalf("%s: etcdctl snapshot save: %v: %s", source.Name, err, out)
+	asked := time.Now().UTC().Truncate(time.Second)
+	op, err := l.ctl.SnapshotCluster(ctx, lab.ClusterName)
+	l.waitOperation(t, op, err)
+	cl := l.cluster(t)
+	req := cl.Status.EtcdSnapshotRequest
+	if req == nil || !req.Copied || req.TakenAt.Before(asked) {
+		t.Fatalf("the snapshot asked at %s: %+v, want one taken since, copied to the controller", asked.Format(time.RFC3339), req)
 	}
-	testutil.Eventually(t, 2*time.Minute, source.Name+" reporting the saved snapshot", func() bool {
-		for _, n := range l.cluster(t).Status.Nodes {
-			if n.Name == source.Name {
-				return n.EtcdSnapshotAt != nil && n.EtcdSnapshotAt.Equal(taken)
-			}
+	taken := req.TakenAt
+	for _, n := range cl.Status.Nodes {
+		if n.Role == v1.RoleMaster && (n.EtcdSnapshotAt == nil || n.EtcdSnapshotAt.Before(asked)) {
+			t.Errorf("%s's newest snapshot is of %v, before the request (%s)", n.Name, n.EtcdSnapshotAt, asked.Format(time.RFC3339))
 		}
-		return false
-	})
+	}
+	copied := v1.EtcdSnapshotCopy{TakenAt: taken}
+	for _, c := range cl.Status.EtcdSnapshotCopies {
+		if c.TakenAt.Equal(taken) {
+			copied = c
+		}
+	}
+	if held := l.holdingCopy(t, copied, masters); !slices.Contains(held, req.Master) {
+		t.Errorf("masters holding the snapshot answered (%s's): %v", req.Master, held)
+	}
+	// The masters lose it, as with their datastore: only the controller's
+	// copy is left, which the source fetches.
+	for _, m := range masters {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := l.body(t, m.Name).Output(ctx, "rm", "-f", etcd.DefaultDataDir+"/"+etcd.SnapshotDir+"/"+etcdsnapshot.Name(taken))
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: rm: %v: %s", m.Name, err, out)
+		}
+	}
 	before := l.clusterID(t, source)
 	if out, err := l.kubectl(t, "", "patch", "configmap", "restore-kept", "-p", `{"data":{"v":"changed"}}`); err != nil {
 		t.Fatalf("kubectl patch configmap: %v: %s", err, out)
@@ -78,9 +101,12 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 	}
 
 	start := time.Now()
-	op, err := l.ctl.RestoreCluster(ctx, lab.ClusterName, v1.RestoreRequest{Source: source.Name, SnapshotTakenAt: &taken})
+	op, err = l.ctl.RestoreCluster(ctx, lab.ClusterName, v1.RestoreRequest{Source: source.Name, SnapshotTakenAt: &taken, FromController: true})
 	l.waitOperation(t, op, err)
-	t.Logf("restore from %s's snapshot of %s took %s", source.Name, taken.Format(time.RFC3339), time.Since(start).Round(time.Second))
+	t.Logf("restore from the controller's copy of the snapshot of %s, through %s, took %s", taken.Format(time.RFC3339), source.Name, time.Since(start).Round(time.Second))
+	if held := l.holdingCopy(t, copied, []v1.ClusterNode{source}); len(held) != 1 {
+		t.Errorf("%s holds no fetched copy of the snapshot of %s", source.Name, taken.Format(time.RFC3339))
+	}
 
 	l.checkMembers(t, l.masters(t))
 	after := l.clusterID(t, source)

@@ -384,6 +384,11 @@ func (s *Service) Delete(name string, purge bool, by string) (v1.Operation, erro
 		if rec.Upgrade.running() {
 			rec.Upgrade.State, rec.Upgrade.Message, rec.Upgrade.FinishedAt = v1.UpgradeAborted, "the cluster is deleted", s.cfg.Now().UTC()
 		}
+		if rec.EtcdSnapshot.running() {
+			if err := endSnapshotRequest(tx, rec, "the cluster is deleted", s.cfg.Now().UTC()); err != nil {
+				return "", err
+			}
+		}
 		machines, err := loadMachines(tx, name)
 		if err != nil {
 			return "", err

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -195,7 +196,7 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 	}
 	why := ""
 	switch {
-	case rec.Deleting:
+	case rec.Deleting: // Delete ends it; a record of before that did not
 		why = "the cluster is being deleted"
 	case !answerSnapshotRequest(&r, machines, statuses, copies, e.cfg.Copies != nil):
 		waited := e.cfg.Now().Sub(r.AskedAt)
@@ -209,6 +210,9 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 		cur, err := loadCluster(tx, name)
 		if err != nil || !cur.EtcdSnapshot.running() || !cur.EtcdSnapshot.AskedAt.Equal(r.AskedAt) {
 			return err
+		}
+		if a := cur.EtcdSnapshot; a.Copied { // SnapshotCopied answered meanwhile
+			r.TakenAt, r.Master, r.Copied, why = a.TakenAt, a.Master, true, ""
 		}
 		cur.EtcdSnapshot = &r
 		if err := endSnapshotRequest(tx, cur, why, now); err != nil {
@@ -231,11 +235,39 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 	return 0, nil
 }
 
+// SnapshotCopied hears that the controller now keeps a copy of node's
+// snapshot taken at takenAt: the answer to the cluster's snapshot
+// request, if it runs and the copy answers it. Only the sender knows
+// whose it is: masters asked at once name theirs to the same second.
+func (s *Service) SnapshotCopied(c etcdcopies.Cluster, node string, takenAt time.Time) error {
+	answered := false
+	err := s.cfg.Store.Update(func(tx *store.Tx) error {
+		rec, err := s.load(tx, c.Name)
+		if err != nil || rec.UID != c.UID {
+			return err
+		}
+		r := rec.EtcdSnapshot
+		if !r.running() || r.Copied || !r.answers(takenAt) {
+			return nil
+		}
+		r.TakenAt, r.Master, r.Copied = takenAt, node, true
+		answered = true
+		return tx.Put(store.Clusters, c.Name, rec)
+	})
+	if answered {
+		s.engine.kick(c.Name)
+	}
+	return err
+}
+
 // answerSnapshotRequest fills in r's answer and reports whether it has
 // one: the oldest copy on the controller that answers it, or, when no
 // master's agent sends copies, the oldest snapshot a master reports that
 // does.
 func answerSnapshotRequest(r *snapshotRequest, machines []machine, statuses map[string]v1.Status, copies []v1.EtcdSnapshotCopy, keepsCopies bool) bool {
+	if r.Copied { // SnapshotCopied said whose
+		return true
+	}
 	copying := false
 	var first time.Time
 	var firstBy string
@@ -253,16 +285,20 @@ func answerSnapshotRequest(r *snapshotRequest, machines []machine, statuses map[
 		if !r.answers(c.TakenAt) {
 			continue
 		}
+		// A copy SnapshotCopied did not hear of (the controller stopped
+		// in between): whose it is, if only one master has that time.
 		r.TakenAt, r.Copied, r.Master = c.TakenAt, true, ""
 		for _, m := range machines {
-			if slices.ContainsFunc(statuses[m.Name].EtcdSnapshots, c.TakenAt.Equal) {
-				r.Master = m.Name
+			if !slices.ContainsFunc(statuses[m.Name].EtcdSnapshots, c.TakenAt.Equal) {
+				continue
+			}
+			if r.Master != "" {
+				r.Master = ""
 				break
 			}
+			r.Master = m.Name
 		}
-		if r.Master == "" {
-			r.Master = "a master" // one that reported it no more: gone, or rebuilt
-		}
+		r.Master = cmp.Or(r.Master, "a master")
 		return true
 	}
 	if firstBy == "" || copying {

@@ -4,9 +4,6 @@ package kubeadm
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -28,7 +25,6 @@ import (
 	"github.com/harmonykaas/harmony/agent/service"
 	"github.com/harmonykaas/harmony/agent/service/servicetest"
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/ca"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -383,21 +379,26 @@ func checkGrantRBAC(t *testing.T, api *apiClient, cl *testCluster, superAdmin *t
 			time.Sleep(time.Second)
 		}
 	}
-	clusterCA, err := ca.Parse([]byte(cl.clusterCA.Certificate), []byte(cl.clusterCA.Key), time.Now())
+	clusterCA, err := pki.LoadCA(cl.clusterCA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	userCert := func(group string) *tls.Certificate {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		var org []string
+		if group != "" {
+			org = []string{group}
+		}
+		dir := t.TempDir()
+		cert, key := filepath.Join(dir, "user.crt"), filepath.Join(dir, "user.key")
+		if _, err := clusterCA.Ensure(cert, key, pki.Leaf{CommonName: v1.KubernetesUser("alice"), Organization: org,
+			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: v1.DefaultCredentialLifetime}); err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		leaf, err := clusterCA.Issue(ca.Leaf{CommonName: v1.KubernetesUser("alice"), Organization: group, PublicKey: &key.PublicKey,
-			Lifetime: v1.DefaultCredentialLifetime}, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
+		return &pair
 	}
 	configMap := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"grant-test"}}`
 	for _, tc := range []struct {
