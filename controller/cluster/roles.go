@@ -150,7 +150,8 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 
 // snapshotSettings is what a master's role says of etcd snapshots: the
 // spec's settings and, while an upgrade runs, the snapshot it asks for
-// (checkSnapshots); nothing for an agent that does not take them.
+// (checkSnapshots), or one asked for by hand (snapshotRequest.since),
+// the later if both; nothing for an agent that does not take them.
 func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
 	if !takes {
 		return nil, time.Time{}

@@ -162,8 +162,8 @@ func endSnapshotRequest(tx *store.Tx, cur *record, why string, now time.Time) er
 // driveSnapshot follows the cluster's running snapshot request: it ends
 // once the controller keeps a copy of a snapshot that answers it (or a
 // master reports one, when no master's agent sends copies), and fails
-// after SnapshotTimeout or when the cluster goes. It returns how soon to
-// look again; zero when nothing runs.
+// after SnapshotTimeout (a delete or a restore ends it as it starts). It
+// returns how soon to look again; zero when nothing runs.
 func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 	var rec *record
 	var machines []machine
@@ -195,10 +195,7 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 		copies = list.Items
 	}
 	why := ""
-	switch {
-	case rec.Deleting: // Delete ends it; a record of before that did not
-		why = "the cluster is being deleted"
-	case !answerSnapshotRequest(&r, machines, statuses, copies, e.cfg.Copies != nil):
+	if !answerSnapshotRequest(&r, machines, statuses, copies, e.cfg.Copies != nil) {
 		waited := e.cfg.Now().Sub(r.AskedAt)
 		if waited < e.cfg.SnapshotTimeout {
 			return leavePoll, nil
