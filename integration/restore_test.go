@@ -68,11 +68,17 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 		t.Fatalf("the snapshot asked at %s: %+v, want one taken since, copied to the controller", asked.Format(time.RFC3339), req)
 	}
 	taken := req.TakenAt
-	for _, n := range cl.Status.Nodes {
-		if n.Role == v1.RoleMaster && (n.EtcdSnapshotAt == nil || n.EtcdSnapshotAt.Before(asked)) {
-			t.Errorf("%s's newest snapshot is of %v, before the request (%s)", n.Name, n.EtcdSnapshotAt, asked.Format(time.RFC3339))
+	// The first answers; every master takes one in its next pass.
+	var late []string
+	testutil.Eventually(t, 2*time.Minute, "every master reporting a snapshot since the request", func() bool {
+		late = nil
+		for _, n := range l.cluster(t).Status.Nodes {
+			if n.Role == v1.RoleMaster && (n.EtcdSnapshotAt == nil || n.EtcdSnapshotAt.Before(asked)) {
+				late = append(late, fmt.Sprintf("%s: %v", n.Name, n.EtcdSnapshotAt))
+			}
 		}
-	}
+		return len(late) == 0
+	}, func() { t.Logf("masters whose newest snapshot is before %s: %q", asked.Format(time.RFC3339), late) })
 	copied := v1.EtcdSnapshotCopy{TakenAt: taken}
 	for _, c := range cl.Status.EtcdSnapshotCopies {
 		if c.TakenAt.Equal(taken) {
