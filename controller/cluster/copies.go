@@ -8,6 +8,16 @@ import (
 	"github.com/harmonykaas/harmony/controller/store"
 )
 
+// copiesOf lists the copies the controller keeps of rec's etcd
+// snapshots, oldest first; none when it keeps none.
+func (c *Config) copiesOf(rec *record) ([]v1.EtcdSnapshotCopy, error) {
+	if c.Copies == nil {
+		return nil, nil
+	}
+	list, err := c.Copies.List(etcdcopies.Cluster{Name: rec.Spec.Name, UID: rec.UID}, etcdcopies.Rule{})
+	return list.Items, err
+}
+
 // SnapshotCopies says whose copies of etcd snapshots node sends or reads,
 // and the rule they are kept by: node must be a master, not leaving, of
 // a cluster that takes snapshots (else NotFound: a worker has none). The

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/randstr"
 )
@@ -58,12 +57,12 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 		return v1.Operation{}, err
 	}
 	var copies []time.Time
-	if req.FromController && s.cfg.Copies != nil {
-		list, err := s.cfg.Copies.List(etcdcopies.Cluster{Name: name, UID: rec.UID}, etcdcopies.Rule{})
+	if req.FromController {
+		list, err := s.cfg.copiesOf(rec)
 		if err != nil {
 			return v1.Operation{}, err
 		}
-		for _, c := range list.Items {
+		for _, c := range list {
 			copies = append(copies, c.TakenAt)
 		}
 	}

@@ -52,13 +52,9 @@ func (s *Service) SnapshotEtcd(name, by string) (v1.Operation, error) {
 	if err != nil {
 		return v1.Operation{}, err
 	}
-	var copies []v1.EtcdSnapshotCopy
-	if s.cfg.Copies != nil {
-		list, err := s.cfg.Copies.List(etcdcopies.Cluster{Name: name, UID: rec.UID}, etcdcopies.Rule{})
-		if err != nil {
-			return v1.Operation{}, err
-		}
-		copies = list.Items
+	copies, err := s.cfg.copiesOf(rec)
+	if err != nil {
+		return v1.Operation{}, err
 	}
 	known, err := checkSnapshotRequest(rec, machines, statuses, copies)
 	if err != nil {
@@ -186,13 +182,9 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 		return 0, err
 	}
 	r := *rec.EtcdSnapshot
-	var copies []v1.EtcdSnapshotCopy
-	if e.cfg.Copies != nil {
-		list, err := e.cfg.Copies.List(etcdcopies.Cluster{Name: name, UID: rec.UID}, etcdcopies.Rule{})
-		if err != nil {
-			return leavePoll, err
-		}
-		copies = list.Items
+	copies, err := e.cfg.copiesOf(rec)
+	if err != nil {
+		return leavePoll, err
 	}
 	why := ""
 	if !answerSnapshotRequest(&r, machines, statuses, copies, e.cfg.Copies != nil) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
-	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
@@ -71,12 +70,8 @@ func (s *Service) Get(ctx context.Context, name string) (v1.Cluster, error) {
 		view.Status.Conditions = append(view.Status.Conditions, v1.Condition{Type: "VCenterReachable", Status: "False",
 			Reason: "ReadFailed", Message: vcErr.Error(), LastTransitionTime: s.cfg.Now().UTC()})
 	}
-	if s.cfg.Copies != nil {
-		copies, err := s.cfg.Copies.List(etcdcopies.Cluster{Name: name, UID: rec.UID}, etcdcopies.Rule{})
-		if err != nil {
-			return v1.Cluster{}, err
-		}
-		view.Status.EtcdSnapshotCopies = copies.Items
+	if view.Status.EtcdSnapshotCopies, err = s.cfg.copiesOf(rec); err != nil {
+		return v1.Cluster{}, err
 	}
 	return view, nil
 }
