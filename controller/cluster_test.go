@@ -236,6 +236,12 @@ func TestClusterLifecycle(t *testing.T) {
 	if len(vms) != 5 {
 		t.Fatalf("%d VMs in the cluster folder, want 5: %v", len(vms), keys(vms))
 	}
+	// The masters' data disks, in a folder named for the cluster and its
+	// UID, as the view names them.
+	disks := map[string]string{}
+	for _, n := range e.cluster("prod").Status.Nodes {
+		disks[n.Name] = n.DataDisk
+	}
 	var masterRefs []types.ManagedObjectReference
 	for name, vm := range vms {
 		master := strings.Contains(name, "-m")
@@ -275,8 +281,9 @@ func TestClusterLifecycle(t *testing.T) {
 		if master {
 			want = 1
 		}
-		if len(dataDisks) != want || want == 1 && dataDisks[0] != "[LocalDS_0] harmony-data/prod/"+name+".vmdk" {
-			t.Errorf("%s: data disks %v", name, dataDisks)
+		if len(dataDisks) != want || want == 1 && (dataDisks[0] != disks[name] || !strings.HasPrefix(disks[name], "[LocalDS_0] harmony-data/prod-") ||
+			!strings.HasSuffix(disks[name], "/"+name+".vmdk")) {
+			t.Errorf("%s: data disks %v, the view's %q", name, dataDisks, disks[name])
 		}
 	}
 	e.assertAntiAffinity("harmony-prod-masters", masterRefs)
@@ -332,7 +339,7 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatalf("after delete: %v", keys(vms))
 	}
 	for _, n := range []string{"prod-m1", "prod-m2", "prod-m3"} {
-		if !e.dataDiskExists("[LocalDS_0] harmony-data/prod/" + n + ".vmdk") {
+		if !e.dataDiskExists(disks[n]) {
 			t.Errorf("data disk of %s was destroyed with the cluster", n)
 		}
 	}
@@ -345,12 +352,43 @@ func TestClusterLifecycle(t *testing.T) {
 func TestClusterDeletePurgeRemovesDataDisks(t *testing.T) {
 	e := newClusterEnv(t)
 	e.do("POST", v1.PathClusters, e.spec("tmp", 1, 0))
-	if !e.dataDiskExists("[LocalDS_0] harmony-data/tmp/tmp-m1.vmdk") {
-		t.Fatal("no data disk after create")
+	disk := e.cluster("tmp").Status.Nodes[0].DataDisk
+	if disk == "" || !e.dataDiskExists(disk) {
+		t.Fatalf("no data disk after create (the view says %q)", disk)
 	}
 	e.do("DELETE", v1.PathClusters+"/tmp?purge=true", nil)
-	if e.dataDiskExists("[LocalDS_0] harmony-data/tmp/tmp-m1.vmdk") {
+	if e.dataDiskExists(disk) {
 		t.Fatal("purge kept the data disk")
+	}
+}
+
+// A cluster made again under the name of one deleted without purge gets
+// disks of its own: the deleted one's stay as they are, holding its etcd
+// keyspace, which the new cluster must not start from, and the new
+// cluster's purge leaves them.
+func TestAClusterMadeAgainDoesNotTakeTheDeletedOnesDisks(t *testing.T) {
+	e := newClusterEnv(t)
+	diskOf := func() string {
+		t.Helper()
+		nodes := e.cluster("again").Status.Nodes
+		if len(nodes) != 1 || nodes[0].DataDisk == "" {
+			t.Fatalf("nodes %+v, want one master with a data disk", nodes)
+		}
+		return nodes[0].DataDisk
+	}
+	e.do("POST", v1.PathClusters, e.spec("again", 1, 0))
+	old := diskOf()
+	e.do("DELETE", v1.PathClusters+"/again", nil)
+	if !e.dataDiskExists(old) {
+		t.Fatalf("the deleted cluster's data disk %s went with it", old)
+	}
+	e.do("POST", v1.PathClusters, e.spec("again", 1, 0))
+	if disk := diskOf(); disk == old || !e.dataDiskExists(disk) {
+		t.Fatalf("the cluster made again has the data disk %s (exists: %v); the deleted one's is %s", disk, e.dataDiskExists(disk), old)
+	}
+	e.do("DELETE", v1.PathClusters+"/again?purge=true", nil)
+	if !e.dataDiskExists(old) {
+		t.Errorf("purging the cluster made again removed the deleted one's data disk %s", old)
 	}
 }
 

@@ -233,6 +233,7 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	e := newClusterEnv(t)
 	e.do("POST", v1.PathClusters, e.spec("heal", 1, 0))
 	before := e.vms("heal")["heal-m1"]
+	disk := e.cluster("heal").Status.Nodes[0].DataDisk
 	vm := object.NewVirtualMachine(e.vc.Client, before.Self)
 	ctx := context.Background()
 	if task, err := vm.PowerOff(ctx); err == nil {
@@ -276,7 +277,7 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	}
 	found := false
 	for _, d := range object.VirtualDeviceList(after.Config.Hardware.Device).SelectByType((*types.VirtualDisk)(nil)) {
-		found = found || diskFileName(d) == "[LocalDS_0] harmony-data/heal/heal-m1.vmdk"
+		found = found || disk != "" && diskFileName(d) == disk
 	}
 	if !found {
 		t.Fatal("the re-made VM lacks the surviving data disk")

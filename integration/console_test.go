@@ -296,6 +296,26 @@ func TestConsoleInABrowser(t *testing.T) {
 		shot(b, "upgrade-refused")
 		step(t, b, "upgrade cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
 
+		// Etcd: a row per master and one for the controller's copies, none
+		// yet. Without agents, a snapshot and a restore are refused, and the
+		// dialog says why; a restore first wants the cluster's name typed.
+		waitRows(t, b, `tr[data-snapshots]`, 4)
+		step(t, b, "snapshot refused", chromedp.Click(css(`#etcd-snapshot`)), chromedp.WaitVisible(css(`dialog #confirm`)), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`dialog #form-error:not(:empty)`)))
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`dialog #form-error`))); err != nil || !strings.Contains(msg, "reports") {
+			t.Errorf("the refused snapshot says %q (%v), want that no master reports etcd snapshots", msg, err)
+		}
+		step(t, b, "snapshot cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
+		step(t, b, "restore unconfirmed", chromedp.Click(css(`#restore`)), chromedp.WaitVisible(css(`dialog #f-snapshot`)), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`dialog #confirmName-error:not(:empty)`)))
+		step(t, b, "restore refused", chromedp.SendKeys(css(`dialog #f-confirmName`), "gamma"), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`dialog #form-error:not(:empty)`)))
+		shot(b, "restore-refused")
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`dialog #form-error`))); err != nil || !strings.Contains(msg, "etcd.restore") {
+			t.Errorf("the refused restore says %q (%v), want that the masters' agents do not report etcd restores", msg, err)
+		}
+		step(t, b, "restore cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
+
 		// Both kubeconfigs: the admin one with a certificate of its own,
 		// the user's one with harmonyctl as its credential plugin.
 		downloaded := func(file string, want ...string) {
@@ -436,7 +456,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		shot(b, "cluster-viewer")
-		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove], #admin-kubeconfig, #grant"); n != 0 {
+		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove], #admin-kubeconfig, #grant, #etcd-snapshot, #restore"); n != 0 {
 			t.Errorf("uma, who may only view alpha, is offered %d changes", n)
 		}
 		if n := count(b, "#kubeconfig"); n != 1 {

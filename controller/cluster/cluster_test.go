@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -248,5 +249,24 @@ func TestRollbackSaysWhenTheOldMemberWasRemoved(t *testing.T) {
 	worker := &machine{Name: "c1-m2", Role: v1.RoleWorker, Swap: &swap{MemberID: "aa", FreshDisk: true, PoweredOnAt: on}}
 	if got := e.rejoinNote(worker); got != "" {
 		t.Errorf("a worker's note: %q", got)
+	}
+}
+
+// A cluster's data disks are in a folder named for its name and UID; one
+// stored before that folder was recorded keeps the name alone, where its
+// disks are.
+func TestDataDiskFolder(t *testing.T) {
+	var old record
+	if err := json.Unmarshal([]byte(`{"spec":{"name":"prod"},"uid":"0123456789abcdef"}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	m := machine{Name: "prod-m1", DataDatastore: "LocalDS_0"}
+	if d := dataDisk(&old, &m); d.Path() != "[LocalDS_0] harmony-data/prod/prod-m1.vmdk" {
+		t.Errorf("a cluster stored before: %s", d.Path())
+	}
+	made := old
+	made.DataDiskDir = "harmony-data/prod-0123456789abcdef"
+	if d := dataDisk(&made, &m); d.Path() != "[LocalDS_0] harmony-data/prod-0123456789abcdef/prod-m1.vmdk" {
+		t.Errorf("a cluster made now: %s", d.Path())
 	}
 }

@@ -245,7 +245,7 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 		if !m.settled() && !m.Failed && m.NextTry.After(now) && (wake.IsZero() || m.NextTry.Before(wake)) {
 			wake = m.NextTry
 		}
-		if m.Role == v1.RoleMaster && !m.Remove && m.VM != "" && m.Step != stepPending {
+		if m.stayingMaster() && m.VM != "" && m.Step != stepPending {
 			masters = append(masters, vmRef(m.VM))
 		}
 		if m.Failed {
@@ -371,7 +371,7 @@ func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 	name := p.rec.Spec.Name
 	if p.rec.Purge {
 		for _, ds := range p.vc.Provider.DataDatastores() {
-			if err := p.vc.DeleteDatastoreDir(ctx, ds, dataDiskRoot+"/"+name); err != nil {
+			if err := p.vc.DeleteDatastoreDir(ctx, ds, p.rec.diskDir()); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -21,13 +22,16 @@ type record struct {
 	VRID               int   `json:"vrid"`
 	// Template and Snapshot are the image's template when the cluster was
 	// made; new nodes clone the same.
-	Template      string         `json:"template"`
-	Snapshot      string         `json:"snapshot,omitempty"`
-	TemplateBytes int64          `json:"templateBytes"`
-	MasterSeq     int            `json:"masterSeq"`
-	WorkerSeq     int            `json:"workerSeq"`
-	Conditions    []v1.Condition `json:"conditions,omitempty"`
-	CreatedAt     time.Time      `json:"createdAt"`
+	Template      string `json:"template"`
+	Snapshot      string `json:"snapshot,omitempty"`
+	TemplateBytes int64  `json:"templateBytes"`
+	// DataDiskDir is the datastore folder of the masters' data disks
+	// (diskDir); empty in clusters made before it was stored.
+	DataDiskDir string         `json:"dataDiskDir,omitempty"`
+	MasterSeq   int            `json:"masterSeq"`
+	WorkerSeq   int            `json:"workerSeq"`
+	Conditions  []v1.Condition `json:"conditions,omitempty"`
+	CreatedAt   time.Time      `json:"createdAt"`
 	// Upgrade is the newest upgrade, running or finished.
 	Upgrade *upgradeRecord `json:"upgrade,omitempty"`
 	// Restore is the newest etcd restore, running or finished.
@@ -122,6 +126,19 @@ func machineKey(cluster, name string) string { return cluster + "/" + name }
 
 // provisioned reports whether the create workflow is done.
 func (m *machine) provisioned() bool { return !m.Remove && m.Step == stepPoweredOn }
+
+// diskDir is the datastore folder of the cluster's data disks. It is
+// named for the cluster's name and UID, so that a cluster made again under
+// the name of one deleted without purge, whose disks stay with its etcd
+// keyspace, neither starts from those disks nor purges them. Clusters
+// made before it have the name alone.
+func (c *record) diskDir() string {
+	return cmp.Or(c.DataDiskDir, dataDiskRoot+"/"+c.Spec.Name)
+}
+
+// stayingMaster reports whether the machine is one of the masters the
+// cluster keeps: not one a scale-down or a replacement removes.
+func (m *machine) stayingMaster() bool { return m.Role == v1.RoleMaster && !m.Remove }
 
 // leaving reports whether the machine is removed from a cluster that
 // stays and has not finished leaving it: its node gets a role with Leave.

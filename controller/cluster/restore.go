@@ -134,7 +134,7 @@ func pickRestore(rec *record, machines []machine, statuses map[string]v1.Status,
 	}
 	var masters []string
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster || m.Remove {
+		if !m.stayingMaster() {
 			continue
 		}
 		if !m.provisioned() {
@@ -248,7 +248,7 @@ func restoreRolesStale(tx *store.Tx, rec *record, machines []machine) bool {
 	}
 	agents := agentSupportOf(tx, machines)
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster || m.Remove {
+		if !m.stayingMaster() {
 			continue
 		}
 		role, ok := tx.Role(m.Name)
@@ -289,7 +289,7 @@ func (e *engine) driveRestore(p *pass, machines []machine) (time.Duration, error
 	sourceDone, sourceSays := false, ""
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
 		for _, m := range machines {
-			if m.Role != v1.RoleMaster || m.Remove {
+			if !m.stayingMaster() {
 				continue
 			}
 			st, _ := tx.Status(m.Name)

@@ -160,7 +160,7 @@ func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
 	if c.Upgrade.running() {
 		since = c.Upgrade.StartedAt
 	}
-	if r := c.EtcdSnapshot; r.running() {
+	if r := c.EtcdSnapshot; r.asks() {
 		since = later(since, r.since())
 	}
 	return c.Spec.EtcdSnapshots, since

@@ -18,7 +18,8 @@ import (
 // role asks for a snapshot since the request (Etcd.SnapshotSince), each
 // agent takes one, and the first master to finish sends its copy to the
 // controller, which takes it whatever its copy schedule (Rule.Want). The
-// request ends when the controller keeps that copy.
+// request ends when the controller keeps that copy; the roles go on
+// asking, so that a master a pass behind takes its own.
 
 // DefaultSnapshotTimeout bounds how long the masters have to take and
 // copy a snapshot asked for by hand: an agent gives its own snapshot ten
@@ -41,6 +42,13 @@ func (r *snapshotRequest) running() bool { return r != nil && r.FinishedAt.IsZer
 // EtcdSnapshotCovers it is one taken after the request, so that a
 // scheduled one of a minute before does not answer it.
 func (r *snapshotRequest) since() time.Time { return r.AskedAt.Add(v1.EtcdSnapshotSkew) }
+
+// asks reports whether the masters' roles ask for the request's
+// snapshot: while it runs, and after it ends with the first copy, for the
+// masters a pass behind, each of which takes its own once (a snapshot
+// that covers since satisfies the role). Not after a failure, when the
+// agents would retry a failing snapshot every pass.
+func (r *snapshotRequest) asks() bool { return r.running() || r != nil && r.Error == "" }
 
 // answers reports whether a snapshot taken at taken answers the request.
 func (r *snapshotRequest) answers(taken time.Time) bool { return taken.After(r.After) }
@@ -91,7 +99,7 @@ func checkSnapshotRequest(rec *record, machines []machine, statuses map[string]v
 	var known time.Time
 	takers := 0
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster || m.Remove {
+		if !m.stayingMaster() {
 			continue
 		}
 		st := statuses[m.Name]
@@ -132,7 +140,7 @@ func refuseSnapshotNow(rec *record) error {
 
 // endSnapshotRequest ends the cluster's running snapshot request and its
 // operation: failed with why, or answered. The caller puts the cluster
-// and its roles (which then ask for no snapshot).
+// and its roles (which ask for no snapshot after a failure).
 func endSnapshotRequest(tx *store.Tx, cur *record, why string, now time.Time) error {
 	r := cur.EtcdSnapshot
 	r.FinishedAt = now
@@ -261,7 +269,7 @@ func answerSnapshotRequest(r *snapshotRequest, machines []machine, statuses map[
 	var first time.Time
 	var firstBy string
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster || m.Remove {
+		if !m.stayingMaster() {
 			continue
 		}
 		st := statuses[m.Name]
@@ -304,7 +312,7 @@ func snapshotLate(r *snapshotRequest, machines []machine, statuses map[string]v1
 	var said []string
 	taken := ""
 	for _, m := range machines {
-		if m.Role != v1.RoleMaster || m.Remove {
+		if !m.stayingMaster() {
 			continue
 		}
 		st := statuses[m.Name]

@@ -399,7 +399,7 @@ type stepResult struct {
 func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
 
 func dataDisk(rec *record, m *machine) vsphere.DataDisk {
-	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: dataDiskRoot + "/" + rec.Spec.Name, Name: cmp.Or(m.DataDisk, m.Name), SizeGiB: rec.Spec.MasterDataDiskGiB}
+	return vsphere.DataDisk{Datastore: m.DataDatastore, Dir: rec.diskDir(), Name: cmp.Or(m.DataDisk, m.Name), SizeGiB: rec.Spec.MasterDataDiskGiB}
 }
 
 // recordStep stores a finished step and its event in one transaction; the

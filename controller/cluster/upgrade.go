@@ -231,7 +231,7 @@ func upgradeOperation(tx *store.Tx, rec *record, now time.Time) (v1.Operation, e
 func checkFreshDisk(rec *record, machines []machine, nodes []string) ([]int, error) {
 	masters := 0
 	for _, m := range machines {
-		if m.Role == v1.RoleMaster && !m.Remove {
+		if m.stayingMaster() {
 			masters++
 		}
 	}
@@ -513,7 +513,7 @@ func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 	}
 	var masters []machine
 	for _, mm := range machines {
-		if mm.Role == v1.RoleMaster && !mm.Remove {
+		if mm.stayingMaster() {
 			masters = append(masters, mm)
 		}
 	}

@@ -316,6 +316,7 @@ async function showCluster(name) {
     ["upgrade", [s.upgrade, c.access], () => upgradePanel(c)],
     ["summary", [s.phase, c.spec], () => el("p", {}, el("span", { class: `phase-${s.phase}` }, s.phase), ` · Kubernetes ${c.spec.kubernetesVersion || ""} · VIP ${c.spec.vip} · image ${c.spec.image}`)],
     ["nodes", [s.nodes, c.access], () => [el("h2", {}, "Nodes"), nodes]],
+    ["etcd", [(s.nodes || []).map((n) => [n.name, n.etcdSnapshots]), s.etcdSnapshotCopies, s.etcdSnapshotRequest, c.access], () => etcdPanel(c)],
     ["conditions", [s.conditions], () => [el("h2", {}, "Conditions"), conditions]],
     ["events", [s.events], () => [el("h2", {}, "Events"), events]],
     ["access", [grants, c.access], () => [el("h2", {}, "Access"),
@@ -324,6 +325,60 @@ async function showCluster(name) {
   ]);
   // The page follows the cluster while it is shown.
   state.timer = setTimeout(() => route(), 2000);
+}
+
+// etcdPanel shows the cluster's etcd snapshots: each master's, as its
+// agent reports them, the controller's copies, and the newest one asked
+// for by hand; a cluster admin takes one now or restores one.
+function etcdPanel(c) {
+  const s = c.status;
+  const masters = (s.nodes || []).filter((n) => n.role === "master");
+  const copies = s.etcdSnapshotCopies || [];
+  const rows = masters.map((n) => ({ where: n.name, list: n.etcdSnapshots || [] }));
+  rows.push({ where: "the controller (copies)", list: copies.map((k) => k.takenAt), copies: true });
+  const r = s.etcdSnapshotRequest;
+  let asked = null;
+  if (r) {
+    const what = !r.finishedAt ? "the masters are taking it"
+      : r.error ? `failed: ${r.error}`
+        : `taken by ${r.master || "a master"} at ${r.takenAt}${r.copied ? ", copied to the controller" : ""}`;
+    asked = el("p", { id: "etcd-snapshot-asked", "data-state": !r.finishedAt ? "Running" : r.error ? "Failed" : "Succeeded" },
+      `Asked by ${r.by} at ${when(r.askedAt)}: ${what}`);
+  }
+  const actions = c.access === "admin" ? el("div", { class: "actions" },
+    el("button", { type: "button", id: "etcd-snapshot", onclick: () => snapshotEtcd(c.spec.name) }, "Take a snapshot now…"),
+    el("button", { type: "button", id: "restore", class: "danger", onclick: () => restoreEtcd(c, rows) }, "Restore…")) : null;
+  return [el("h2", {}, "Etcd snapshots"), actions, asked,
+    table("Etcd snapshots", [
+      ["Where", (x) => x.where], ["Snapshots", (x) => String(x.list.length)], ["Newest", (x) => (x.list.length ? x.list[x.list.length - 1] : "none")],
+    ], rows, (x) => ({ "data-snapshots": x.where }))];
+}
+
+async function snapshotEtcd(name) {
+  follow(await dialog(`Take an etcd snapshot of ${name} now? Every master takes one; the controller keeps a copy of the first.`, [],
+    () => call("POST", clusterPath(name, "/etcd-snapshot")), "Take"));
+}
+
+// restoreEtcd asks which snapshot to restore (the newest a master has, one
+// of a master's, or one of the controller's copies) and for the cluster's
+// name, as the keyspace goes back to that snapshot.
+async function restoreEtcd(c, rows) {
+  const name = c.spec.name;
+  const newest = "the newest a master has";
+  const choices = new Map([[newest, {}]]);
+  for (const x of rows) {
+    for (const t of [...x.list].reverse()) {
+      choices.set(x.copies ? `controller copy · ${t}` : `${x.where} · ${t}`,
+        x.copies ? { fromController: true, snapshotTakenAt: t } : { source: x.where, snapshotTakenAt: t });
+    }
+  }
+  follow(await dialog(`Restore etcd of ${name}? Its keyspace goes back to the snapshot; what was written since is lost.`, [
+    ["Snapshot", { name: "snapshot", options: [...choices.keys()], value: newest }],
+    ["Type the cluster's name to confirm", { name: "confirmName", autocomplete: "off" }],
+  ], (v) => {
+    if (v.confirmName !== name) throw fieldError("confirmName", `Type ${name} to restore it.`);
+    return call("POST", clusterPath(name, "/restore"), choices.get(v.snapshot) || {});
+  }, "Restore"));
 }
 
 // clusterActions offers what the caller's access allows: everyone with
