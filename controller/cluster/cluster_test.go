@@ -270,3 +270,44 @@ func TestDataDiskFolder(t *testing.T) {
 		t.Errorf("a cluster made now: %s", d.Path())
 	}
 }
+
+// What the masters' roles ask for a snapshot since: an upgrade's start
+// while it runs, a request by hand while it runs and once answered (a
+// master a pass behind takes its own), not once it failed, and never an
+// answered request in place of a running upgrade: an agent takes one
+// snapshot per since, and the one it took for the request may be gone.
+func TestSnapshotSince(t *testing.T) {
+	asked := time.Date(2026, 11, 29, 16, 6, 25, 0, time.UTC)
+	request := func(finished bool, failure string) *snapshotRequest {
+		r := &snapshotRequest{EtcdSnapshotRequest: v1.EtcdSnapshotRequest{AskedAt: asked, By: "admin", Error: failure}}
+		if finished {
+			r.FinishedAt = asked.Add(time.Minute)
+		}
+		return r
+	}
+	upgrade := &upgradeRecord{State: v1.UpgradeRunning, StartedAt: asked.Add(4 * time.Minute)}
+	for _, c := range []struct {
+		what    string
+		upgrade *upgradeRecord
+		request *snapshotRequest
+		want    time.Time
+	}{
+		{"nothing asked", nil, nil, time.Time{}},
+		{"an upgrade", upgrade, nil, upgrade.StartedAt},
+		{"a request running", nil, request(false, ""), asked.Add(v1.EtcdSnapshotSkew)},
+		{"a request answered", nil, request(true, ""), asked.Add(v1.EtcdSnapshotSkew)},
+		{"a request failed", nil, request(true, "no master reported a snapshot"), time.Time{}},
+		{"a request running in an upgrade", upgrade, request(false, ""), asked.Add(v1.EtcdSnapshotSkew)},
+		{"a request answered before an upgrade", upgrade, request(true, ""), upgrade.StartedAt},
+		{"a finished upgrade and a request answered", &upgradeRecord{State: v1.UpgradeSucceeded, StartedAt: upgrade.StartedAt}, request(true, ""), asked.Add(v1.EtcdSnapshotSkew)},
+	} {
+		rec := testRecord()
+		rec.Upgrade, rec.EtcdSnapshot = c.upgrade, c.request
+		if _, since := snapshotSettings(rec, true); !since.Equal(c.want) {
+			t.Errorf("%s: since %s, want %s", c.what, since, c.want)
+		}
+		if _, since := snapshotSettings(rec, false); !since.IsZero() {
+			t.Errorf("%s: an agent that takes no snapshots is asked for one since %s", c.what, since)
+		}
+	}
+}

@@ -151,19 +151,25 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 // snapshotSettings is what a master's role says of etcd snapshots: the
 // spec's settings and, while an upgrade runs, the snapshot it asks for
 // (checkSnapshots), or one asked for by hand (snapshotRequest.since),
-// the later if both; nothing for an agent that does not take them.
+// the later if both run; nothing for an agent that does not take them.
+// A request already answered never stands for a running upgrade's: an
+// agent takes one snapshot per since it is given, and the one it took
+// for the request may be gone (or taken before a restore) by the time the
+// upgrade asks, which would then wait for good.
 func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
 	if !takes {
 		return nil, time.Time{}
 	}
-	var since time.Time
-	if c.Upgrade.running() {
-		since = c.Upgrade.StartedAt
+	r := c.EtcdSnapshot
+	switch {
+	case c.Upgrade.running() && r.running():
+		return c.Spec.EtcdSnapshots, later(c.Upgrade.StartedAt, r.since())
+	case c.Upgrade.running():
+		return c.Spec.EtcdSnapshots, c.Upgrade.StartedAt
+	case r.asks():
+		return c.Spec.EtcdSnapshots, r.since()
 	}
-	if r := c.EtcdSnapshot; r.asks() {
-		since = later(since, r.since())
-	}
-	return c.Spec.EtcdSnapshots, since
+	return c.Spec.EtcdSnapshots, time.Time{}
 }
 
 // StatusReported gives a cluster's nodes their roles again when a
