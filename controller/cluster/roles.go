@@ -160,16 +160,20 @@ func snapshotSettings(c *record, takes bool) (*v1.EtcdSnapshots, time.Time) {
 	if !takes {
 		return nil, time.Time{}
 	}
+	return c.Spec.EtcdSnapshots, snapshotSince(c)
+}
+
+func snapshotSince(c *record) time.Time {
 	r := c.EtcdSnapshot
 	switch {
 	case c.Upgrade.running() && r.running():
-		return c.Spec.EtcdSnapshots, later(c.Upgrade.StartedAt, r.since())
+		return later(c.Upgrade.StartedAt, r.since())
 	case c.Upgrade.running():
-		return c.Spec.EtcdSnapshots, c.Upgrade.StartedAt
+		return c.Upgrade.StartedAt
 	case r.asks():
-		return c.Spec.EtcdSnapshots, r.since()
+		return r.since()
 	}
-	return c.Spec.EtcdSnapshots, time.Time{}
+	return time.Time{}
 }
 
 // StatusReported gives a cluster's nodes their roles again when a

@@ -44,11 +44,12 @@ func (r *snapshotRequest) running() bool { return r != nil && r.FinishedAt.IsZer
 func (r *snapshotRequest) since() time.Time { return r.AskedAt.Add(v1.EtcdSnapshotSkew) }
 
 // asks reports whether the masters' roles ask for the request's
-// snapshot: while it runs, and after it ends with the first copy, for the
-// masters a pass behind, each of which takes its own once (a snapshot
-// that covers since satisfies the role). Not after a failure, when the
-// agents would retry a failing snapshot every pass.
-func (r *snapshotRequest) asks() bool { return r.running() || r != nil && r.Error == "" }
+// snapshot: unless it failed (Error is set only as it ends), so while it
+// runs and after it ends with the first copy, for the masters a pass
+// behind, each of which takes its own once (a snapshot that covers since
+// satisfies the role). Not after a failure, when the agents would retry a
+// failing snapshot every pass.
+func (r *snapshotRequest) asks() bool { return r != nil && r.Error == "" }
 
 // answers reports whether a snapshot taken at taken answers the request.
 func (r *snapshotRequest) answers(taken time.Time) bool { return taken.After(r.After) }
