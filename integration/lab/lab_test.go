@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -434,4 +435,51 @@ func TestClaimHelperProcess(t *testing.T) {
 	}
 	os.Stdout.WriteString("claimed\n")
 	time.Sleep(time.Hour)
+}
+
+// A Prometheus left on the lab's address (a lab not taken down) must not
+// answer in place of the lab's own: the lab refuses to come up instead.
+func TestAnotherPrometheusOnTheAddressIsRefused(t *testing.T) {
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := netip.MustParseAddrPort(l.Addr().String())
+	l.Close()
+
+	start := func(name string) (procRecord, string, error) {
+		dir := filepath.Join(t.TempDir(), name)
+		r := newRecord(dir)
+		if err := os.MkdirAll(r.logsDir(), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(dir, "prometheus.yml")
+		if err := os.WriteFile(conf, []byte("scrape_configs: []\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		proc, err := launchPrometheus(ctx, r, conf, filepath.Join(dir, "data"), listen)
+		return proc, conf, err
+	}
+	first, firstConf, err := start("first")
+	if err != nil {
+		t.Fatalf("the first Prometheus: %v", err)
+	}
+	t.Cleanup(func() { killAll(ctx, []int{first.PID}, 5*time.Second) })
+	if got, err := prometheusConfigFile(ctx, listen); err != nil || got != firstConf {
+		t.Fatalf("the first Prometheus's config.file = %q, %v; want %q", got, err, firstConf)
+	}
+
+	second, _, err := start("second")
+	if err == nil {
+		killAll(ctx, []int{second.PID}, 5*time.Second)
+		t.Fatal("a second Prometheus on the same address was taken for the lab's own")
+	}
+	if !strings.Contains(err.Error(), "another Prometheus answers") && !strings.Contains(err.Error(), "prometheus exited") {
+		t.Errorf("error %q names neither the other Prometheus nor the exit", err)
+	}
+	if second.Alive() {
+		killAll(ctx, []int{second.PID}, 0)
+		t.Error("the refused Prometheus was left running")
+	}
 }

@@ -6,11 +6,14 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"text/template"
+	"time"
 
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
@@ -80,20 +83,75 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 	if out, err := exec.CommandContext(ctx, "promtool", "check", "config", confPath).CombinedOutput(); err != nil {
 		return fmt.Errorf("lab: promtool check config: %w: %s", err, out)
 	}
-	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort).String()
+	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort)
 	cfg.Log.Info("lab: prometheus", "listen", listen)
-	proc, err := startDetached([]string{"/usr/bin/prometheus",
-		"--config.file=" + confPath,
-		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
-		"--web.listen-address=" + listen,
-		"--storage.tsdb.retention.time=1d",
-	}, filepath.Join(r.logsDir(), "prometheus.log"))
+	proc, err := launchPrometheus(ctx, r, confPath, filepath.Join(dir, "data"), listen)
 	if err != nil {
-		return fmt.Errorf("lab: %w", err)
+		return err
 	}
-	proc.Name = "prometheus"
 	r.Procs = append(r.Procs, proc)
 	return r.save()
+}
+
+// launchPrometheus starts Prometheus detached and waits until it answers
+// on listen with confPath as its configuration. Another Prometheus on the
+// same address (a lab left running) would otherwise answer in its place,
+// with the other lab's targets, while ours has exited on "address already
+// in use".
+func launchPrometheus(ctx context.Context, r *record, confPath, dataDir string, listen netip.AddrPort) (procRecord, error) {
+	logPath := filepath.Join(r.logsDir(), "prometheus.log")
+	proc, err := startDetached([]string{"/usr/bin/prometheus",
+		"--config.file=" + confPath,
+		"--storage.tsdb.path=" + dataDir,
+		"--web.listen-address=" + listen.String(),
+		"--storage.tsdb.retention.time=1d",
+	}, logPath)
+	if err != nil {
+		return proc, fmt.Errorf("lab: %w", err)
+	}
+	proc.Name = "prometheus"
+	err = poll(ctx, time.Minute, func() error {
+		if !proc.Alive() {
+			return errStop{fmt.Errorf("prometheus exited; see %s", logPath)}
+		}
+		file, err := prometheusConfigFile(ctx, listen)
+		if err != nil {
+			return err
+		}
+		if file != confPath {
+			return errStop{fmt.Errorf("another Prometheus answers on %s (its config.file is %q); stop it, or the lab's would not be the one scraped", listen, file)}
+		}
+		return nil
+	})
+	if err != nil {
+		killAll(ctx, []int{proc.PID}, 5*time.Second)
+		return proc, fmt.Errorf("lab: prometheus: %w", err)
+	}
+	return proc, nil
+}
+
+// prometheusConfigFile asks the Prometheus on listen which configuration
+// file it runs with.
+func prometheusConfigFile(ctx context.Context, listen netip.AddrPort) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+listen.String()+"/api/v1/status/flags", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("status flags: %s", resp.Status)
+	}
+	var body struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return "", fmt.Errorf("status flags: %w", err)
+	}
+	return body.Data["config.file"], nil
 }
 
 func jsonIndent(v any) ([]byte, error) {
