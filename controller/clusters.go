@@ -76,6 +76,24 @@ func (c *Controller) handleDeleteCluster(w http.ResponseWriter, r *http.Request,
 	return answerOperation(w, op, err)
 }
 
+func (c *Controller) handleListLeftovers(w http.ResponseWriter, r *http.Request, _ principal) *apiError {
+	items, err := c.clusters.Leftovers()
+	if err != nil {
+		return clusterError(err)
+	}
+	writeJSON(w, http.StatusOK, v1.ClusterLeftoversList{Items: items})
+	return nil
+}
+
+func (c *Controller) handlePurgeLeftovers(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	gone, err := c.clusters.PurgeLeftovers(r.Context(), r.PathValue("id"), who.name)
+	if err != nil {
+		return clusterError(err)
+	}
+	writeJSON(w, http.StatusOK, gone)
+	return nil
+}
+
 func (c *Controller) handleRetryCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	op, err := c.clusters.Retry(r.PathValue("name"), who.name)
 	return answerOperation(w, op, err)

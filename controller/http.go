@@ -274,6 +274,8 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathClusters, v1.MaxAdminBytes, c.handleCreateCluster, permAdmin)
 	c.route(mux, "GET "+v1.PathClusters+"/{name}", 0, c.handleGetCluster, permClusterView)
 	c.route(mux, "DELETE "+v1.PathClusters+"/{name}", 0, c.handleDeleteCluster, permAdmin)
+	c.route(mux, "GET "+v1.PathLeftovers, 0, c.handleListLeftovers, permAdmin)
+	c.route(mux, "DELETE "+v1.PathLeftovers+"/{id}", 0, c.handlePurgeLeftovers, permAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/scale", v1.MaxAdminBytes, c.handleScaleCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/upgrade", v1.MaxAdminBytes, c.handleUpgradeCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/restore", v1.MaxAdminBytes, c.handleRestoreCluster, permClusterAdmin)

@@ -198,6 +198,7 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 		"PathMetrics":           v1.PathMetrics,
 		"PathProviders":         v1.PathProviders,
 		"PathImages":            v1.PathImages,
+		"PathLeftovers":         v1.PathLeftovers,
 		"PathClusters":          v1.PathClusters,
 		"PathOperations":        v1.PathOperations,
 		"PathOpenAPI":           v1.PathOpenAPI,

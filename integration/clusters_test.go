@@ -139,6 +139,26 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	if names := vmNames(); len(names) != 0 {
 		t.Fatalf("after delete: %v", names)
 	}
+	// The masters' data disks stay, listed with the cluster's UID, until
+	// an admin purges them.
+	out = mustCtl("cluster", "leftovers", "list", "-o", "json")
+	var left v1.ClusterLeftoversList
+	if err := json.Unmarshal([]byte(out), &left); err != nil {
+		t.Fatalf("leftovers list: %v\n%s", err, out)
+	}
+	if len(left.Items) != 1 || left.Items[0].Cluster != "kill" || len(left.Items[0].DataDiskFolders) == 0 {
+		t.Fatalf("leftovers after delete: %s", out)
+	}
+	id := left.Items[0].ID
+	if out := mustCtl("cluster", "leftovers", "list"); !strings.Contains(out, id) || !strings.Contains(out, left.Items[0].DataDiskFolders[0]) {
+		t.Errorf("leftovers table lacks %s or its folder:\n%s", id, out)
+	}
+	if out := mustCtl("cluster", "leftovers", "purge", id); !strings.Contains(out, "purged") {
+		t.Errorf("purge said: %s", out)
+	}
+	if _, err := ctl("cluster", "leftovers", "purge", id); exitCode(err) != 2 {
+		t.Errorf("purging again: exit %d, want 2 (not found)", exitCode(err))
+	}
 }
 
 func exitCode(err error) int {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -377,6 +378,28 @@ func TestConsoleInABrowser(t *testing.T) {
 		shot(b, "images")
 		if text, err := chromedp.Run(b, chromedp.Text(css(`tr[data-image="harmony-node-2-0-0"]`))); err != nil || !strings.Contains(text, "Ready") || !strings.Contains(text, "v1.34") {
 			t.Errorf("the image's row says %q (%v), want Ready and its Kubernetes versions", text, err)
+		}
+		// gamma, deleted above without purge, left its data disks: purged
+		// only once its id is typed.
+		left, err := admin.Leftovers(ctx)
+		if err != nil || len(left) != 1 || left[0].Cluster != "gamma" {
+			t.Fatalf("leftovers after gamma's delete: %+v, %v", left, err)
+		}
+		row := fmt.Sprintf(`tr[data-leftovers=%q]`, left[0].ID)
+		step(t, b, "leftovers", chromedp.Click(css(`#admin-links a[href="#/leftovers"]`)), chromedp.WaitVisible(css(row)))
+		if text, err := chromedp.Run(b, chromedp.Text(css(row))); err != nil || !strings.Contains(text, left[0].DataDiskFolders[0]) {
+			t.Errorf("gamma's leftovers row says %q (%v), want its folder %s", text, err, left[0].DataDiskFolders[0])
+		}
+		shot(b, "leftovers")
+		step(t, b, "purge mistyped", chromedp.Click(css(row+` button[data-purge]`)), chromedp.WaitVisible(css(`dialog #f-confirmName`)),
+			chromedp.SendKeys(css(`#f-confirmName`), "gamma"), chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`#confirmName-error:not(:empty)`)))
+		if left, err := admin.Leftovers(ctx); err != nil || len(left) != 1 {
+			t.Fatalf("a mistyped confirmation purged: %+v, %v", left, err)
+		}
+		step(t, b, "purge", chromedp.SendKeys(css(`#f-confirmName`), kb.End+erase+left[0].ID), chromedp.Click(css(`dialog #confirm`)),
+			chromedp.WaitVisible(css(`main p.empty`)))
+		if left, err := admin.Leftovers(ctx); err != nil || len(left) != 0 {
+			t.Errorf("leftovers after the purge: %+v, %v", left, err)
 		}
 		step(t, b, "add a user", chromedp.Click(css(`#admin-links a[href="#/users"]`)), chromedp.WaitVisible(css(`#add-user`)), chromedp.Click(css(`#add-user`)),
 			chromedp.WaitVisible(css(`dialog #f-name`)), chromedp.SendKeys(css(`#f-name`), "gus"), chromedp.SendKeys(css(`#f-password`), password),

@@ -373,6 +373,34 @@ type ClusterList struct {
 	Items []Cluster `json:"items"`
 }
 
+// ClusterLeftovers is what a cluster deleted without purge left behind:
+// the folder of its masters' data disks on each datastore that may hold
+// them, which keep its etcd member state and keyspace, and the
+// controller's copies of its etcd snapshots. No cluster uses them; only
+// a purge (DELETE PathLeftovers/{id}) removes them.
+type ClusterLeftovers struct {
+	// ID is the cluster's name and UID, ClusterInstance(Cluster, UID).
+	ID        string    `json:"id"`
+	Cluster   string    `json:"cluster"`
+	UID       string    `json:"uid"`
+	Provider  string    `json:"provider"`
+	DeletedAt time.Time `json:"deletedAt"`
+	// DataDiskFolders are datastore paths, "[datastore] folder".
+	DataDiskFolders []string `json:"dataDiskFolders"`
+	// EtcdSnapshotCopies counts the controller's copies left.
+	EtcdSnapshotCopies int `json:"etcdSnapshotCopies"`
+}
+
+// ClusterLeftoversList answers GET PathLeftovers.
+type ClusterLeftoversList struct {
+	Items []ClusterLeftovers `json:"items"`
+}
+
+// ClusterInstance names one cluster apart from any other that had or
+// will have its name: its data-disk folder, its snapshot copies and its
+// leftovers are named so.
+func ClusterInstance(name, uid string) string { return name + "-" + uid }
+
 // Cluster phases.
 const (
 	PhaseProvisioning = "Provisioning"

@@ -17,7 +17,9 @@ const (
 	PathImages     = "/api/v1/images"
 	PathClusters   = "/api/v1/clusters"
 	PathOperations = "/api/v1/operations"
-	PathOpenAPI    = "/api/v1/openapi.json"
+	// PathLeftovers lists what deleted clusters left (ClusterLeftovers).
+	PathLeftovers = "/api/v1/leftovers"
+	PathOpenAPI   = "/api/v1/openapi.json"
 )
 
 // MaxIPPoolAddresses bounds an IP pool, so that free-address counting and

@@ -48,6 +48,19 @@ func clusterNames(ctx context.Context, c *client.Client) ([]string, error) {
 	return names, nil
 }
 
+// leftoverIDs lists the deleted clusters' leftovers for completion.
+func leftoverIDs(ctx context.Context, c *client.Client) ([]string, error) {
+	items, err := c.Leftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(items))
+	for i, l := range items {
+		ids[i] = l.ID
+	}
+	return ids, nil
+}
+
 // providerNames lists the providers' names for completion.
 func providerNames(ctx context.Context, c *client.Client) ([]string, error) {
 	providers, err := c.Providers(ctx)

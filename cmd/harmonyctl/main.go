@@ -60,6 +60,9 @@ credential.`,
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
 		clusterUpgradeCommand(g), clusterRestoreCommand(g), clusterSnapshotCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
 		clusterGrantCommand(g), clusterRevokeCommand(g), clusterRevokeSessionsCommand(g))
+	leftovers := &cobra.Command{Use: "leftovers", Short: "List and purge what clusters deleted without --purge left: data disks and etcd snapshot copies"}
+	leftovers.AddCommand(clusterLeftoversListCommand(g), clusterLeftoversPurgeCommand(g))
+	cluster.AddCommand(leftovers)
 	user := &cobra.Command{Use: "user", Short: "Manage users: local ones, and the directory users who signed in (admins only)"}
 	user.AddCommand(userAddCommand(g), userListCommand(g), userDeleteCommand(g), userPasswdCommand(g),
 		userDisableCommand(g, true), userDisableCommand(g, false), userEndSessionsCommand(g))

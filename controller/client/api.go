@@ -232,6 +232,25 @@ func (c *Client) DeleteCluster(ctx context.Context, name string, purge bool) (*v
 	return c.doOperation(ctx, "DELETE", path, nil)
 }
 
+// Leftovers lists what clusters deleted without purge left.
+func (c *Client) Leftovers(ctx context.Context) ([]v1.ClusterLeftovers, error) {
+	var list v1.ClusterLeftoversList
+	if err := c.Do(ctx, "GET", v1.PathLeftovers, nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// PurgeLeftovers removes a deleted cluster's data disks and snapshot
+// copies; id is v1.ClusterInstance of its name and UID.
+func (c *Client) PurgeLeftovers(ctx context.Context, id string) (*v1.ClusterLeftovers, error) {
+	var gone v1.ClusterLeftovers
+	if err := c.Do(ctx, "DELETE", v1.PathLeftovers+"/"+url.PathEscape(id), nil, &gone); err != nil {
+		return nil, err
+	}
+	return &gone, nil
+}
+
 // RetryCluster restarts the workflow of a cluster's failed nodes.
 func (c *Client) RetryCluster(ctx context.Context, name string) (*v1.Operation, error) {
 	return c.doOperation(ctx, "POST", clusterPath(name, "/retry"), nil)

@@ -385,6 +385,11 @@ func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 		return err
 	}
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		if !p.rec.Purge {
+			if err := keepLeftovers(tx, p.rec, p.vc.Provider.DataDatastores(), e.cfg.Now()); err != nil {
+				return err
+			}
+		}
 		for _, b := range []store.Bucket{store.Events, store.Machines} {
 			if err := tx.DeletePrefix(b, name+"/"); err != nil {
 				return err

@@ -188,7 +188,7 @@ func (s *Service) Create(ctx context.Context, spec *v1.ClusterSpec, by string) (
 		return v1.Operation{}, err
 	}
 	rec := &record{Spec: *spec, UID: uid, Generation: 1, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
-		TemplateBytes: tmpl.CapacityBytes, DataDiskDir: dataDiskRoot + "/" + spec.Name + "-" + uid, CreatedAt: now}
+		TemplateBytes: tmpl.CapacityBytes, DataDiskDir: dataDiskRoot + "/" + v1.ClusterInstance(spec.Name, uid), CreatedAt: now}
 	var machines []machine
 	for range *spec.Masters {
 		machines = append(machines, rec.newMachine(v1.RoleMaster, now))

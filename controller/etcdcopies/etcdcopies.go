@@ -43,7 +43,7 @@ func (c Cluster) dirName() (string, error) {
 	if !safeName.MatchString(c.Name) || !safeName.MatchString(c.UID) {
 		return "", fmt.Errorf("cluster %.64q (uid %.64q) cannot name a directory", c.Name, c.UID)
 	}
-	return c.Name + "-" + c.UID, nil
+	return v1.ClusterInstance(c.Name, c.UID), nil
 }
 
 // Rule is what a cluster's spec says of its copies.

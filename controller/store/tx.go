@@ -43,13 +43,17 @@ const (
 	// Settings holds controller-wide settings, such as the LDAP source
 	// (its bind password is in Secrets).
 	Settings Bucket = "settings"
+	// Leftovers holds what each cluster deleted without purge left (its
+	// data disks' folders, its snapshot copies), keyed by
+	// v1.ClusterInstance, until it is purged.
+	Leftovers Bucket = "leftovers"
 )
 
 var recordBuckets = [][]byte{
 	[]byte(Providers), []byte(Images), []byte(Clusters), []byte(Machines),
 	[]byte(Operations), []byte(Events), []byte(Addresses), []byte(Secrets),
 	[]byte(Users), []byte(Sessions), []byte(Grants), []byte(Audit),
-	[]byte(Settings),
+	[]byte(Settings), []byte(Leftovers),
 }
 
 // Tx is one transaction over the record buckets and the node records: a

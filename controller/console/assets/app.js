@@ -17,6 +17,7 @@ const api = {
   audit: "/api/v1/audit",
   ldap: "/api/v1/ldap",
   operations: "/api/v1/operations",
+  leftovers: "/api/v1/leftovers",
 };
 
 const isAdmin = () => state.who && state.who.role === "admin";
@@ -601,6 +602,28 @@ async function showImages() {
   show(el("h1", {}, "Images"), sections.length ? sections : el("p", { class: "empty" }, "No providers."));
 }
 
+// showLeftovers lists what clusters deleted without purge left, and
+// purges one once its id is typed: the data disks hold etcd's data.
+async function showLeftovers() {
+  const items = (await call("GET", api.leftovers)).items || [];
+  show(el("h1", {}, "Leftovers of deleted clusters"),
+    el("p", { class: "muted" }, "A cluster deleted without purge keeps its masters' data disks, with its etcd data, and the controller's copies of its etcd snapshots. Nothing uses them; purge them when they are no longer needed."),
+    items.length === 0 ? el("p", { class: "empty" }, "Nothing left.")
+      : table("Leftovers", [["ID", (l) => l.id], ["Cluster", (l) => l.cluster], ["Provider", (l) => l.provider], ["Deleted", (l) => when(l.deletedAt)],
+        ["Data disk folders", (l) => (l.dataDiskFolders || []).join(", ")], ["Snapshot copies", (l) => String(l.etcdSnapshotCopies)],
+        ["", (l) => el("button", { type: "button", class: "danger", "data-purge": l.id, onclick: () => purgeLeftovers(l) }, "Purge…")]],
+      items, (l) => ({ "data-leftovers": l.id })));
+}
+
+async function purgeLeftovers(l) {
+  await dialog(`Purge what cluster ${l.cluster} left? Its data disks and etcd snapshot copies are deleted for good.`, [
+    ["Type the id to confirm", { name: "confirmName", autocomplete: "off" }],
+  ], async (v) => {
+    if (v.confirmName !== l.id) throw fieldError("confirmName", `Type ${l.id} to purge it.`);
+    return call("DELETE", `${api.leftovers}/${encodeURIComponent(l.id)}`);
+  }, "Purge");
+}
+
 async function showUsers() {
   const users = (await call("GET", api.users)).users || [];
   show(el("h1", {}, "Users"),
@@ -784,6 +807,7 @@ async function route() {
     else if (hash === "#/create" && isAdmin()) await showCreate();
     else if (hash === "#/providers" && isAdmin()) await showProviders();
     else if (hash === "#/images" && isAdmin()) await showImages();
+    else if (hash === "#/leftovers" && isAdmin()) await showLeftovers();
     else if (hash === "#/users" && isAdmin()) await showUsers();
     else if (hash === "#/ldap" && isAdmin()) await showLDAP();
     else if (hash === "#/audit" && isAdmin()) await showAudit();
