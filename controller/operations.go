@@ -53,8 +53,8 @@ func (c *Controller) handleGetOperation(w http.ResponseWriter, r *http.Request, 
 			return nil
 		}
 		woke, e := c.waitForChange(r.Context(), watchKey(op), deadline, func() bool {
-			op2, err := c.clusters.Operation(id, since)
-			return err == nil && (op2.Done() || op2.Revision > since)
+			changed, err := c.clusters.OperationChanged(id, since)
+			return err != nil || changed
 		})
 		if e != nil {
 			return e
@@ -63,8 +63,20 @@ func (c *Controller) handleGetOperation(w http.ResponseWriter, r *http.Request, 
 			writeJSON(w, http.StatusOK, op)
 			return nil
 		}
+		// A workflow records steps in bursts (a hundred clones at once):
+		// answered at each, a watcher would get one event per answer, and
+		// the controller would build the whole node view for each.
+		select {
+		case <-time.After(min(watchSettle, time.Until(deadline))):
+		case <-r.Context().Done():
+			return shuttingDown()
+		}
 	}
 }
+
+// watchSettle is how long a woken watch waits for more of the burst
+// before it answers.
+const watchSettle = 100 * time.Millisecond
 
 // waitForChange subscribes to key and then asks changed, so that no change
 // between the caller's read and the wait is missed; it waits for the next

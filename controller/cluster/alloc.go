@@ -54,10 +54,7 @@ func putRoles(tx *store.Tx, rec *record, sec *secrets) error {
 	if err != nil {
 		return err
 	}
-	rs, err := roles(rec, sec, machines, agentSupportOf(tx, machines))
-	if err != nil {
-		return err
-	}
+	rs := roles(rec, sec, machines, agentSupportOf(tx, machines))
 	if len(rs) == 0 {
 		return nil
 	}

@@ -48,9 +48,11 @@ func TestRolesComeFromTheClusterRecord(t *testing.T) {
 	for _, m := range ms {
 		agents.etcdSnapshots[m.Name] = true
 	}
-	rs, err := roles(rec, sec, ms, agents)
-	if err != nil {
-		t.Fatal(err)
+	rs := roles(rec, sec, ms, agents)
+	for _, r := range rs {
+		if err := r.Validate(); err != nil {
+			t.Fatalf("role of %s: %v", r.NodeName, err)
+		}
 	}
 	if len(rs) != 4 {
 		t.Fatalf("%d roles, want 4 (the removed worker has none)", len(rs))
@@ -123,10 +125,7 @@ func TestMasterLeavesUntilItsOldVMIsOff(t *testing.T) {
 		{swapHandedOver, true, false}, // rolled back: the old VM serves on
 	} {
 		m.Swap = &swap{Step: c.step, Rollback: c.rollback, HandOverBy: time.Now().Add(time.Minute)}
-		rs, err := roles(rec, sec, []machine{m}, agentSupport{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rs := roles(rec, sec, []machine{m}, agentSupport{})
 		if leave := rs[0].Leave != nil && rs[0].Leave.HandOver; leave != c.leave {
 			t.Errorf("swap step %s (rollback %v): leave with hand-over %v, want %v", c.step, c.rollback, leave, c.leave)
 		}
@@ -309,5 +308,61 @@ func TestSnapshotSince(t *testing.T) {
 		if _, since := snapshotSettings(rec, false); !since.IsZero() {
 			t.Errorf("%s: an agent that takes no snapshots is asked for one since %s", c.what, since)
 		}
+	}
+}
+
+// A cluster's events are read after a sequence and up to a limit, the
+// newest; another cluster's, even one whose name starts the same, never.
+func TestEventsAfterASequenceNewestLast(t *testing.T) {
+	st := openStore(t)
+	var seqs []int64
+	err := st.Update(func(tx *store.Tx) error {
+		for i := range 12 {
+			cluster := "a"
+			if i%3 == 2 {
+				cluster = "a-b"
+			}
+			seq, err := addEvent(tx, cluster, v1.Event{Time: time.Now(), Reason: "R", Message: cluster})
+			if err != nil {
+				return err
+			}
+			if cluster == "a" {
+				seqs = append(seqs, seq)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(after int64, limit int) []int64 {
+		t.Helper()
+		var got []int64
+		err := st.View(func(tx *store.Tx) error {
+			evs, err := events(tx, "a", after, limit)
+			for _, e := range evs {
+				if e.Message != "a" || e.Type != "Normal" {
+					t.Errorf("event %+v is not one of a's", e)
+				}
+				got = append(got, e.Seq)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := read(0, 100); !slices.Equal(got, seqs) {
+		t.Errorf("all of a's events: %v, want %v", got, seqs)
+	}
+	if got := read(0, 3); !slices.Equal(got, seqs[len(seqs)-3:]) {
+		t.Errorf("the newest 3: %v, want %v", got, seqs[len(seqs)-3:])
+	}
+	if got := read(seqs[4], 100); !slices.Equal(got, seqs[5:]) {
+		t.Errorf("after %d: %v, want %v", seqs[4], got, seqs[5:])
+	}
+	if got := read(seqs[len(seqs)-1], 100); len(got) != 0 {
+		t.Errorf("after the newest: %v, want none", got)
 	}
 }

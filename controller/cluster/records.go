@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -258,20 +261,43 @@ func pruneEvents(tx *store.Tx, cluster string) error {
 // events returns a cluster's events after seq, oldest first, at most limit
 // of the newest.
 func events(tx *store.Tx, cluster string, after int64, limit int) ([]v1.Event, error) {
-	all, err := store.ListJSON[v1.Event](tx, store.Events, cluster+"/")
+	// Keys sort by sequence: start after `after`, and decode only the
+	// newest `limit`. A watcher asks at every change, and a cluster keeps
+	// up to maxEvents.
+	var raw [][]byte
+	prefix := cluster + "/"
+	err := tx.ListFrom(store.Events, prefix, eventKey(cluster, after+1), func(_ string, data []byte) error {
+		raw = append(raw, data)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, e := range all {
-		if e.Seq > after {
-			out = append(out, e)
+	if len(raw) > limit {
+		raw = raw[len(raw)-limit:]
+	}
+	out := make([]v1.Event, len(raw))
+	for i, data := range raw {
+		if err := json.Unmarshal(data, &out[i]); err != nil {
+			return nil, fmt.Errorf("decode event of %s: %w", cluster, err)
 		}
 	}
-	if len(out) > limit {
-		out = out[len(out)-limit:]
-	}
 	return out, nil
+}
+
+// newestEvent is the sequence of the cluster's newest event; 0 if it has
+// none.
+func newestEvent(tx *store.Tx, cluster string) (int64, error) {
+	prefix := cluster + "/"
+	key, ok := tx.Last(store.Events, prefix)
+	if !ok {
+		return 0, nil
+	}
+	seq, err := strconv.ParseInt(strings.TrimPrefix(key, prefix), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("event key %q: %w", key, err)
+	}
+	return seq, nil
 }
 
 func setCondition(conds []v1.Condition, c v1.Condition, now time.Time) []v1.Condition {

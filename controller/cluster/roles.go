@@ -56,8 +56,10 @@ func newSecrets(now time.Time) (*secrets, error) {
 // remaining nodes plus itself, so that it reaches the members it leaves
 // while the others no longer count it.
 //
-// agents says which role fields the nodes' agents act on.
-func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]v1.Role, error) {
+// agents says which role fields the nodes' agents act on. The roles are
+// validated as the store writes them (store.Tx.PutRoles), those that
+// changed only: every step that changes one node's role recomputes all.
+func roles(c *record, sec *secrets, machines []machine, agents agentSupport) []v1.Role {
 	var live, leavers []machine
 	for _, m := range machines {
 		switch {
@@ -140,12 +142,9 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) ([]
 			// leave without them.
 			r.Leave = &v1.LeaveSettings{Deadline: m.LeaveBy, KeepPods: m.ReplacedBy != ""}
 		}
-		if err := r.Validate(); err != nil {
-			return nil, fmt.Errorf("role of %s: %w", m.Name, err)
-		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out
 }
 
 // snapshotSettings is what a master's role says of etcd snapshots: the

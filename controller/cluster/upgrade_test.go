@@ -172,10 +172,7 @@ func TestMasterReplacementWaitsForEtcdSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := roles(rec, sec, masters, agents)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := roles(rec, sec, masters, agents)
 	for _, r := range rs {
 		if want := agents.etcdSnapshots[r.NodeName]; r.Etcd.SnapshotSince.Equal(started) != want {
 			t.Errorf("%s asks for a snapshot since %v, want the upgrade's start: %v", r.NodeName, r.Etcd.SnapshotSince, want)

@@ -116,6 +116,27 @@ func (s *Service) Operation(id string, since int64) (*v1.Operation, error) {
 	return &op, err
 }
 
+// OperationChanged reports whether operation id has ended or, for one on
+// a cluster, the cluster has an event newer than since: what a watch of
+// Operation waits for, read without building the operation's view.
+func (s *Service) OperationChanged(id string, since int64) (bool, error) {
+	var changed bool
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var op v1.Operation
+		if err := tx.Get(store.Operations, id, &op); err != nil {
+			return err
+		}
+		if op.Done() || op.Cluster == "" {
+			changed = op.Done()
+			return nil
+		}
+		newest, err := newestEvent(tx, op.Cluster)
+		changed = newest > since
+		return err
+	})
+	return changed, err
+}
+
 // clusterVMs reads the cluster folder's VMs from vCenter.
 func (s *Service) clusterVMs(ctx context.Context, rec *record) (map[string]vsphere.VMInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusVCenterTimeout)

@@ -177,7 +177,7 @@ func TestNodesChangedRunsAfterCommit(t *testing.T) {
 	var rev int64
 	err = s.Update(func(tx *Tx) error {
 		var err error
-		rev, err = tx.PutRoles([]v1.Role{{NodeName: "a", Role: v1.RoleWorker}, {NodeName: "b", Role: v1.RoleWorker}})
+		rev, err = tx.PutRoles([]v1.Role{testRole("a", v1.RoleWorker), testRole("b", v1.RoleWorker)})
 		if len(got) != 0 {
 			t.Error("watchers were told before the commit")
 		}
@@ -192,7 +192,9 @@ func TestNodesChangedRunsAfterCommit(t *testing.T) {
 
 	got = nil
 	_ = s.Update(func(tx *Tx) error {
-		if _, err := tx.PutRoles([]v1.Role{{NodeName: "a", Role: v1.RoleWorker}}); err != nil {
+		changed := testRole("a", v1.RoleWorker)
+		changed.Cluster.VIP = "198.18.0.100"
+		if _, err := tx.PutRoles([]v1.Role{changed}); err != nil {
 			return err
 		}
 		return errors.New("roll back")

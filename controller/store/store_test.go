@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -570,5 +571,101 @@ func TestAddOperationKeepsTheNewestFinished(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cluster's workflow recomputes every node's role at each step: only
+// the roles that changed are written, under a new revision, and only
+// their nodes' watchers wake; an invalid one refuses the whole call.
+func TestPutRolesWritesOnlyTheChangedOnes(t *testing.T) {
+	ts := openTestStore(t)
+	ts.addNode(t, "w1", "uid-1", "t1")
+	ts.addNode(t, "w2", "uid-2", "t2")
+	m := testNode("m1", "uid-m", v1.RoleMaster)
+	master := testRole("m1", v1.RoleMaster)
+	master.PKI = &v1.ClusterPKI{} // decoded past, not read
+	if _, err := ts.CreateNode(m, master, testToken("t3", m)); err != nil {
+		t.Fatal(err)
+	}
+	put := func(roles ...v1.Role) (int64, error) {
+		var rev int64
+		err := ts.Update(func(tx *Tx) error {
+			var err error
+			rev, err = tx.PutRoles(roles)
+			return err
+		})
+		return rev, err
+	}
+	revisionOf := func(name string) int64 {
+		r, err := ts.Role(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Revision
+	}
+	w1, w2 := testRole("w1", v1.RoleWorker), testRole("w2", v1.RoleWorker)
+	ts.takeChanged()
+	before := []int64{revisionOf("w1"), revisionOf("w2"), revisionOf("m1")}
+	if rev, err := put(w1, w2, master); err != nil || rev != 0 {
+		t.Fatalf("the same roles again: revision %d, %v; want 0, nothing written", rev, err)
+	}
+	if after := []int64{revisionOf("w1"), revisionOf("w2"), revisionOf("m1")}; !slices.Equal(before, after) {
+		t.Fatalf("revisions %v after putting the same roles, were %v", after, before)
+	}
+	if got := ts.takeChanged(); len(got) != 0 {
+		t.Fatalf("the same roles woke %v", got)
+	}
+
+	w2.ProviderID = "vsphere://4211aaaa-0000-0000-0000-000000000002"
+	rev, err := put(w1, w2, master)
+	if err != nil || rev == 0 {
+		t.Fatalf("one role changed: revision %d, %v", rev, err)
+	}
+	if r, _ := ts.Role("w2"); r.Revision != rev || r.ProviderID != w2.ProviderID {
+		t.Fatalf("w2's role %+v, want revision %d with the provider ID", r, rev)
+	}
+	if revisionOf("w1") != before[0] || revisionOf("m1") != before[2] {
+		t.Fatal("an unchanged role moved to the new revision")
+	}
+	if got := ts.takeChanged(); !slices.EqualFunc(got, [][]string{{"w2"}}, slices.Equal) {
+		t.Fatalf("NodesChanged calls %v, want one for w2", got)
+	}
+
+	bad := testRole("w1", v1.RoleWorker)
+	bad.APIVersion = "harmony.dev/v0"
+	w2.ProviderID = ""
+	if _, err := put(w2, bad); err == nil || !strings.Contains(err.Error(), "role of w1") || !strings.Contains(err.Error(), "apiVersion") {
+		t.Fatalf("an invalid role: %v, want it refused by node and field", err)
+	}
+	if r, _ := ts.Role("w2"); r.Revision != rev || r.ProviderID == "" {
+		t.Fatalf("a refused call changed w2's role: %+v", r)
+	}
+}
+
+// Last finds the greatest key under a prefix, never one of a longer
+// prefix's neighbours or past it.
+func TestLastKeyUnderAPrefix(t *testing.T) {
+	ts := openTestStore(t)
+	keys := []string{"a-b/9", "a/1", "a/2", "a/2\xff", "a0/0", "b/1", "\xff\xff"}
+	err := ts.Update(func(tx *Tx) error {
+		for _, k := range keys {
+			if err := tx.Put(Events, k, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prefix, want := range map[string]string{"a/": "a/2\xff", "a-b/": "a-b/9", "b/": "b/1", "c/": "", "\xff": "\xff\xff", "": "\xff\xff"} {
+		var got string
+		var ok bool
+		if err := ts.View(func(tx *Tx) error { got, ok = tx.Last(Events, prefix); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got != want || ok != (want != "") {
+			t.Errorf("Last(%q) = %q, %v; want %q", prefix, got, ok, want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -101,11 +102,49 @@ func (t *Tx) Delete(b Bucket, key string) error { return t.bucket(b).Delete([]by
 // List calls fn for each record whose key starts with prefix, in key
 // order.
 func (t *Tx) List(b Bucket, prefix string, fn func(key string, data []byte) error) error {
+	return t.ListFrom(b, prefix, prefix, fn)
+}
+
+// ListFrom is List from the first key at or after from; from sorts at or
+// after prefix.
+func (t *Tx) ListFrom(b Bucket, prefix, from string, fn func(key string, data []byte) error) error {
 	c := t.bucket(b).Cursor()
 	p := []byte(prefix)
-	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+	for k, v := c.Seek([]byte(from)); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 		if err := fn(string(k), v); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Last returns the greatest key that starts with prefix.
+func (t *Tx) Last(b Bucket, prefix string) (string, bool) {
+	c := t.bucket(b).Cursor()
+	p := []byte(prefix)
+	// One back from the first key past every key with the prefix.
+	var k []byte
+	if end := prefixEnd(p); end == nil {
+		k, _ = c.Last()
+	} else if k, _ = c.Seek(end); k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	if k == nil || !bytes.HasPrefix(k, p) {
+		return "", false
+	}
+	return string(k), true
+}
+
+// prefixEnd is the least key greater than every key that starts with p;
+// nil when there is none (p is empty or all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := slices.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
 		}
 	}
 	return nil
@@ -177,9 +216,73 @@ func (t *Tx) Node(name string) (Node, error) {
 // missing one is not an error.
 func (t *Tx) DeleteNode(name string) error { return t.s.deleteNode(t.tx, name) }
 
-// PutRoles stores roles of existing nodes under one new revision; their
-// watches wake after the commit.
-func (t *Tx) PutRoles(roles []v1.Role) (int64, error) { return t.s.putRoles(t.tx, roles) }
+// PutRoles validates and stores those of roles that differ from the
+// node's stored role (in more than Revision and UpdatedAt) under one new
+// revision, and their
+// watches wake after the commit; 0 when none differs. A cluster's
+// workflow recomputes every node's role at each step that changes one,
+// and waking a hundred agents for one node's change cost them and the
+// controller for nothing.
+func (t *Tx) PutRoles(roles []v1.Role) (int64, error) {
+	b := t.tx.Bucket(bucketRoles)
+	changed := make([]v1.Role, 0, len(roles))
+	for _, r := range roles {
+		if stored := b.Get([]byte(r.NodeName)); stored == nil || !sameRole(stored, r) {
+			changed = append(changed, r)
+		}
+	}
+	if len(changed) == 0 {
+		return 0, nil
+	}
+	for i := range changed {
+		if err := changed[i].Validate(); err != nil {
+			return 0, fmt.Errorf("role of %s: %w", changed[i].NodeName, err)
+		}
+	}
+	return t.s.putRoles(t.tx, changed)
+}
+
+// sameRole reports whether r, stamped with stored's revision and time,
+// encodes as stored does.
+func sameRole(stored []byte, r v1.Role) bool {
+	var ok bool
+	if r.Revision, r.UpdatedAt, ok = roleStamp(stored); !ok {
+		return false
+	}
+	data, err := json.Marshal(r)
+	return err == nil && bytes.Equal(data, stored)
+}
+
+// roleStamp reads a stored role's revision and time from its first keys,
+// without decoding the rest (a master's holds the cluster's CAs).
+func roleStamp(stored []byte) (rev int64, at time.Time, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(stored))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, at, false
+	}
+	var haveRev, haveAt bool
+	for dec.More() && !(haveRev && haveAt) {
+		key, err := dec.Token()
+		if err != nil {
+			return 0, at, false
+		}
+		switch key {
+		case "revision":
+			haveRev = dec.Decode(&rev) == nil
+		case "updatedAt":
+			haveAt = dec.Decode(&at) == nil
+		case "role":
+			// Encoded after both: a role without a time has none.
+			return rev, at, haveRev
+		default:
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return 0, at, false
+			}
+		}
+	}
+	return rev, at, haveRev
+}
 
 // Status reads a node's latest status report.
 func (t *Tx) Status(name string) (v1.Status, bool) {

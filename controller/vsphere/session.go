@@ -46,6 +46,11 @@ type Session struct {
 	files sync.RWMutex
 }
 
+// idleConnsPerVCenter bounds the connections kept open to a vCenter
+// between requests; above the clone parallelism's default, so that
+// parallel steps reuse them.
+const idleConnsPerVCenter = 32
+
 // Connect logs in to the provider's vCenter and resolves its datacenter,
 // resource pool, folder (created if missing) and network. The password
 // never goes into a URL, so no error or log line can carry it.
@@ -58,6 +63,11 @@ func Connect(ctx context.Context, p v1.Provider) (*Session, error) {
 		u.Path = vim25.Path
 	}
 	sc := soap.NewClient(u, p.VCenter.Insecure)
+	// Go keeps 2 idle connections per host by default: with clones,
+	// reconfigures and task waits in flight at once, every request beyond
+	// two paid a new TLS handshake with vCenter (14% of the controller's
+	// CPU in a 100-worker create).
+	sc.DefaultTransport().MaxIdleConnsPerHost = idleConnsPerVCenter
 	if p.VCenter.Thumbprint != "" {
 		sc.SetThumbprint(u.Host, p.VCenter.Thumbprint)
 	}
