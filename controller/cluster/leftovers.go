@@ -105,7 +105,7 @@ func (s *Service) PurgeLeftovers(ctx context.Context, id, by string) (v1.Cluster
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		err := tx.Get(store.Leftovers, id, &l)
 		if errors.Is(err, store.ErrNotFound) {
-			return refuse(NotFound, "id", "no deleted cluster left anything under %.80q (harmonyctl leftovers list names them)", id)
+			return refuse(NotFound, "id", "no deleted cluster left anything under %.80q (harmonyctl cluster leftovers list names them)", id)
 		}
 		if err != nil {
 			return err
