@@ -13,7 +13,6 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/access"
-	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
@@ -370,15 +369,9 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 	name := p.rec.Spec.Name
 	if p.rec.Purge {
-		for _, ds := range p.vc.Provider.DataDatastores() {
-			if err := p.vc.DeleteDatastoreDir(ctx, ds, p.rec.diskDir()); err != nil {
-				return err
-			}
-		}
-		if e.cfg.Copies != nil {
-			if err := e.cfg.Copies.Remove(etcdcopies.Cluster{Name: name, UID: p.rec.UID}); err != nil {
-				return fmt.Errorf("etcd snapshot copies: %w", err)
-			}
+		data := leftovers{Cluster: name, UID: p.rec.UID, DiskDir: p.rec.diskDir(), Datastores: p.vc.Provider.DataDatastores()}
+		if err := data.remove(ctx, p.vc, e.cfg.Copies); err != nil {
+			return err
 		}
 	}
 	if err := p.vc.DeleteFolderIfEmpty(ctx, p.folder); err != nil {

@@ -10,6 +10,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/controller/vsphere"
 )
 
 // leftovers is the stored record of what a cluster deleted without purge
@@ -39,6 +40,23 @@ func (l *leftovers) folders() []string {
 		out = append(out, fmt.Sprintf("[%s] %s", ds, l.DiskDir))
 	}
 	return out
+}
+
+// remove deletes the data disks' folder on each datastore, then the
+// controller's copies of the cluster's etcd snapshots (copies nil: it
+// keeps none); what is gone already counts as removed.
+func (l *leftovers) remove(ctx context.Context, vc *vsphere.Session, copies *etcdcopies.Store) error {
+	for _, ds := range l.Datastores {
+		if err := vc.DeleteDatastoreDir(ctx, ds, l.DiskDir); err != nil {
+			return err
+		}
+	}
+	if copies != nil {
+		if err := copies.Remove(l.copies()); err != nil {
+			return fmt.Errorf("etcd snapshot copies: %w", err)
+		}
+	}
+	return nil
 }
 
 // keepLeftovers records what rec leaves, in the transaction that deletes
@@ -130,26 +148,15 @@ func (s *Service) PurgeLeftovers(ctx context.Context, id, by string) (v1.Cluster
 	if err != nil {
 		return view, err
 	}
-	p, err := s.cfg.Catalog.Provider(l.Provider)
+	vc, err := s.sessionFor(ctx, l.Provider)
 	if errors.Is(err, store.ErrNotFound) {
 		return view, refuse(Conflict, "provider", "provider %s is gone: apply it again to purge these leftovers, or remove %v by hand", l.Provider, l.folders())
 	}
 	if err != nil {
-		return view, fmt.Errorf("provider %s: %w", l.Provider, err)
-	}
-	vc, err := s.session(ctx, p)
-	if err != nil {
 		return view, err
 	}
-	for _, ds := range l.Datastores {
-		if err := vc.DeleteDatastoreDir(ctx, ds, l.DiskDir); err != nil {
-			return view, err
-		}
-	}
-	if s.cfg.Copies != nil {
-		if err := s.cfg.Copies.Remove(l.copies()); err != nil {
-			return view, fmt.Errorf("etcd snapshot copies: %w", err)
-		}
+	if err := l.remove(ctx, vc, s.cfg.Copies); err != nil {
+		return view, err
 	}
 	if err := s.cfg.Store.Update(func(tx *store.Tx) error { return tx.Delete(store.Leftovers, id) }); err != nil {
 		return view, err

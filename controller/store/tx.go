@@ -218,8 +218,8 @@ func (t *Tx) DeleteNode(name string) error { return t.s.deleteNode(t.tx, name) }
 
 // PutRoles validates and stores those of roles that differ from the
 // node's stored role (in more than Revision and UpdatedAt) under one new
-// revision, and their
-// watches wake after the commit; 0 when none differs. A cluster's
+// revision, and their watches wake after the commit; 0 when none
+// differs. A cluster's
 // workflow recomputes every node's role at each step that changes one,
 // and waking a hundred agents for one node's change cost them and the
 // controller for nothing.
