@@ -203,13 +203,19 @@ func extraConfig(m mo.VirtualMachine, key string) string {
 	return ""
 }
 
+// dataDiskExists says whether the disk at a datastore path, "[DS] dir/name",
+// is on its datastore.
 func (e *clusterEnv) dataDiskExists(path string) bool {
 	e.t.Helper()
-	ds, err := find.NewFinder(e.vc.Client).Datastore(context.Background(), "LocalDS_0")
+	var p object.DatastorePath
+	if !p.FromString(path) {
+		e.t.Fatalf("%q is not a datastore path", path)
+	}
+	ds, err := find.NewFinder(e.vc.Client).Datastore(context.Background(), p.Datastore)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	_, err = ds.Stat(context.Background(), strings.TrimPrefix(path, "[LocalDS_0] "))
+	_, err = ds.Stat(context.Background(), p.Path)
 	return err == nil
 }
 

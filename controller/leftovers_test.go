@@ -13,6 +13,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	htest "github.com/harmonykaas/harmony/internal/testutil"
+	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
 // A cluster deleted without purge leaves its data disks (its etcd data)
@@ -101,4 +102,49 @@ func TestLeftoversOfADeletedClusterAreListedAndPurged(t *testing.T) {
 		t.Errorf("leftovers after the purge: %+v", got)
 	}
 	doJSON(t, e.tc.admin, "DELETE", e.tc.url+v1.PathLeftovers+"/"+id, nil).wantStatus(t, http.StatusNotFound, v1.CodeNotFound)
+}
+
+// A purge with the cluster removes its data disks where they are, also
+// on a datastore the provider no longer lists for data disks; a delete
+// without purge records that datastore among its leftovers.
+func TestPurgeFindsTheDisksOnADatastoreTheProviderDropped(t *testing.T) {
+	e := newClusterEnvOn(t, vcsim.Options{Datastores: 2})
+	for _, name := range []string{"kept", "purged"} {
+		spec := e.spec(name, 1, 0)
+		if name == "purged" {
+			spec.VIP = "198.18.10.78"
+		}
+		e.do("POST", v1.PathClusters, spec)
+	}
+	kept := e.cluster("kept").Status.Nodes[0].DataDisk
+	purged := e.cluster("purged").Status.Nodes[0].DataDisk
+	if !strings.HasPrefix(kept, "[LocalDS_0] ") || !strings.HasPrefix(purged, "[LocalDS_0] ") {
+		t.Fatalf("data disks %s and %s; want them on LocalDS_0, the provider's only datastore", kept, purged)
+	}
+
+	moved := e.sim.Provider("lab", testPool())
+	moved.Datastores.Data = []string{"LocalDS_1"}
+	r := doJSON(t, e.tc.admin, "PUT", e.tc.url+v1.PathProviders+"/lab", moved)
+	if r.status != http.StatusOK && r.status != http.StatusCreated {
+		t.Fatalf("move the provider's data disks to LocalDS_1: %d %s", r.status, r.body)
+	}
+
+	e.do("DELETE", v1.PathClusters+"/purged?purge=true", nil)
+	if e.dataDiskExists(purged) || e.dataDiskExists(path.Dir(purged)) {
+		t.Errorf("the purge left %s or its folder, on the datastore the provider dropped", purged)
+	}
+	e.do("DELETE", v1.PathClusters+"/kept", nil)
+	var l v1.ClusterLeftoversList
+	doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathLeftovers, nil).decode(t, &l)
+	folder := path.Dir(kept)
+	if len(l.Items) != 1 || l.Items[0].Cluster != "kept" || !slices.Contains(l.Items[0].DataDiskFolders, folder) {
+		t.Fatalf("leftovers %+v; want kept's, with %s", l.Items, folder)
+	}
+	if !e.dataDiskExists(kept) {
+		t.Fatalf("the delete without purge removed %s", kept)
+	}
+	doJSON(t, e.tc.admin, "DELETE", e.tc.url+v1.PathLeftovers+"/"+l.Items[0].ID, nil).wantStatus(t, http.StatusOK, "")
+	if e.dataDiskExists(kept) || e.dataDiskExists(folder) {
+		t.Errorf("the leftovers' purge left %s or its folder", kept)
+	}
 }

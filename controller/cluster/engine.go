@@ -369,7 +369,15 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 	name := p.rec.Spec.Name
 	if p.rec.Purge {
-		data := leftovers{Cluster: name, UID: p.rec.UID, DiskDir: p.rec.diskDir(), Datastores: p.vc.Provider.DataDatastores()}
+		var data leftovers
+		err := e.cfg.Store.View(func(tx *store.Tx) error {
+			var err error
+			data, err = leftoversOf(tx, name, p.vc.Provider.DataDatastores(), e.cfg.Now())
+			return err
+		})
+		if err != nil {
+			return err
+		}
 		if err := data.remove(ctx, p.vc, e.cfg.Copies); err != nil {
 			return err
 		}
@@ -379,7 +387,13 @@ func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 	}
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
 		if !p.rec.Purge {
-			if err := keepLeftovers(tx, p.rec, p.vc.Provider.DataDatastores(), e.cfg.Now()); err != nil {
+			// Recorded in the transaction that deletes the cluster's
+			// record, so that no crash between the two loses its disks.
+			left, err := leftoversOf(tx, name, p.vc.Provider.DataDatastores(), e.cfg.Now())
+			if err != nil {
+				return err
+			}
+			if err := tx.Put(store.Leftovers, left.id(), left); err != nil {
 				return err
 			}
 		}

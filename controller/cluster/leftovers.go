@@ -59,22 +59,39 @@ func (l *leftovers) remove(ctx context.Context, vc *vsphere.Session, copies *etc
 	return nil
 }
 
-// keepLeftovers records what rec leaves, in the transaction that deletes
-// its record, so that no crash between the two loses track of its disks.
-func keepLeftovers(tx *store.Tx, rec *record, dataDatastores []string, now time.Time) error {
-	machines, err := loadMachines(tx, rec.Spec.Name)
+// leftoversOf is what deleting the cluster leaves, once its machines are
+// gone: its data disks' folder on the provider's data datastores now and
+// on every datastore a master's disk was on (the provider's may have
+// changed since), and the controller's copies of its snapshots. A purge
+// with the cluster and a purge of its leftovers both remove this.
+func leftoversOf(tx *store.Tx, cluster string, dataDatastores []string, now time.Time) (leftovers, error) {
+	cur, err := loadCluster(tx, cluster)
+	if err != nil {
+		return leftovers{}, err
+	}
+	// The masters' records are gone by now; each noted its datastore.
+	datastores := slices.Clone(dataDatastores)
+	for _, ds := range cur.DataDiskDatastores {
+		if !slices.Contains(datastores, ds) {
+			datastores = append(datastores, ds)
+		}
+	}
+	return leftovers{Cluster: cur.Spec.Name, UID: cur.UID, Provider: cur.Spec.Provider,
+		DeletedAt: now.UTC(), DiskDir: cur.diskDir(), Datastores: datastores}, nil
+}
+
+// dataDiskWasOn notes that a master of the cluster had its data disk on
+// datastore, as the master's record goes.
+func dataDiskWasOn(tx *store.Tx, cluster, datastore string) error {
+	rec, err := loadCluster(tx, cluster)
 	if err != nil {
 		return err
 	}
-	datastores := slices.Clone(dataDatastores)
-	for _, m := range machines {
-		if m.DataDatastore != "" && !slices.Contains(datastores, m.DataDatastore) {
-			datastores = append(datastores, m.DataDatastore)
-		}
+	if slices.Contains(rec.DataDiskDatastores, datastore) {
+		return nil
 	}
-	l := leftovers{Cluster: rec.Spec.Name, UID: rec.UID, Provider: rec.Spec.Provider,
-		DeletedAt: now.UTC(), DiskDir: rec.diskDir(), Datastores: datastores}
-	return tx.Put(store.Leftovers, l.id(), l)
+	rec.DataDiskDatastores = append(rec.DataDiskDatastores, datastore)
+	return tx.Put(store.Clusters, cluster, rec)
 }
 
 // Leftovers lists what the clusters deleted without purge left, oldest

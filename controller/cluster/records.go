@@ -30,11 +30,16 @@ type record struct {
 	TemplateBytes int64  `json:"templateBytes"`
 	// DataDiskDir is the datastore folder of the masters' data disks
 	// (diskDir); empty in clusters made before it was stored.
-	DataDiskDir string         `json:"dataDiskDir,omitempty"`
-	MasterSeq   int            `json:"masterSeq"`
-	WorkerSeq   int            `json:"workerSeq"`
-	Conditions  []v1.Condition `json:"conditions,omitempty"`
-	CreatedAt   time.Time      `json:"createdAt"`
+	DataDiskDir string `json:"dataDiskDir,omitempty"`
+	// DataDiskDatastores are the datastores a master's data disk was on
+	// when the master's record went (removed, or its cluster deleted):
+	// then nothing else says where its disk, or its folder, is, and the
+	// provider's data datastores may have changed since.
+	DataDiskDatastores []string       `json:"dataDiskDatastores,omitempty"`
+	MasterSeq          int            `json:"masterSeq"`
+	WorkerSeq          int            `json:"workerSeq"`
+	Conditions         []v1.Condition `json:"conditions,omitempty"`
+	CreatedAt          time.Time      `json:"createdAt"`
 	// Upgrade is the newest upgrade, running or finished.
 	Upgrade *upgradeRecord `json:"upgrade,omitempty"`
 	// Restore is the newest etcd restore, running or finished.

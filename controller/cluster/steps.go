@@ -417,6 +417,11 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 		}
 		switch r.next {
 		case stepGone:
+			if m.Role == v1.RoleMaster && m.DataDatastore != "" {
+				if err := dataDiskWasOn(tx, m.Cluster, m.DataDatastore); err != nil {
+					return err
+				}
+			}
 			if err := tx.Delete(store.Machines, machineKey(m.Cluster, m.Name)); err != nil {
 				return err
 			}

@@ -42,6 +42,9 @@ type Options struct {
 	Hosts         int
 	HostThreads   int
 	HostMemoryGiB int
+	// Datastores mounted on every host: LocalDS_0, LocalDS_1 and so on.
+	// Default 1.
+	Datastores int
 	// MethodDelay slows methods down, in milliseconds, e.g.
 	// {"CloneVM_Task": 200}: time for a test to kill a controller mid-way.
 	MethodDelay map[string]int
@@ -104,6 +107,7 @@ func Start(o Options) (*Sim, error) {
 	}
 	m := simulator.VPX()
 	m.ClusterHost = o.Hosts
+	m.Datastore = max(o.Datastores, 1)
 	m.Machine = 0 // no sample VMs
 	m.DelayConfig.MethodDelay = o.MethodDelay
 	if err := m.Create(); err != nil {
