@@ -37,7 +37,7 @@ func (l *leftovers) copies() etcdcopies.Cluster {
 func (l *leftovers) folders() []string {
 	out := make([]string, 0, len(l.Datastores))
 	for _, ds := range l.Datastores {
-		out = append(out, fmt.Sprintf("[%s] %s", ds, l.DiskDir))
+		out = append(out, vsphere.DatastorePath(ds, l.DiskDir))
 	}
 	return out
 }

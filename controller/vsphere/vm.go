@@ -181,7 +181,13 @@ type DataDisk struct {
 
 // Path is the disk's datastore path, "[ds] dir/name.vmdk".
 func (d DataDisk) Path() string {
-	return fmt.Sprintf("[%s] %s/%s.vmdk", d.Datastore, d.Dir, d.Name)
+	return DatastorePath(d.Datastore, d.Dir+"/"+d.Name+".vmdk")
+}
+
+// DatastorePath names a file or folder of a datastore as vCenter does,
+// "[ds] dir/file".
+func DatastorePath(datastore, path string) string {
+	return (&object.DatastorePath{Datastore: datastore, Path: path}).String()
 }
 
 // EnsureDataDisk creates the disk if it does not exist yet (a disk that
@@ -203,7 +209,7 @@ func (s *Session) createDataDisk(ctx context.Context, d DataDisk) error {
 	}
 	if !exists {
 		fm := object.NewFileManager(s.Client.Client)
-		dir := fmt.Sprintf("[%s] %s", d.Datastore, d.Dir)
+		dir := DatastorePath(d.Datastore, d.Dir)
 		if err := fm.MakeDirectory(ctx, dir, s.datacenter, true); err != nil && !isFault[*types.FileAlreadyExists](err) {
 			return fmt.Errorf("make %s: %w", dir, err)
 		}
@@ -526,7 +532,7 @@ func optionValues(m map[string]string) []types.BaseOptionValue {
 // (cluster delete --purge: the cluster's data disks). A missing folder is
 // not an error.
 func (s *Session) DeleteDatastoreDir(ctx context.Context, datastore, dir string) error {
-	p := fmt.Sprintf("[%s] %s", datastore, dir)
+	p := DatastorePath(datastore, dir)
 	s.files.Lock()
 	defer s.files.Unlock()
 	task, err := object.NewFileManager(s.Client.Client).DeleteDatastoreFile(ctx, p, s.datacenter)
