@@ -115,9 +115,17 @@ func (d *directory) check(ctx context.Context) error {
 
 func (d *directory) timeLimit() int { return int(d.cfg.OperationTimeout() / time.Second) }
 
-// authenticate finds the user, reads their groups, and then checks their
-// password by binding as them. A missing user and a wrong password are
-// one error.
+// absentDN is bound to, with the password given, when no entry has the
+// name: a name that exists and a wrong password then cost the directory
+// the same conversation (the service account's bind, the user search, a
+// refused bind), so that neither the answer nor its time says which names
+// exist. No entry is expected at this DN; if one were, its answer would
+// be ignored all the same.
+const absentDN = "cn=harmony-no-such-user"
+
+// authenticate finds the user and checks their password by binding as
+// them; then, as the service account again, it reads their groups. A
+// missing user and a wrong password are one error, reached the same way.
 func (d *directory) authenticate(ctx context.Context, name, password string) (directoryUser, error) {
 	if password == "" {
 		// An empty password is an unauthenticated bind, which succeeds.
@@ -128,20 +136,26 @@ func (d *directory) authenticate(ctx context.Context, name, password string) (di
 		return directoryUser{}, err
 	}
 	defer done()
-	u, err := d.lookupOn(ctx, conn, name)
+	dn, err := d.findUser(ctx, conn, name)
 	if errors.Is(err, errNotInDirectory) {
+		_ = conn.Bind(absentDN+","+d.cfg.UserSearch.BaseDN, password)
 		return directoryUser{}, ErrBadCredentials
 	}
 	if err != nil {
 		return directoryUser{}, err
 	}
-	if err := conn.Bind(u.DN, password); err != nil {
+	if err := conn.Bind(dn, password); err != nil {
 		if ldap.IsErrorWithCode(err, ldap.LDAPResultInvalidCredentials) {
 			return directoryUser{}, ErrBadCredentials
 		}
-		return directoryUser{}, &DirectoryError{fmt.Errorf("bind as %s: %w", u.DN, ctxErr(ctx, err))}
+		return directoryUser{}, &DirectoryError{fmt.Errorf("bind as %s: %w", dn, ctxErr(ctx, err))}
 	}
-	return u, nil
+	// The groups are read as the service account, whose reach the
+	// settings were checked with, not as the user.
+	if err := conn.Bind(d.cfg.BindDN, d.cfg.BindPassword); err != nil {
+		return directoryUser{}, &DirectoryError{fmt.Errorf("bind as %s: %w", d.cfg.BindDN, ctxErr(ctx, err))}
+	}
+	return d.withGroups(ctx, conn, name, dn)
 }
 
 // lookup reads a user and their groups again, without their password:
@@ -152,26 +166,35 @@ func (d *directory) lookup(ctx context.Context, name string) (directoryUser, err
 		return directoryUser{}, err
 	}
 	defer done()
-	return d.lookupOn(ctx, conn, name)
+	dn, err := d.findUser(ctx, conn, name)
+	if err != nil {
+		return directoryUser{}, err
+	}
+	return d.withGroups(ctx, conn, name, dn)
 }
 
-func (d *directory) lookupOn(ctx context.Context, conn *ldap.Conn, name string) (directoryUser, error) {
+// findUser is the DN of the one entry the user filter finds for name.
+func (d *directory) findUser(ctx context.Context, conn *ldap.Conn, name string) (string, error) {
 	filter := strings.ReplaceAll(d.cfg.UserSearch.Filter, v1.LDAPUsernamePlaceholder, ldap.EscapeFilter(name))
 	res, err := conn.Search(ldap.NewSearchRequest(d.cfg.UserSearch.BaseDN, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases, 2, d.timeLimit(), false,
 		filter, []string{"1.1"}, nil))
 	if err != nil && !ldap.IsErrorWithCode(err, ldap.LDAPResultSizeLimitExceeded) {
-		return directoryUser{}, &DirectoryError{fmt.Errorf("search users: %w", ctxErr(ctx, err))}
+		return "", &DirectoryError{fmt.Errorf("search users: %w", ctxErr(ctx, err))}
 	}
 	if res == nil || len(res.Entries) != 1 {
 		// Two entries for one name is a directory to fix, not a guess.
-		return directoryUser{}, errNotInDirectory
+		return "", errNotInDirectory
 	}
-	u := directoryUser{Name: name, DN: res.Entries[0].DN}
-	if u.Groups, err = d.groups(ctx, conn, u.DN); err != nil {
+	return res.Entries[0].DN, nil
+}
+
+// withGroups is the user at dn with their groups and the role they give.
+func (d *directory) withGroups(ctx context.Context, conn *ldap.Conn, name, dn string) (directoryUser, error) {
+	groups, err := d.groups(ctx, conn, dn)
+	if err != nil {
 		return directoryUser{}, err
 	}
-	u.Role = d.role(u.Groups)
-	return u, nil
+	return directoryUser{Name: name, DN: dn, Groups: groups, Role: d.role(groups)}, nil
 }
 
 // groups follows group membership from dn upward, one search per level,

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-ldap/ldap/v3"
 
@@ -345,6 +346,40 @@ func TestGrantToDirectoryUserBeforeFirstSignIn(t *testing.T) {
 	for _, name := range []string{"dave", "mallory"} {
 		if _, err := s.Grant(ctx, "web", v1.GrantRequest{User: name, Role: v1.GrantView}, "test"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("grant to %s: %v, want not found", name, err)
+		}
+	}
+}
+
+// A name the directory does not have and a wrong password for one it has
+// cost the directory the same conversation: nothing in the answer or in
+// how long it took says which names exist (the attack: time sign-ins to
+// learn the directory's user names, then guess their passwords).
+func TestDirectoryUnknownNameCostsWhatAWrongPasswordDoes(t *testing.T) {
+	s, d := newDirectoryService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conversation := func(name, password string) []string {
+		t.Helper()
+		if _, err := d.Operations(ctx); err != nil { // what came before
+			t.Fatal(err)
+		}
+		if _, err := s.Login(ctx, name, password, client); !errors.Is(err, ErrBadCredentials) {
+			t.Fatalf("login %s: %v, want %v", name, err, ErrBadCredentials)
+		}
+		ops, err := d.Operations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+	wrong := conversation("bob", "not-"+testutil.SlapdPassword("bob"))
+	if !slices.Contains(wrong, "BIND 49") {
+		t.Fatalf("a wrong password's conversation %v has no refused bind (BIND 49)", wrong)
+	}
+	// carol is in the directory, disabled: the user filter leaves her out.
+	for _, name := range []string{"mallory", "carol"} {
+		if got := conversation(name, "some-password"); !slices.Equal(got, wrong) {
+			t.Errorf("signing in as %q: the directory saw %v; a wrong password for bob: %v", name, got, wrong)
 		}
 	}
 }

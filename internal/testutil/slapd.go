@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,7 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-ldap/ldap/v3"
@@ -42,6 +47,28 @@ type Slapd struct {
 	dir              string
 	cmd              *exec.Cmd
 	done             chan error
+	log              *lockedBuffer
+	// seen is how much of log Operations has returned.
+	seen int
+}
+
+// lockedBuffer is slapd's output, written by the process's copier and read
+// by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Names in the test directory.
@@ -128,10 +155,12 @@ func StartSlapd(dir string) (*Slapd, error) {
 		StartTLSURL: fmt.Sprintf("ldap://127.0.0.1:%d", ports[1]),
 		CAPEM:       string(caPEM), dir: dir, done: make(chan error, 1),
 	}
-	var log bytes.Buffer
-	// -d keeps slapd in the foreground, so that Close can stop it.
-	s.cmd = exec.Command("/usr/sbin/slapd", "-f", conf, "-h", s.URL+"/ "+s.StartTLSURL+"/", "-d", "0")
-	s.cmd.Stdout, s.cmd.Stderr = &log, &log
+	log := new(lockedBuffer)
+	s.log = log
+	// -d keeps slapd in the foreground, so that Close can stop it; at the
+	// stats level it logs each connection and operation (Operations).
+	s.cmd = exec.Command("/usr/sbin/slapd", "-f", conf, "-h", s.URL+"/ "+s.StartTLSURL+"/", "-d", "stats")
+	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start slapd: %w", err)
 	}
@@ -153,6 +182,62 @@ func StartSlapd(dir string) (*Slapd, error) {
 			return nil, fmt.Errorf("slapd did not answer within 30s: %v", err)
 		}
 	}
+}
+
+// slapdOp matches the stats lines of an operation's request and result.
+var slapdOp = regexp.MustCompile(`conn=(\d+) op=(\d+) (BIND|SRCH|UNBIND|EXT|MOD|ADD|DEL|CMP|RESULT|SEARCH RESULT)\b(?:.* err=(\d+))?`)
+
+// Operations waits until every connection slapd accepted has closed and
+// returns the operations it served, in order, each as its request's verb
+// and its LDAP result code ("BIND 49"), without the DNs and filters: what
+// a client's conversation with the directory looked like, for tests that
+// compare two of them. Each call returns what came after the previous one.
+func (s *Slapd) Operations(ctx context.Context) ([]string, error) {
+	var text string
+	for {
+		text = s.log.String()[s.seen:]
+		if strings.Count(text, " ACCEPT from ") == strings.Count(text, " closed") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("slapd's connections did not all close: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.seen += len(text)
+	// slapd's threads log a request and its result in either order.
+	type op struct {
+		conn, n      int
+		verb, result string
+	}
+	byKey := map[[2]int]*op{}
+	var ops []*op
+	for _, line := range strings.Split(text, "\n") {
+		m := slapdOp.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		conn, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		o := byKey[[2]int{conn, n}]
+		if o == nil {
+			o = &op{conn: conn, n: n}
+			byKey[[2]int{conn, n}] = o
+			ops = append(ops, o)
+		}
+		if m[3] == "RESULT" || m[3] == "SEARCH RESULT" {
+			o.result = m[4]
+		} else if o.verb == "" {
+			o.verb = m[3]
+		}
+	}
+	slices.SortFunc(ops, func(a, b *op) int { return cmp.Or(cmp.Compare(a.conn, b.conn), cmp.Compare(a.n, b.n)) })
+	out := make([]string, 0, len(ops))
+	for _, o := range ops {
+		out = append(out, strings.TrimSpace(o.verb+" "+o.result))
+	}
+	return out, nil
 }
 
 // Close stops slapd.
