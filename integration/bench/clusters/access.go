@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/access"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -31,7 +33,8 @@ const (
 // benchAccess measures, on cluster name: local logins (argon2id) next to
 // the KDF's own rate, LDAP logins against a real slapd next to a raw
 // connect-search-bind against it, and user credentials next to the raw
-// signing rate of a P-256 key, the cluster CA's kind.
+// signing rate of a P-256 key, the cluster CA's kind, and next to the
+// store's synced commits, one of which each request makes.
 func (b *bench) benchAccess(ctx context.Context, dir, adminConf, cluster string, rounds int) error {
 	slapd, err := testutil.StartSlapd(dir + "/slapd")
 	if err != nil {
@@ -106,7 +109,32 @@ func (b *bench) benchAccess(ctx context.Context, dir, adminConf, cluster string,
 		return err
 	}
 	row("user credentials (5-min certs)", creds, "ECDSA P-256 signatures, in process", signs)
+	// Each request also commits its audit entry, a bbolt batch synced to
+	// disk; on a slow disk that, not the signature, bounds the rate.
+	commits, err := storeCommits(dir, rounds*10)
+	if err != nil {
+		return err
+	}
+	row("", creds, "store batch commits (fsync), 4 at once", commits)
 	return nil
+}
+
+// storeCommits is the rate of the product's store's batched commits, one
+// small record each, accessConcurrency at once, on the controller's file
+// system.
+func storeCommits(dir string, n int) (float64, error) {
+	ref, err := store.Open(filepath.Join(dir, "reference-store.db"), store.Options{Create: true})
+	if err != nil {
+		return 0, err
+	}
+	defer ref.Close()
+	var seq atomic.Int64
+	return rate(n, func() error {
+		key := fmt.Sprintf("reference/%08d", seq.Add(1))
+		return ref.Batch(func(tx *store.Tx) error {
+			return tx.Put(store.Events, key, v1.Event{Type: "Normal", Reason: "Reference"})
+		})
+	})
 }
 
 // rate runs n calls of fn, accessConcurrency at once, and returns calls
