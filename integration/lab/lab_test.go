@@ -483,3 +483,35 @@ func TestAnotherPrometheusOnTheAddressIsRefused(t *testing.T) {
 		t.Error("the refused Prometheus was left running")
 	}
 }
+
+// Prometheus is in the lab's record before the lab waits for it to
+// answer: a `lab up` killed meanwhile leaves it for `lab down` to find.
+// Here the wait is cut short at once, and the record must name it.
+func TestPrometheusIsRecordedBeforeItAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := netip.MustParseAddrPort(l.Addr().String())
+	l.Close()
+	dir := t.TempDir()
+	r := newRecord(dir)
+	if err := os.MkdirAll(r.logsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(conf, []byte("scrape_configs: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	proc, _ := launchPrometheus(ctx, r, conf, filepath.Join(dir, "data"), listen)
+	t.Cleanup(func() { killAll(context.Background(), []int{proc.PID}, 5*time.Second) })
+	saved, err := loadRecord(dir)
+	if err != nil || saved == nil {
+		t.Fatalf("the lab's record after Prometheus started: %v, %v", saved, err)
+	}
+	if !slices.ContainsFunc(saved.Procs, func(p procRecord) bool { return p.Name == "prometheus" && p.PID == proc.PID && proc.PID > 0 }) {
+		t.Fatalf("the lab's record %+v lacks the Prometheus it started (pid %d)", saved.Procs, proc.PID)
+	}
+}

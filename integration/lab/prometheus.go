@@ -85,19 +85,15 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 	}
 	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort)
 	cfg.Log.Info("lab: prometheus", "listen", listen)
-	proc, err := launchPrometheus(ctx, r, confPath, filepath.Join(dir, "data"), listen)
-	if err != nil {
-		return err
-	}
-	r.Procs = append(r.Procs, proc)
-	return r.save()
+	_, err = launchPrometheus(ctx, r, confPath, filepath.Join(dir, "data"), listen)
+	return err
 }
 
-// launchPrometheus starts Prometheus detached and waits until it answers
-// on listen with confPath as its configuration. Another Prometheus on the
-// same address (a lab left running) would otherwise answer in its place,
-// with the other lab's targets, while ours has exited on "address already
-// in use".
+// launchPrometheus starts Prometheus detached, records it in r, and waits
+// until it answers on listen with confPath as its configuration. Another
+// Prometheus on the same address (a lab left running) would otherwise
+// answer in its place, with the other lab's targets, while ours has
+// exited on "address already in use".
 func launchPrometheus(ctx context.Context, r *record, confPath, dataDir string, listen netip.AddrPort) (procRecord, error) {
 	logPath := filepath.Join(r.logsDir(), "prometheus.log")
 	proc, err := startDetached([]string{"/usr/bin/prometheus",
@@ -110,6 +106,13 @@ func launchPrometheus(ctx context.Context, r *record, confPath, dataDir string, 
 		return proc, fmt.Errorf("lab: %w", err)
 	}
 	proc.Name = "prometheus"
+	// Recorded before the wait, so that `lab down` finds it also when
+	// this process is killed while Prometheus starts.
+	r.Procs = append(r.Procs, proc)
+	if err := r.save(); err != nil {
+		killAll(ctx, []int{proc.PID}, 5*time.Second)
+		return proc, err
+	}
 	err = poll(ctx, time.Minute, func() error {
 		if !proc.Alive() {
 			return errStop{fmt.Errorf("prometheus exited; see %s", logPath)}
