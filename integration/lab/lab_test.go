@@ -441,24 +441,10 @@ func TestClaimHelperProcess(t *testing.T) {
 // answer in place of the lab's own: the lab refuses to come up instead.
 func TestAnotherPrometheusOnTheAddressIsRefused(t *testing.T) {
 	ctx := context.Background()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := netip.MustParseAddrPort(l.Addr().String())
-	l.Close()
-
+	listen := freeLoopbackPort(t)
 	start := func(name string) (procRecord, string, error) {
-		dir := filepath.Join(t.TempDir(), name)
-		r := newRecord(dir)
-		if err := os.MkdirAll(r.logsDir(), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		conf := filepath.Join(dir, "prometheus.yml")
-		if err := os.WriteFile(conf, []byte("scrape_configs: []\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		proc, err := launchPrometheus(ctx, r, conf, filepath.Join(dir, "data"), listen)
+		r, conf, data := prometheusScratch(t, name)
+		proc, err := launchPrometheus(ctx, r, conf, data, listen)
 		return proc, conf, err
 	}
 	first, firstConf, err := start("first")
@@ -488,30 +474,43 @@ func TestAnotherPrometheusOnTheAddressIsRefused(t *testing.T) {
 // answer: a `lab up` killed meanwhile leaves it for `lab down` to find.
 // Here the wait is cut short at once, and the record must name it.
 func TestPrometheusIsRecordedBeforeItAnswers(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := netip.MustParseAddrPort(l.Addr().String())
-	l.Close()
-	dir := t.TempDir()
-	r := newRecord(dir)
-	if err := os.MkdirAll(r.logsDir(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(conf, []byte("scrape_configs: []\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	r, conf, data := prometheusScratch(t, "lab")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	proc, _ := launchPrometheus(ctx, r, conf, filepath.Join(dir, "data"), listen)
+	proc, _ := launchPrometheus(ctx, r, conf, data, freeLoopbackPort(t))
 	t.Cleanup(func() { killAll(context.Background(), []int{proc.PID}, 5*time.Second) })
-	saved, err := loadRecord(dir)
+	saved, err := loadRecord(r.dir())
 	if err != nil || saved == nil {
 		t.Fatalf("the lab's record after Prometheus started: %v, %v", saved, err)
 	}
 	if !slices.ContainsFunc(saved.Procs, func(p procRecord) bool { return p.Name == "prometheus" && p.PID == proc.PID && proc.PID > 0 }) {
 		t.Fatalf("the lab's record %+v lacks the Prometheus it started (pid %d)", saved.Procs, proc.PID)
 	}
+}
+
+// freeLoopbackPort is a loopback address no one listens on just now.
+func freeLoopbackPort(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return netip.MustParseAddrPort(l.Addr().String())
+}
+
+// prometheusScratch is a lab record in a directory of its own, with a
+// configuration that scrapes nothing and a data directory for Prometheus.
+func prometheusScratch(t *testing.T, name string) (r *record, conf, data string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	r = newRecord(dir)
+	if err := os.MkdirAll(r.logsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf = filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(conf, []byte("scrape_configs: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return r, conf, filepath.Join(dir, "data")
 }
