@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -15,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-ldap/ldap/v3"
@@ -47,28 +45,9 @@ type Slapd struct {
 	dir              string
 	cmd              *exec.Cmd
 	done             chan error
-	log              *lockedBuffer
+	log              *LogBuffer
 	// seen is how much of log Operations has returned.
 	seen int
-}
-
-// lockedBuffer is slapd's output, written by the process's copier and read
-// by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // Names in the test directory.
@@ -155,7 +134,7 @@ func StartSlapd(dir string) (*Slapd, error) {
 		StartTLSURL: fmt.Sprintf("ldap://127.0.0.1:%d", ports[1]),
 		CAPEM:       string(caPEM), dir: dir, done: make(chan error, 1),
 	}
-	log := new(lockedBuffer)
+	log := new(LogBuffer)
 	s.log = log
 	// -d keeps slapd in the foreground, so that Close can stop it; at the
 	// stats level it logs each connection and operation (Operations).
