@@ -427,28 +427,74 @@ func (e *engine) finishDelete(ctx context.Context, p *pass) error {
 		if err := access.DeleteClusterGrants(tx, name); err != nil {
 			return err
 		}
-		return tx.Delete(store.Clusters, name)
+		if err := tx.Delete(store.Clusters, name); err != nil {
+			return err
+		}
+		// In the same transaction: a crash after it must not leave the
+		// delete's operation running for good.
+		return forgetOperations(tx, name, e.cfg.Now().UTC())
 	})
 	if err != nil {
 		return err
 	}
-	e.finishOperations(name, 0, v1.OperationSucceeded, "cluster deleted")
+	e.cfg.Notify(NotifyKey(name))
 	e.cfg.Log.Info("cluster deleted", "cluster", name, "purge", p.rec.Purge)
 	return nil
 }
 
-// finishOperations ends the cluster's running operations up to gen (all,
-// when gen is 0).
+// KeepDeletedClusterOperations is how long the operations that ended
+// while a cluster was deleted (the delete's own among them) stay readable
+// after it, for whoever polls them.
+const KeepDeletedClusterOperations = 7 * 24 * time.Hour
+
+// forgetOperations runs once cluster's record is deleted: it ends the
+// cluster's running operations, deletes the ones that had ended before
+// its deletion began, as its events are, and deletes the operations of
+// clusters deleted before that have been kept for
+// KeepDeletedClusterOperations. Without it, every deleted cluster's
+// operations would stay in the store for good.
+func forgetOperations(tx *store.Tx, cluster string, now time.Time) error {
+	for _, c := range tx.OperationClusters() {
+		if c == "" || tx.Has(store.Clusters, c) {
+			continue
+		}
+		ops, err := tx.ClusterOperations(c)
+		if err != nil {
+			return err
+		}
+		deleting := now // when the first delete of cluster was asked for
+		for _, op := range ops {
+			if c == cluster && op.Kind == v1.OperationDelete && op.State == v1.OperationRunning && op.CreatedAt.Before(deleting) {
+				deleting = op.CreatedAt
+			}
+		}
+		for _, op := range ops {
+			switch {
+			case c == cluster && op.State == v1.OperationRunning:
+				op.State, op.Message, op.FinishedAt = v1.OperationSucceeded, "cluster deleted", now
+				err = tx.Put(store.Operations, op.ID, op)
+			case c == cluster && op.FinishedAt.Before(deleting), now.Sub(op.FinishedAt) > KeepDeletedClusterOperations:
+				err = tx.DeleteOperation(op)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finishOperations ends the cluster's running operations up to gen.
 func (e *engine) finishOperations(cluster string, gen int64, state, msg string) {
 	now := e.cfg.Now().UTC()
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
-		ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+		ops, err := tx.ClusterOperations(cluster)
 		if err != nil {
 			return err
 		}
 		for _, op := range ops {
 			// A snapshot asked for by hand ends on its own (driveSnapshot).
-			if op.Cluster != cluster || op.State != v1.OperationRunning || gen != 0 && (op.Generation > gen || op.Kind == v1.OperationEtcdSnapshot) {
+			if op.State != v1.OperationRunning || op.Generation > gen || op.Kind == v1.OperationEtcdSnapshot {
 				continue
 			}
 			op.State, op.Message, op.FinishedAt = state, msg, now

@@ -105,12 +105,12 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 
 // endOperations ends the running operations of a kind of a cluster.
 func endOperations(tx *store.Tx, cluster string, kind v1.OperationKind, state, msg string, now time.Time) error {
-	ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+	ops, err := tx.ClusterOperations(cluster)
 	if err != nil {
 		return err
 	}
 	for _, o := range ops {
-		if o.Cluster != cluster || o.Kind != kind || o.State != v1.OperationRunning {
+		if o.Kind != kind || o.State != v1.OperationRunning {
 			continue
 		}
 		o.State, o.Message, o.FinishedAt = state, msg, now

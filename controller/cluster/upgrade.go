@@ -211,12 +211,12 @@ func (s *Service) changeUpgrade(name, what, by string, change func(tx *store.Tx,
 // (a node failed), a change to the upgrade gets one of its own, which
 // ends with the upgrade.
 func upgradeOperation(tx *store.Tx, rec *record, now time.Time) (v1.Operation, error) {
-	ops, err := store.ListJSON[v1.Operation](tx, store.Operations, "")
+	ops, err := tx.ClusterOperations(rec.Spec.Name)
 	if err != nil {
 		return v1.Operation{}, err
 	}
 	for _, o := range ops {
-		if o.Cluster == rec.Spec.Name && o.Kind == v1.OperationUpgrade && o.State == v1.OperationRunning {
+		if o.Kind == v1.OperationUpgrade && o.State == v1.OperationRunning {
 			return o, nil
 		}
 	}

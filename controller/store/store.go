@@ -29,6 +29,9 @@ var (
 	bucketRoles  = []byte("roles")
 	bucketStatus = []byte("status")
 	bucketCerts  = []byte("certs")
+	// bucketOperationIndex holds one empty record per operation, keyed
+	// by its cluster and ID (operationKey).
+	bucketOperationIndex = []byte("operation-index")
 
 	keySchema   = []byte("schema")
 	keyRevision = []byte("revision")
@@ -153,7 +156,7 @@ func Open(path string, opts Options) (*Store, error) {
 }
 
 func allBuckets() [][]byte {
-	return append([][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus, bucketCerts}, recordBuckets...)
+	return append([][]byte{bucketMeta, bucketNodes, bucketTokens, bucketRoles, bucketStatus, bucketCerts, bucketOperationIndex}, recordBuckets...)
 }
 
 func hasBuckets(tx *bolt.Tx) bool {
@@ -166,8 +169,14 @@ func hasBuckets(tx *bolt.Tx) bool {
 }
 
 func initBuckets(tx *bolt.Tx) error {
+	unindexed := tx.Bucket(bucketOperationIndex) == nil
 	for _, b := range allBuckets() {
 		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	if unindexed {
+		if err := indexOperations(tx, tx.Bucket(bucketOperationIndex)); err != nil {
 			return err
 		}
 	}

@@ -567,10 +567,106 @@ func TestAddOperationKeepsTheNewestFinished(t *testing.T) {
 				t.Errorf("operation %s was deleted: running, or another cluster's", id)
 			}
 		}
+		indexed, err := tx.ClusterOperations("a")
+		if want := KeepFinishedOperations + 2; len(indexed) != want || err != nil {
+			t.Errorf("cluster a's index reads %d operations (%v), want %d", len(indexed), err, want)
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func addOperation(t *testing.T, s *Store, cluster string) string {
+	t.Helper()
+	op := &v1.Operation{Cluster: cluster, Kind: v1.OperationScale}
+	if err := s.Update(func(tx *Tx) error { return tx.AddOperation(op) }); err != nil {
+		t.Fatal(err)
+	}
+	return op.ID
+}
+
+func operationIDs(t *testing.T, tx *Tx, cluster string) []string {
+	t.Helper()
+	ops, err := tx.ClusterOperations(cluster)
+	if err != nil {
+		t.Fatalf("operations of %q: %v", cluster, err)
+	}
+	var ids []string
+	for _, op := range ops {
+		ids = append(ids, op.ID)
+	}
+	return ids
+}
+
+// A step reads its own cluster's operations through the index: another
+// cluster's, even one that no longer decodes, is neither read nor in the
+// way. AddOperation used to decode every operation in the store, those
+// of every cluster ever deleted too, at each new one.
+func TestClusterOperationsReadOnlyTheirCluster(t *testing.T) {
+	s := openTestStore(t)
+	a1 := addOperation(t, s.Store, "a")
+	addOperation(t, s.Store, "a-b")
+	addOperation(t, s.Store, "ab")
+	image := addOperation(t, s.Store, "")
+	damaged := addOperation(t, s.Store, "b")
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(Operations)).Put([]byte(damaged), []byte("{not json"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a2 := addOperation(t, s.Store, "a")
+	err := s.View(func(tx *Tx) error {
+		if got, want := operationIDs(t, tx, "a"), slices.Sorted(slices.Values([]string{a1, a2})); !slices.Equal(got, want) {
+			t.Errorf("cluster a's operations %v, want %v", got, want)
+		}
+		if got := operationIDs(t, tx, ""); !slices.Equal(got, []string{image}) {
+			t.Errorf("the images' operations %v, want [%s]", got, image)
+		}
+		if _, err := tx.ClusterOperations("b"); err == nil || !strings.Contains(err.Error(), damaged) {
+			t.Errorf("cluster b's damaged operation read as %v, want an error naming %s", err, damaged)
+		}
+		if got, want := tx.OperationClusters(), []string{"", "a-b", "a", "ab", "b"}; !slices.Equal(got, want) {
+			t.Errorf("clusters with operations %q, want %q", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store an older controller made has no operation index: opening it
+// to write builds the index from the operations; opened read-only, its
+// operations are read without one.
+func TestOpenIndexesTheOperationsOfAnOlderStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s, err := Open(path, Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values([]string{addOperation(t, s, "a"), addOperation(t, s, "a")}))
+	addOperation(t, s, "b")
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketOperationIndex) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, opts := range []Options{{ReadOnly: true}, {}} {
+		s, err := Open(path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.View(func(tx *Tx) error {
+			if got := operationIDs(t, tx, "a"); !slices.Equal(got, want) {
+				t.Errorf("read-only %v: cluster a's operations %v, want %v", opts.ReadOnly, got, want)
+			}
+			return nil
+		})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

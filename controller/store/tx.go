@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -299,10 +300,16 @@ func (t *Tx) Role(name string) (v1.Role, bool) {
 }
 
 // KeepFinishedOperations is how many finished operations a cluster keeps
-// (the newest): AddOperation deletes older ones, so that the bucket, which
-// every operation list and finish reads whole, does not grow forever.
-// Events and the audit log keep the longer history.
+// (the newest): AddOperation deletes older ones. Events and the audit log
+// keep the longer history.
 const KeepFinishedOperations = 100
+
+// operationKey is an operation's key in the operation index: its cluster
+// ("" for an image's), then its ID. Cluster names are DNS labels, so the
+// cluster's operations are the keys under "cluster/". A step reads its own
+// cluster's operations through it, never every cluster's, and never
+// decodes another cluster's.
+func operationKey(cluster, id string) []byte { return []byte(cluster + "/" + id) }
 
 // AddOperation gives op a new ID, marks it running and stores it, and
 // deletes its cluster's finished operations beyond the newest
@@ -312,19 +319,86 @@ func (t *Tx) AddOperation(op *v1.Operation) error {
 	if err != nil {
 		return err
 	}
-	ops, err := ListJSON[v1.Operation](t, Operations, "")
+	ops, err := t.ClusterOperations(op.Cluster)
 	if err != nil {
 		return err
 	}
-	ops = slices.DeleteFunc(ops, func(o v1.Operation) bool { return o.Cluster != op.Cluster || o.State == v1.OperationRunning })
+	ops = slices.DeleteFunc(ops, func(o v1.Operation) bool { return o.State == v1.OperationRunning })
 	slices.SortFunc(ops, func(a, b v1.Operation) int {
 		return cmp.Or(b.FinishedAt.Compare(a.FinishedAt), strings.Compare(b.ID, a.ID))
 	})
 	for _, old := range ops[min(len(ops), KeepFinishedOperations):] {
-		if err := t.Delete(Operations, old.ID); err != nil {
+		if err := t.DeleteOperation(old); err != nil {
 			return err
 		}
 	}
 	op.ID, op.State = id, v1.OperationRunning
+	if err := t.tx.Bucket(bucketOperationIndex).Put(operationKey(op.Cluster, op.ID), nil); err != nil {
+		return err
+	}
 	return t.Put(Operations, op.ID, op)
+}
+
+// ClusterOperations reads a cluster's operations ("" for the images'), in
+// ID order.
+func (t *Tx) ClusterOperations(cluster string) ([]v1.Operation, error) {
+	index := t.tx.Bucket(bucketOperationIndex)
+	if index == nil {
+		// A store of an older controller, opened read-only: Open adds the
+		// index only when it may write.
+		ops, err := ListJSON[v1.Operation](t, Operations, "")
+		return slices.DeleteFunc(ops, func(o v1.Operation) bool { return o.Cluster != cluster }), err
+	}
+	var out []v1.Operation
+	prefix := operationKey(cluster, "")
+	c := index.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		var op v1.Operation
+		switch err := t.Get(Operations, string(k[len(prefix):]), &op); {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("operation %s: %w", k[len(prefix):], err)
+		}
+		out = append(out, op)
+	}
+	return out, nil
+}
+
+// DeleteOperation removes an operation and its index entry.
+func (t *Tx) DeleteOperation(op v1.Operation) error {
+	if err := t.tx.Bucket(bucketOperationIndex).Delete(operationKey(op.Cluster, op.ID)); err != nil {
+		return err
+	}
+	return t.Delete(Operations, op.ID)
+}
+
+// OperationClusters lists the clusters that have operations, from the
+// index alone, without decoding any.
+func (t *Tx) OperationClusters() []string {
+	index := t.tx.Bucket(bucketOperationIndex)
+	if index == nil {
+		return nil // read-only, an older controller's store
+	}
+	var out []string
+	c := index.Cursor()
+	for k, _ := c.First(); k != nil; {
+		cluster, _, _ := bytes.Cut(k, []byte("/"))
+		out = append(out, string(cluster))
+		// Past every key of this cluster: "/" + 1 is "0".
+		k, _ = c.Seek(append(slices.Clip(cluster), '0'))
+	}
+	return out
+}
+
+// indexOperations fills the operation index from the operations, for a
+// store that an older controller made.
+func indexOperations(tx *bolt.Tx, index *bolt.Bucket) error {
+	return tx.Bucket([]byte(Operations)).ForEach(func(k, v []byte) error {
+		var op v1.Operation
+		if err := json.Unmarshal(v, &op); err != nil {
+			return fmt.Errorf("decode operation %q: %w", k, err)
+		}
+		return index.Put(operationKey(op.Cluster, string(k)), nil)
+	})
 }

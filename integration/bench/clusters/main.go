@@ -14,6 +14,9 @@
 // connect-search-bind, and users' cluster credentials next to raw P-256
 // signatures.
 //
+// Last, a cluster's new operation in a store that holds the finished
+// operations of a hundred other clusters, next to a bare synced commit.
+//
 // Targets (printed as met or not met; nothing is asserted): 3+2 under 30 s
 // and 3+100 under 3 min.
 //
@@ -50,7 +53,8 @@ import (
 func main() {
 	workers := flag.Int("workers", 100, "workers of the large cluster")
 	parallelism := flag.Int("parallelism", 8, "the controller's --clone-parallelism")
-	accessRounds := flag.Int("access-rounds", 20, "logins per access row (credentials: ten times as many)")
+	accessRounds := flag.Int("access-rounds", 20, "logins per access row (credentials and operations: ten times as many)")
+	historyClusters := flag.Int("history-clusters", 100, "clusters whose finished operations fill the store of the operations row")
 	binDir := flag.String("bin", "", "directory holding harmony-controller (default $HARMONY_BIN, else ./bin)")
 	flag.Parse()
 	if *binDir == "" {
@@ -59,7 +63,7 @@ func main() {
 	if *binDir == "" {
 		*binDir = "bin"
 	}
-	if err := run(*binDir, *workers, *parallelism, *accessRounds); err != nil {
+	if err := run(*binDir, *workers, *parallelism, *accessRounds, *historyClusters); err != nil {
 		fmt.Fprintln(os.Stderr, "bench clusters:", err)
 		os.Exit(1)
 	}
@@ -72,7 +76,7 @@ type bench struct {
 	img  string
 }
 
-func run(binDir string, workers, parallelism, accessRounds int) error {
+func run(binDir string, workers, parallelism, accessRounds, historyClusters int) error {
 	ctx := context.Background()
 	sim, err := vcsim.Start(vcsim.Options{Hosts: 8})
 	if err != nil {
@@ -155,7 +159,10 @@ func run(binDir string, workers, parallelism, accessRounds int) error {
 	if _, err := b.timed(ctx, func() (*v1.Operation, error) { return b.c.CreateCluster(ctx, &s) }); err != nil {
 		return fmt.Errorf("create access: %w", err)
 	}
-	return b.benchAccess(ctx, dir, filepath.Join(dir, "data", "admin.conf"), "access", accessRounds)
+	if err := b.benchAccess(ctx, dir, filepath.Join(dir, "data", "admin.conf"), "access", accessRounds); err != nil {
+		return err
+	}
+	return benchOperations(dir, historyClusters, accessRounds*10)
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
