@@ -638,8 +638,9 @@ func TestClusterOperationsReadOnlyTheirCluster(t *testing.T) {
 }
 
 // A store an older controller made has no operation index: opening it
-// to write builds the index from the operations; opened read-only, its
-// operations are read without one.
+// to write builds the index from the operations, leaving out one that
+// does not decode (read by its ID, it says so); opened read-only, its
+// operations are read without an index.
 func TestOpenIndexesTheOperationsOfAnOlderStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), FileName)
 	s, err := Open(path, Options{Create: true})
@@ -648,7 +649,13 @@ func TestOpenIndexesTheOperationsOfAnOlderStore(t *testing.T) {
 	}
 	want := slices.Sorted(slices.Values([]string{addOperation(t, s, "a"), addOperation(t, s, "a")}))
 	addOperation(t, s, "b")
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketOperationIndex) }); err != nil {
+	damaged := addOperation(t, s, "a")
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte(Operations)).Put([]byte(damaged), []byte("{not json")); err != nil {
+			return err
+		}
+		return tx.DeleteBucket(bucketOperationIndex)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -658,8 +665,18 @@ func TestOpenIndexesTheOperationsOfAnOlderStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = s.View(func(tx *Tx) error {
+			if opts.ReadOnly {
+				// Without the index every operation is decoded.
+				if _, err := tx.ClusterOperations("a"); err == nil || !strings.Contains(err.Error(), damaged) {
+					t.Errorf("read-only: the damaged operation read as %v", err)
+				}
+				return nil
+			}
 			if got := operationIDs(t, tx, "a"); !slices.Equal(got, want) {
-				t.Errorf("read-only %v: cluster a's operations %v, want %v", opts.ReadOnly, got, want)
+				t.Errorf("cluster a's operations %v, want %v", got, want)
+			}
+			if err := tx.Get(Operations, damaged, &v1.Operation{}); err == nil {
+				t.Errorf("the damaged operation %s reads without an error", damaged)
 			}
 			return nil
 		})

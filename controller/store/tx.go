@@ -392,12 +392,14 @@ func (t *Tx) OperationClusters() []string {
 }
 
 // indexOperations fills the operation index from the operations, for a
-// store that an older controller made.
+// store that an older controller made. An operation that does not decode
+// stays as it is, out of the index: reading it by its ID still says what
+// is wrong with it, and no cluster's steps stop on it.
 func indexOperations(tx *bolt.Tx, index *bolt.Bucket) error {
 	return tx.Bucket([]byte(Operations)).ForEach(func(k, v []byte) error {
 		var op v1.Operation
-		if err := json.Unmarshal(v, &op); err != nil {
-			return fmt.Errorf("decode operation %q: %w", k, err)
+		if json.Unmarshal(v, &op) != nil {
+			return nil
 		}
 		return index.Put(operationKey(op.Cluster, string(k)), nil)
 	})
