@@ -71,6 +71,14 @@ func newClusterEnvOn(t *testing.T, opts vcsim.Options, mutate ...func(*Config)) 
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
+	return newClusterEnvAt(t, sim, mutate...)
+}
+
+// newClusterEnvAt is newClusterEnv against sim. A simulator in a process
+// of its own (testutil.VCSimProcess) is a Sim with its Endpoint only: its
+// model (AddFault, SetDatastoreFree) is out of reach.
+func newClusterEnvAt(t *testing.T, sim *vcsim.Sim, mutate ...func(*Config)) *clusterEnv {
+	t.Helper()
 	// One VM in flight: govmomi's simulator (v0.56.0) races against itself
 	// when VM changes on one datastore overlap (destroy vs reconfigure,
 	// its fault injector's counters), and it runs inside this -race test

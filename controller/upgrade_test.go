@@ -774,7 +774,12 @@ func TestUpgradeSurvivesControllerRestarts(t *testing.T) {
 	for _, m := range []string{"PowerOffVM_Task", "PowerOnVM_Task", "ReconfigVM_Task", "Rename_Task", "CloneVM_Task", "Destroy_Task"} {
 		slow[m] = 300
 	}
-	e := newClusterEnvOn(t, vcsim.Options{MethodDelay: slow}, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	// The simulator runs in a process of its own: each restart cuts off
+	// the controller's task waits, and govmomi's simulator then races with
+	// itself (DestroyPropertyFilter against a WaitForUpdatesEx still being
+	// answered), which -race blames on this test.
+	sim := &vcsim.Sim{Endpoint: htest.VCSimProcess(t, "-method-delay", vcsim.FormatMethodDelay(slow))}
+	e := newClusterEnvAt(t, sim, func(c *Config) { c.LeaveTimeout = 30 * time.Second; c.UpgradeNodeTimeout = time.Minute })
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("rs", 3, 0))
 	fl := e.startFleet("rs", "")

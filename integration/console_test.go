@@ -25,6 +25,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/console"
 	"github.com/harmonykaas/harmony/controller/controllertest"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // TestConsoleInABrowser drives Debian's headless Chromium against a real
@@ -39,7 +40,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	sim := vcsimProcess(t)
+	// Out of this process: the console's deletes race vcsim's reconfigures
+	// inside it (UnregisterVM's RemoveReference against Datastore.resolve).
+	sim := testutil.VCSimProcess(t)
 	ctl := controllertest.Start(t)
 	admin := ctl.Admin
 

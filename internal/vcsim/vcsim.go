@@ -15,8 +15,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +51,33 @@ type Options struct {
 	// MethodDelay slows methods down, in milliseconds, e.g.
 	// {"CloneVM_Task": 200}: time for a test to kill a controller mid-way.
 	MethodDelay map[string]int
+}
+
+// ParseMethodDelay reads MethodDelay from its command-line form,
+// "Method=MS,Method=MS"; empty is none.
+func ParseMethodDelay(s string) (map[string]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		method, ms, ok := strings.Cut(item, "=")
+		n, err := strconv.Atoi(ms)
+		if !ok || method == "" || err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want Method=milliseconds, such as CloneVM_Task=300", item)
+		}
+		out[method] = n
+	}
+	return out, nil
+}
+
+// FormatMethodDelay is ParseMethodDelay's input for d, methods in order.
+func FormatMethodDelay(d map[string]int) string {
+	var items []string
+	for _, m := range slices.Sorted(maps.Keys(d)) {
+		items = append(items, fmt.Sprintf("%s=%d", m, d[m]))
+	}
+	return strings.Join(items, ",")
 }
 
 // Endpoint is how a client reaches a simulator: what a process that did

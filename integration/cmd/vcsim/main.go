@@ -29,16 +29,22 @@ func main() {
 	listen := flag.String("l", "127.0.0.1:8989", "listen address")
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "harmony-vcsim"), "where to write provider.yaml, vcsim.env and node.ova")
 	hosts := flag.Int("hosts", 3, "hosts in the cluster DC0_C0")
+	delays := flag.String("method-delay", "", "what some vCenter methods take, in milliseconds, as a real vCenter's do: Method=MS,...")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*listen, *dir, *hosts, log); err != nil {
+	delay, err := vcsim.ParseMethodDelay(*delays)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vcsim: --method-delay:", err)
+		os.Exit(2)
+	}
+	if err := run(vcsim.Options{Listen: *listen, Hosts: *hosts, MethodDelay: delay}, *dir, log); err != nil {
 		fmt.Fprintln(os.Stderr, "vcsim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, dir string, hosts int, log *slog.Logger) error {
-	sim, err := vcsim.Start(vcsim.Options{Listen: listen, Hosts: hosts})
+func run(opts vcsim.Options, dir string, log *slog.Logger) error {
+	sim, err := vcsim.Start(opts)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,69 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/internal/vcsim"
+)
+
+// VCSimProcess runs the simulator as a process of its own (bin/vcsim of
+// make build, from $HARMONY_BIN, else a fresh build) with args, and
+// returns how to reach it, as a real vCenter is reached; it stops with
+// the test. A test keeps vcsim out of its own process where govmomi
+// v0.56.0's simulator races with itself: -race blames the test it runs
+// in, for the simulator's own data races.
+func VCSimProcess(t testing.TB, args ...string) vcsim.Endpoint {
+	t.Helper()
+	bin := filepath.Join(os.Getenv("HARMONY_BIN"), "vcsim")
+	if _, err := os.Stat(bin); os.Getenv("HARMONY_BIN") == "" || err != nil {
+		bin = filepath.Join(t.TempDir(), "vcsim")
+		build := exec.Command("go", "build", "-o", bin, "github.com/harmonykaas/harmony/integration/cmd/vcsim")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build vcsim: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	out := &LogBuffer{}
+	cmd := exec.Command(bin, append([]string{"-l", "127.0.0.1:0", "-dir", dir}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("vcsim did not stop on SIGTERM")
+		}
+	})
+	file := filepath.Join(dir, "endpoint.json")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ep, err := vcsim.ReadEndpoint(file)
+		if err == nil {
+			return ep
+		}
+		select {
+		case <-done:
+			t.Fatalf("vcsim exited; output:\n%s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vcsim wrote no endpoint within a minute (%v); output:\n%s", err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
