@@ -62,9 +62,6 @@ func (b *bench) benchAccess(ctx context.Context, dir, adminConf, cluster string,
 
 	fmt.Printf("\naccess: %d requests per row, %d at once; reference measured in the same run\n", rounds, accessConcurrency)
 	fmt.Printf("%-34s %10s   %-40s %10s %8s\n", "what", "per second", "reference", "per second", "ratio")
-	row := func(what string, got float64, ref string, refRate float64) {
-		fmt.Printf("%-34s %10.1f   %-40s %10.1f %8.3f\n", what, got, ref, refRate, got/refRate)
-	}
 
 	local, err := rate(rounds, func() error { _, err := anon.Login(ctx, "local", password); return err })
 	if err != nil {
@@ -117,6 +114,11 @@ func (b *bench) benchAccess(ctx context.Context, dir, adminConf, cluster string,
 	}
 	row("", creds, "store batch commits (fsync), 4 at once", commits)
 	return nil
+}
+
+// row prints a measured rate next to its reference's, and their ratio.
+func row(what string, got float64, ref string, refRate float64) {
+	fmt.Printf("%-34s %10.1f   %-40s %10.1f %8.3f\n", what, got, ref, refRate, got/refRate)
 }
 
 // storeCommits is the rate of the product's store's batched commits, one

@@ -63,6 +63,6 @@ func benchOperations(dir string, clusters, rounds int) error {
 		return err
 	}
 	fmt.Printf("\noperations: one at a time, in a store of %d finished operations of %d clusters\n", clusters*store.KeepFinishedOperations, clusters)
-	fmt.Printf("%-34s %10.1f   %-40s %10.1f %8.3f\n", "operations started and finished", add, "store commits (fsync), one record each", commit, add/commit)
+	row("operations started and finished", add, "store commits (fsync), one record each", commit)
 	return nil
 }
