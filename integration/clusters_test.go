@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
@@ -35,8 +36,8 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "controller")
 	port := strconv.Itoa(freePort(t))
-	serve := func() *proc {
-		p := startProc(t, filepath.Join(bin, "harmony-controller"), nil, "serve", "--data-dir", data,
+	serve := func() *testutil.Proc {
+		p := testutil.StartProc(t, filepath.Join(bin, "harmony-controller"), nil, "serve", "--data-dir", data,
 			"--listen", "127.0.0.1:"+port, "--clone-parallelism", "1", "--retry-base", "100ms")
 		eventually(t, "controller listens", func() bool {
 			c, err := net.Dial("tcp", "127.0.0.1:"+port)
@@ -103,10 +104,10 @@ func TestClusterSurvivesControllerKill(t *testing.T) {
 		return names
 	}
 	eventually(t, "two VMs cloned before the kill", func() bool { return len(vmNames()) >= 2 })
-	if err := ctlProc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := ctlProc.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-ctlProc.done
+	<-ctlProc.Done
 	if n := len(vmNames()); n >= 5 {
 		t.Fatalf("the create had finished (%d VMs) before the kill; slow the clones down", n)
 	}

@@ -10,11 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // binaries returns the directory of the built binaries: $HARMONY_BIN (set
@@ -30,69 +30,6 @@ func binaries(t *testing.T) string {
 		t.Fatalf("build binaries: %v\n%s", err, out)
 	}
 	return dir
-}
-
-// proc is a running binary whose combined output tests can search.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *logBuffer
-	done chan struct{}
-}
-
-func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{out: &logBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	return p
-}
-
-func (p *proc) stop(t *testing.T) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Errorf("%s did not stop on SIGTERM", p.cmd.Path)
-	}
-}
-
-func (p *proc) waitLog(t *testing.T, parts ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.out.String(), "\n") {
-			all := true
-			for _, part := range parts {
-				all = all && strings.Contains(line, part)
-			}
-			if all {
-				return line
-			}
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited; output:\n%s", filepath.Base(p.cmd.Path), p.out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("no line of %s has %q; output:\n%s", filepath.Base(p.cmd.Path), parts, p.out.String())
-	return ""
 }
 
 func run(t *testing.T, env []string, bin string, args ...string) (string, string, error) {
@@ -129,9 +66,9 @@ func TestQuickStart(t *testing.T) {
 	env := []string{"HARMONY_CONFIG=" + filepath.Join(dataDir, "admin.conf")}
 	harmonyctl := filepath.Join(bin, "harmonyctl")
 
-	ctl := startProc(t, filepath.Join(bin, "harmony-controller"), nil,
+	ctl := testutil.StartProc(t, filepath.Join(bin, "harmony-controller"), nil,
 		"serve", "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", ctlPort))
-	ctl.waitLog(t, "controller serving")
+	ctl.WaitLog(t, "controller serving")
 
 	bootFile := filepath.Join(dir, "w1.json")
 	if _, stderr, err := run(t, env, harmonyctl, "node", "add", "w1", "--cluster", "demo", "--role", "worker", "--ip", "127.0.0.1", "-o", bootFile); err != nil {
@@ -146,15 +83,15 @@ func TestQuickStart(t *testing.T) {
 
 	agentArgs := []string{"--bootstrap-file", bootFile, "--state-dir", filepath.Join(dir, "agent"),
 		"--address", "127.0.0.1", "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPort), "--no-guestinfo"}
-	agent := startProc(t, filepath.Join(bin, "harmony-agent"), nil, agentArgs...)
-	agent.waitLog(t, "new role revision", "revision=1", "role=worker", "cluster=demo")
+	agent := testutil.StartProc(t, filepath.Join(bin, "harmony-agent"), nil, agentArgs...)
+	agent.WaitLog(t, "new role revision", "revision=1", "role=worker", "cluster=demo")
 
 	// Second use of the same token: refused, with the reason on both sides.
-	second := startProc(t, filepath.Join(bin, "harmony-agent"), nil, "--bootstrap-file", copyFile,
+	second := testutil.StartProc(t, filepath.Join(bin, "harmony-agent"), nil, "--bootstrap-file", copyFile,
 		"--state-dir", filepath.Join(dir, "agent2"), "--address", "127.0.0.1", "--metrics-listen", "", "--no-guestinfo")
-	second.waitLog(t, "enrollment refused", "reason=token_used", "already used")
-	ctl.waitLog(t, "enrollment refused", "reason=token_used", "node=w1")
-	second.stop(t)
+	second.WaitLog(t, "enrollment refused", "reason=token_used", "already used")
+	ctl.WaitLog(t, "enrollment refused", "reason=token_used", "node=w1")
+	second.Stop(t)
 
 	// A role change reaches the agent.
 	roleJSON, stderr, err := run(t, env, harmonyctl, "node", "role", "w1")
@@ -167,7 +104,7 @@ func TestQuickStart(t *testing.T) {
 	if _, stderr, err := run(t, env, harmonyctl, "node", "set-role", "w1", "-f", roleFile); err != nil {
 		t.Fatalf("set-role: %v\n%s", err, stderr)
 	}
-	agent.waitLog(t, "new role revision", `\"vip\":\"198.18.0.10\"`)
+	agent.WaitLog(t, "new role revision", `\"vip\":\"198.18.0.10\"`)
 
 	// A bad role file is refused before anything changes, naming the field.
 	os.WriteFile(roleFile, []byte(strings.Replace(roleJSON, `"vrid": 7`, `"vrid": 700`, 1)), 0o600)
@@ -195,15 +132,15 @@ func TestQuickStart(t *testing.T) {
 	}
 
 	// Restart both: nothing is lost, nothing re-enrolls.
-	agent.stop(t)
-	ctl.stop(t)
-	ctl = startProc(t, filepath.Join(bin, "harmony-controller"), nil,
+	agent.Stop(t)
+	ctl.Stop(t)
+	ctl = testutil.StartProc(t, filepath.Join(bin, "harmony-controller"), nil,
 		"serve", "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", ctlPort))
-	ctl.waitLog(t, "controller serving")
-	agent = startProc(t, filepath.Join(bin, "harmony-agent"), nil, agentArgs...)
-	agent.waitLog(t, "role unchanged since the last run", "revision=2")
-	if strings.Contains(agent.out.String(), "msg=enrolling") {
-		t.Fatalf("restarted agent enrolled again:\n%s", agent.out.String())
+	ctl.WaitLog(t, "controller serving")
+	agent = testutil.StartProc(t, filepath.Join(bin, "harmony-agent"), nil, agentArgs...)
+	agent.WaitLog(t, "role unchanged since the last run", "revision=2")
+	if strings.Contains(agent.Out.String(), "msg=enrolling") {
+		t.Fatalf("restarted agent enrolled again:\n%s", agent.Out.String())
 	}
 	list, stderr, err := run(t, env, harmonyctl, "node", "list", "-o", "json")
 	if err != nil {

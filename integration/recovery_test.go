@@ -12,6 +12,7 @@ import (
 	"github.com/harmonykaas/harmony/agent"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // The README's "Backup and restore", with the real binaries: a backup of
@@ -29,16 +30,16 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	env := []string{"HARMONY_CONFIG=" + filepath.Join(dataDir, "admin.conf")}
 	harmonyctl, controllerBin := filepath.Join(bin, "harmonyctl"), filepath.Join(bin, "harmony-controller")
 
-	ctl := startProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
-	ctl.waitLog(t, "controller serving")
+	ctl := testutil.StartProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
+	ctl.WaitLog(t, "controller serving")
 	bootFile := filepath.Join(dir, "w1.json")
 	if _, stderr, err := run(t, env, harmonyctl, "node", "add", "w1", "--cluster", "demo", "--role", "worker", "--ip", "127.0.0.1", "-o", bootFile); err != nil {
 		t.Fatalf("node add: %v\n%s", err, stderr)
 	}
-	agent := startProc(t, filepath.Join(bin, "harmony-agent"), nil, "--bootstrap-file", bootFile,
+	agent := testutil.StartProc(t, filepath.Join(bin, "harmony-agent"), nil, "--bootstrap-file", bootFile,
 		"--state-dir", filepath.Join(dir, "agent"), "--address", "127.0.0.1", "--metrics-listen", "", "--no-guestinfo",
 		"--retry-max", "1s", "--refused-retry-max", "2s", "--watch-wait", "5s")
-	agent.waitLog(t, "new role revision", "revision=1")
+	agent.WaitLog(t, "new role revision", "revision=1")
 
 	backupFile := filepath.Join(dir, "backup.tar")
 	_, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", backupFile)
@@ -52,10 +53,10 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	if _, stderr, err := run(t, env, harmonyctl, "node", "delete", "w1"); err != nil {
 		t.Fatalf("node delete: %v\n%s", err, stderr)
 	}
-	agent.waitLog(t, "reason=node_gone")
-	agent.waitLog(t, "no longer accepts this node's certificate", "retry_in=")
+	agent.WaitLog(t, "reason=node_gone")
+	agent.WaitLog(t, "no longer accepts this node's certificate", "retry_in=")
 
-	ctl.stop(t)
+	ctl.Stop(t)
 	storePath := filepath.Join(dataDir, store.FileName)
 	if err := os.Truncate(storePath, 0); err != nil {
 		t.Fatal(err)
@@ -73,19 +74,19 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 		t.Fatalf("the damaged store was not kept beside: %v", replaced)
 	}
 	restoredAt := time.Now()
-	ctl = startProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
-	ctl.waitLog(t, "controller serving")
+	ctl = testutil.StartProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)
+	ctl.WaitLog(t, "controller serving")
 
 	// Nobody touches the agent: it tries its certificate again and is
 	// accepted, and the controller has its status.
-	agent.waitLog(t, "the controller accepts this node's certificate again")
+	agent.WaitLog(t, "the controller accepts this node's certificate again")
 	eventually(t, "a status report after the restore", func() bool {
 		out, _, err := run(t, env, harmonyctl, "node", "get", "w1")
 		var n v1.Node
 		return err == nil && json.Unmarshal([]byte(out), &n) == nil && n.Status != nil && n.Status.ReportedAt.After(restoredAt)
 	})
-	if strings.Count(agent.out.String(), "msg=enrolling") != 1 {
-		t.Fatalf("the agent enrolled again:\n%s", agent.out.String())
+	if strings.Count(agent.Out.String(), "msg=enrolling") != 1 {
+		t.Fatalf("the agent enrolled again:\n%s", agent.Out.String())
 	}
 }
 

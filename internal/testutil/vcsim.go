@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,27 +27,7 @@ func VCSimProcess(t testing.TB, args ...string) vcsim.Endpoint {
 		}
 	}
 	dir := t.TempDir()
-	out := &LogBuffer{}
-	cmd := exec.Command(bin, append([]string{"-l", "127.0.0.1:0", "-dir", dir}, args...)...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Errorf("vcsim did not stop on SIGTERM")
-		}
-	})
+	p := StartProc(t, bin, nil, append([]string{"-l", "127.0.0.1:0", "-dir", dir}, args...)...)
 	file := filepath.Join(dir, "endpoint.json")
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -57,12 +36,12 @@ func VCSimProcess(t testing.TB, args ...string) vcsim.Endpoint {
 			return ep
 		}
 		select {
-		case <-done:
-			t.Fatalf("vcsim exited; output:\n%s", out.String())
+		case <-p.Done:
+			t.Fatalf("vcsim exited; output:\n%s", p.Out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("vcsim wrote no endpoint within a minute (%v); output:\n%s", err, out.String())
+			t.Fatalf("vcsim wrote no endpoint within a minute (%v); output:\n%s", err, p.Out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
