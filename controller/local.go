@@ -26,7 +26,10 @@ const LocalSocketFile = "controller.sock"
 
 // Paths served on the local socket.
 const (
-	LocalPathBackup      = "/backup"
+	LocalPathBackup = "/backup"
+	// LocalBackupCopies is LocalPathBackup's parameter that says which
+	// etcd snapshot copies the backup holds (backup.ParseCopies).
+	LocalBackupCopies    = "etcd-snapshots"
 	LocalPathAdminConfig = "/admin-config"
 	// LocalPathInitAdmin creates the first admin user, with the setup
 	// token, from the appliance's console.
@@ -109,14 +112,19 @@ func peerUID(conn net.Conn) (uint32, error) {
 func (c *Controller) localRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+LocalPathBackup, func(w http.ResponseWriter, r *http.Request) {
+		copies, err := backup.ParseCopies(r.URL.Query().Get(LocalBackupCopies))
+		if err != nil {
+			writeError(w, badInput(&v1.FieldError{Field: LocalBackupCopies, Problem: err.Error()}))
+			return
+		}
 		w.Header().Set("Content-Type", "application/x-tar")
-		m, err := backup.Write(w, c.store, c.cfg.DataDir, c.now())
+		m, err := backup.Write(w, c.store, c.cfg.DataDir, c.now(), copies)
 		if err != nil {
 			// The tar is cut short; the client finds no complete backup.
 			c.log.Error("backup failed", "err", err)
 			return
 		}
-		c.log.Info("backup written", "nodes", m.Store.Nodes, "clusters", m.Store.Clusters, "bytes", m.Store.Bytes, "txid", m.Store.TxID)
+		c.log.Info("backup written", "nodes", m.Store.Nodes, "clusters", m.Store.Clusters, "bytes", m.Store.Bytes, "txid", m.Store.TxID, "etcdSnapshotCopies", len(m.EtcdSnapshotCopies))
 	})
 	mux.HandleFunc("POST "+LocalPathAdminConfig, func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Query().Get("name")

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,16 +12,19 @@ import (
 
 	"github.com/harmonykaas/harmony/agent"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // The README's "Backup and restore", with the real binaries: a backup of
 // the running controller; the node deleted by mistake, so the agent is
-// told its node is gone; then the store emptied by an operator's slip.
-// The controller refuses to start on the empty store, naming the file;
-// harmony-controller restore brings the backup back; and the agent,
-// untouched, takes its place again on its own.
+// told its node is gone; then the store emptied and the etcd snapshot
+// copies removed by an operator's slip. The controller refuses to start
+// on the empty store, naming the file; harmony-controller restore brings
+// the backup back, copies too; and the agent, untouched, takes its place
+// again on its own.
 func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	bin := binaries(t)
 	dir := t.TempDir()
@@ -41,9 +45,24 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 		"--retry-max", "1s", "--refused-retry-max", "2s", "--watch-wait", "5s")
 	agent.WaitLog(t, "new role revision", "revision=1")
 
+	// A copy of a cluster's etcd snapshot, as a master's agent sends it.
+	copies, err := etcdcopies.Open(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := testutil.EtcdSnapshot(t, 3)
+	takenAt := time.Now().UTC().Truncate(time.Second)
+	if _, err := copies.Put(etcdcopies.Cluster{Name: "demo", UID: "0123456789abcdef"}, takenAt, bytes.NewReader(snapshot), int64(len(snapshot)), etcdcopies.Rule{Keep: 3}); err != nil {
+		t.Fatal(err)
+	}
+	copyPath := filepath.Join(dataDir, etcdcopies.Dir, v1.ClusterInstance("demo", "0123456789abcdef"), etcdsnapshot.Name(takenAt))
+
 	backupFile := filepath.Join(dir, "backup.tar")
+	if _, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", backupFile, "--etcd-snapshots", "some"); err == nil || !strings.Contains(stderr, "--etcd-snapshots") {
+		t.Fatalf("backup --etcd-snapshots some: %v\n%s", err, stderr)
+	}
 	_, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", backupFile)
-	if err != nil || !strings.Contains(stderr, "1 nodes") {
+	if err != nil || !strings.Contains(stderr, "1 nodes") || !strings.Contains(stderr, fmt.Sprintf("1 etcd snapshot copies (%d bytes)", len(snapshot))) {
 		t.Fatalf("backup of the running controller: %v\n%s", err, stderr)
 	}
 	if fileMode(t, backupFile) != 0o600 {
@@ -57,8 +76,15 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	agent.WaitLog(t, "no longer accepts this node's certificate", "retry_in=")
 
 	ctl.Stop(t)
+	// A stopped controller's backup is read from its files.
+	if _, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", filepath.Join(dir, "stopped.tar"), "--etcd-snapshots", "none"); err != nil || !strings.Contains(stderr, "0 etcd snapshot copies") {
+		t.Fatalf("backup of the stopped controller without copies: %v\n%s", err, stderr)
+	}
 	storePath := filepath.Join(dataDir, store.FileName)
 	if err := os.Truncate(storePath, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dataDir, etcdcopies.Dir)); err != nil {
 		t.Fatal(err)
 	}
 	_, stderr, err = run(t, nil, controllerBin, "serve", "--data-dir", dataDir, "--listen", listen)
@@ -72,6 +98,9 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	replaced, _ := filepath.Glob(storePath + ".replaced-*")
 	if len(replaced) != 1 {
 		t.Fatalf("the damaged store was not kept beside: %v", replaced)
+	}
+	if got, err := os.ReadFile(copyPath); err != nil || !bytes.Equal(got, snapshot) || fileMode(t, copyPath) != 0o600 {
+		t.Fatalf("the etcd snapshot copy after the restore: %d bytes, %v", len(got), err)
 	}
 	restoredAt := time.Now()
 	ctl = testutil.StartProc(t, controllerBin, nil, "serve", "--data-dir", dataDir, "--listen", listen)

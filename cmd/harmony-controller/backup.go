@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -18,13 +19,16 @@ import (
 )
 
 func backupCommand() *cobra.Command {
-	var dataDir, out string
+	var dataDir, out, copiesFlag string
 	cmd := &cobra.Command{
-		Use:   "backup --data-dir DIR -o FILE",
-		Short: "Write a consistent backup of the controller's store and CA, running or stopped",
+		Use:   "backup --data-dir DIR -o FILE [--etcd-snapshots newest|all|none]",
+		Short: "Write a consistent backup of the controller's store, CA and etcd snapshot copies, running or stopped",
 		Long: `Write a backup of the data directory: the store, copied through one
-bbolt read transaction while the controller goes on serving, and the CA
-certificate and key. A running controller is asked over its local socket
+bbolt read transaction while the controller goes on serving, the CA
+certificate and key, and the controller's copies of its clusters' etcd
+snapshots (DIR/etcd-snapshots): by default each cluster's newest, which
+restores a cluster whose masters' datastore is lost with the controller's
+machine. A running controller is asked over its local socket
 (DIR/controller.sock, root only); a stopped one's store is read directly.
 
 The backup holds the CA key and every cluster's secrets: it is written with
@@ -32,25 +36,34 @@ mode 0600; keep it like the CA key. Restore it with harmony-controller
 restore. -o - writes to standard output.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			copies, err := backup.ParseCopies(copiesFlag)
+			if err != nil {
+				return fmt.Errorf("--etcd-snapshots: %w", err)
+			}
 			if err := atomicfile.CheckOutput(out); err != nil {
 				return err
 			}
 			var m *backup.Manifest
-			err := atomicfile.WriteOutputFunc(out, cmd.OutOrStdout(), 0o600, func(w io.Writer) error {
+			err = atomicfile.WriteOutputFunc(out, cmd.OutOrStdout(), 0o600, func(w io.Writer) error {
 				var err error
-				m, err = writeBackup(cmd.Context(), dataDir, w)
+				m, err = writeBackup(cmd.Context(), dataDir, copies, w)
 				return err
 			})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "backup of %s: %d nodes, %d clusters, %d providers, %d certificates, store %d bytes (transaction %d), CA %s\n",
-				dataDir, m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.Bytes, m.Store.TxID, m.Store.CAPin)
+			var copyBytes int64
+			for _, f := range m.EtcdSnapshotCopies {
+				copyBytes += f.Bytes
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "backup of %s: %d nodes, %d clusters, %d providers, %d certificates, store %d bytes (transaction %d), CA %s, %d etcd snapshot copies (%d bytes)\n",
+				dataDir, m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.Bytes, m.Store.TxID, m.Store.CAPin, len(m.EtcdSnapshotCopies), copyBytes)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the backup file (mode 0600), or - for standard output")
+	cmd.Flags().StringVar(&copiesFlag, "etcd-snapshots", string(backup.NewestCopies), "which of the clusters' etcd snapshot copies the backup holds: newest (each cluster's), all, or none")
 	_ = cmd.MarkFlagRequired("output")
 	return cmd
 }
@@ -58,17 +71,18 @@ restore. -o - writes to standard output.`,
 // writeBackup reads the store directly when no controller holds it, and
 // asks the running controller otherwise. Either way what reaches w has
 // been read back as a complete backup, or it is an error.
-func writeBackup(ctx context.Context, dataDir string, w io.Writer) (*backup.Manifest, error) {
+func writeBackup(ctx context.Context, dataDir string, copies backup.Copies, w io.Writer) (*backup.Manifest, error) {
 	st, err := store.Open(filepath.Join(dataDir, store.FileName), store.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
 	switch {
 	case err == nil:
 		defer st.Close()
-		return backup.Write(w, st, dataDir, time.Now())
+		return backup.Write(w, st, dataDir, time.Now(), copies)
 	case !errors.Is(err, store.ErrLocked):
 		return nil, err
 	}
 	// A controller holds the store: it writes the backup.
-	resp, err := callLocal(ctx, dataDir, http.MethodGet, controller.LocalPathBackup, nil, http.StatusOK)
+	path := controller.LocalPathBackup + "?" + url.Values{controller.LocalBackupCopies: {string(copies)}}.Encode()
+	resp, err := callLocal(ctx, dataDir, http.MethodGet, path, nil, http.StatusOK)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}

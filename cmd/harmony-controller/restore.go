@@ -18,8 +18,10 @@ func restoreCommand() *cobra.Command {
 		Short: "Restore a data directory's store and CA from a backup (controller stopped)",
 		Long: `Check a backup made by harmony-controller backup and install it into the
 data directory. The controller must be stopped. The backup is checked in
-full first (the store as a controller checks it at start, the CA, and that
-they belong together); nothing changes unless it is good.
+full first (the store as a controller checks it at start, the CA, that
+they belong together, and that each etcd snapshot copy is whole); nothing
+changes unless it is good. A copy already in DIR/etcd-snapshots stays, and
+so do copies the backup lacks.
 
 Without --force, restore only fills a data directory whose store is
 missing or damaged, and whose CA, if any, is the backup's. Files it
@@ -39,8 +41,8 @@ backoff of at most a few minutes.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "restored %s from the backup of %s: %d nodes, %d clusters, %d providers, %d certificates, CA %s; start the controller\n",
-				dataDir, m.CreatedAt.Format(time.RFC3339), m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.CAPin)
+			fmt.Fprintf(cmd.ErrOrStderr(), "restored %s from the backup of %s: %d nodes, %d clusters, %d providers, %d certificates, CA %s, %d etcd snapshot copies; start the controller\n",
+				dataDir, m.CreatedAt.Format(time.RFC3339), m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.CAPin, len(m.EtcdSnapshotCopies))
 			return nil
 		},
 	}

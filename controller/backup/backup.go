@@ -1,7 +1,8 @@
 // Package backup writes and restores a controller's data directory: the
 // store, copied through one bbolt read transaction while the controller
-// runs, and the CA. A backup holds the CA key and every cluster's secrets:
-// it is written 0600 and is only ever made on the controller's machine.
+// runs, the CA, and the controller's copies of its clusters' etcd
+// snapshots. A backup holds the CA key and every cluster's secrets: it is
+// written 0600 and is only ever made on the controller's machine.
 package backup
 
 import (
@@ -13,20 +14,25 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/harmonykaas/harmony/controller/ca"
+	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
+	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 )
 
 // ManifestFile is the first entry of a backup.
 const ManifestFile = "backup.json"
 
 const (
-	format       = 1
+	// format 2 added the etcd snapshot copies; a backup of format 1 has
+	// none, and reads the same.
+	format       = 2
 	maxSmallFile = 1 << 20
 	// maxStoreFile bounds the store in a backup being restored.
 	maxStoreFile = 64 << 30
@@ -38,11 +44,38 @@ type Manifest struct {
 	CreatedAt         time.Time     `json:"createdAt"`
 	ControllerVersion string        `json:"controllerVersion"`
 	Store             store.Summary `json:"store"`
+	// EtcdSnapshotCopies are the copies after the store, in this order.
+	EtcdSnapshotCopies []etcdcopies.File `json:"etcdSnapshotCopies,omitempty"`
+}
+
+// Copies says which of the controller's copies of its clusters' etcd
+// snapshots a backup holds.
+type Copies string
+
+const (
+	// NewestCopies is each cluster's newest copy: what restoring a
+	// cluster whose masters' datastore is lost needs, at a fraction of
+	// the size of all of them.
+	NewestCopies Copies = "newest"
+	AllCopies    Copies = "all"
+	NoCopies     Copies = "none"
+)
+
+// ParseCopies reads a choice of copies; "" is NewestCopies.
+func ParseCopies(s string) (Copies, error) {
+	switch c := Copies(s); c {
+	case NewestCopies, AllCopies, NoCopies:
+		return c, nil
+	case "":
+		return NewestCopies, nil
+	}
+	return "", fmt.Errorf("%.40q is not one of newest, all, none", s)
 }
 
 // Write writes a backup of the data directory dir, whose open store is st,
-// to w as a tar: the manifest, the CA certificate and key, and the store.
-func Write(w io.Writer, st *store.Store, dir string, now time.Time) (*Manifest, error) {
+// to w as a tar: the manifest, the CA certificate and key, the store, and
+// the etcd snapshot copies that copies selects.
+func Write(w io.Writer, st *store.Store, dir string, now time.Time, copies Copies) (*Manifest, error) {
 	certPEM, err := os.ReadFile(filepath.Join(dir, ca.CertFile))
 	if err != nil {
 		return nil, fmt.Errorf("back up the CA: %w", err)
@@ -51,10 +84,18 @@ func Write(w io.Writer, st *store.Store, dir string, now time.Time) (*Manifest, 
 	if err != nil {
 		return nil, fmt.Errorf("back up the CA: %w", err)
 	}
+	files, err := openCopies(dir, copies)
+	if err != nil {
+		return nil, fmt.Errorf("back up the etcd snapshot copies: %w", err)
+	}
+	defer closeCopies(files)
 	tw := tar.NewWriter(w)
 	var m *Manifest
 	err = st.Snapshot(func(sum store.Summary, copyTo func(io.Writer) error) error {
 		m = &Manifest{Format: format, CreatedAt: now.UTC(), ControllerVersion: buildinfo.Version, Store: sum}
+		for _, f := range files {
+			m.EtcdSnapshotCopies = append(m.EtcdSnapshotCopies, f.File)
+		}
 		data, err := json.MarshalIndent(m, "", "  ")
 		if err != nil {
 			return err
@@ -75,10 +116,96 @@ func Write(w io.Writer, st *store.Store, dir string, now time.Time) (*Manifest, 
 	if err != nil {
 		return nil, fmt.Errorf("write backup: %w", err)
 	}
+	// After the store's read transaction: a long one would hold back the
+	// growth of the running controller's store.
+	for _, f := range files {
+		err := writeEntry(tw, copyEntry(f.File), f.Bytes, now, func(w io.Writer) error {
+			_, err := io.Copy(w, io.LimitReader(f.file, f.Bytes))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("write backup: %w", err)
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("write backup: %w", err)
 	}
 	return m, nil
+}
+
+type openCopy struct {
+	etcdcopies.File
+	file *os.File
+}
+
+// openCopies opens the copies to back up before the manifest names
+// them, so that one the running controller prunes meanwhile stays
+// readable; one pruned before it is opened is left out.
+func openCopies(dir string, copies Copies) ([]openCopy, error) {
+	if copies == NoCopies {
+		return nil, nil
+	}
+	files, err := etcdcopies.Files(dir)
+	if err != nil {
+		return nil, err
+	}
+	var open []openCopy
+	for i, f := range files {
+		// Files lists each cluster's copies together, oldest first.
+		if copies == NewestCopies && i+1 < len(files) && files[i+1].Cluster == f.Cluster {
+			continue
+		}
+		c, err := openFile(dir, f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			closeCopies(open)
+			return nil, err
+		}
+		open = append(open, c)
+	}
+	return open, nil
+}
+
+func openFile(dir string, f etcdcopies.File) (openCopy, error) {
+	path, err := f.Path(dir)
+	if err != nil {
+		return openCopy{}, err
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return openCopy{}, err
+	}
+	info, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return openCopy{}, err
+	}
+	f.Bytes = info.Size()
+	return openCopy{File: f, file: fh}, nil
+}
+
+func closeCopies(open []openCopy) {
+	for _, c := range open {
+		c.file.Close()
+	}
+}
+
+// copyEntry is a copy's name in a backup: its path under the data
+// directory.
+func copyEntry(f etcdcopies.File) string { return etcdcopies.Dir + "/" + f.Cluster + "/" + f.Name }
+
+// parseCopyEntry reads a copy's entry name; false for a name outside the
+// copies' directory, an error for one in it that is no copy's.
+func parseCopyEntry(name string) (etcdcopies.File, bool, error) {
+	rest, ok := strings.CutPrefix(name, etcdcopies.Dir+"/")
+	if !ok {
+		return etcdcopies.File{}, false, nil
+	}
+	cluster, file, _ := strings.Cut(rest, "/")
+	f := etcdcopies.File{Cluster: cluster, Name: file}
+	return f, true, f.Check()
 }
 
 func writeEntry(tw *tar.Writer, name string, size int64, now time.Time, body func(io.Writer) error) error {
@@ -106,8 +233,9 @@ var ErrRunning = errors.New("a controller is running on this data directory; sto
 // Restore checks the backup read from r and installs it into the data
 // directory dir. Nothing in dir changes unless the whole backup is good:
 // the store passes the same checks a controller makes at start, the CA
-// parses, and the store belongs to that CA. Files it replaces are renamed
-// to NAME.replaced-TIME, never deleted.
+// parses, the store belongs to that CA, and each etcd snapshot copy is
+// whole. Files it replaces are renamed to NAME.replaced-TIME, never
+// deleted; a copy already there stays, as do copies the backup lacks.
 func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
@@ -118,7 +246,29 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	storePath := filepath.Join(dir, store.FileName)
 	tmp := filepath.Join(dir, ".restore-"+store.FileName)
 	defer os.Remove(tmp)
-	m, certPEM, keyPEM, err := readBackup(r, func(r io.Reader) error { return copyToFile(tmp, r) })
+	// The copies wait here until the whole backup has been checked; what
+	// a restore cut short left here goes.
+	staging := filepath.Join(dir, ".restore-"+etcdcopies.Dir)
+	if err := os.RemoveAll(staging); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	type stagedCopy struct {
+		etcdcopies.File
+		path string
+	}
+	var staged []stagedCopy
+	m, certPEM, keyPEM, err := readBackup(r, sinks{
+		store: func(r io.Reader) error { return copyToFile(tmp, r) },
+		copy: func(f etcdcopies.File, r io.Reader) error {
+			if err := os.MkdirAll(staging, 0o700); err != nil {
+				return err
+			}
+			path := filepath.Join(staging, fmt.Sprint(len(staged)))
+			staged = append(staged, stagedCopy{f, path})
+			return copyToFile(path, r)
+		},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
@@ -161,6 +311,11 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	// finishes it.
 	if _, err := ca.Import(dir, certPEM, keyPEM, opts.Now); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
+	}
+	for _, c := range staged {
+		if _, err := etcdcopies.Install(dir, c.File, c.path); err != nil {
+			return nil, fmt.Errorf("restore: %w", err)
+		}
 	}
 	if err := os.Rename(tmp, storePath); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
@@ -216,21 +371,35 @@ func lockStore(path string) (func(), error) {
 }
 
 // Verify reads a whole backup and checks that it is complete: every entry
-// there, once, in full, the store the size its manifest says.
+// there, once, in full, the store the size its manifest says, and every
+// etcd snapshot copy the manifest names, whole.
 func Verify(r io.Reader) (*Manifest, error) {
-	m, _, _, err := readBackup(r, func(r io.Reader) error {
+	discard := func(r io.Reader) error {
 		_, err := io.Copy(io.Discard, r)
 		return err
+	}
+	m, _, _, err := readBackup(r, sinks{
+		store: discard,
+		copy:  func(_ etcdcopies.File, r io.Reader) error { return discard(r) },
 	})
 	return m, err
 }
 
-// readBackup reads the archive: the store into saveStore, the rest into
-// memory. Every entry must be one it knows, once, within its bound.
-func readBackup(r io.Reader, saveStore func(io.Reader) error) (m *Manifest, certPEM, keyPEM []byte, err error) {
+// sinks take the large entries of a backup as they stream by; each reads
+// its entry to the end.
+type sinks struct {
+	store func(io.Reader) error
+	copy  func(etcdcopies.File, io.Reader) error
+}
+
+// readBackup reads the archive: the store and the copies into their
+// sinks, the rest into memory. Every entry must be one it knows, once,
+// within its bound.
+func readBackup(r io.Reader, to sinks) (m *Manifest, certPEM, keyPEM []byte, err error) {
 	tr := tar.NewReader(r)
 	seen := map[string]bool{}
 	var storeBytes int64
+	var copies []etcdcopies.File
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -267,8 +436,8 @@ func readBackup(r io.Reader, saveStore func(io.Reader) error) (m *Manifest, cert
 				if err := dec.Decode(m); err != nil {
 					return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
 				}
-				if m.Format != format {
-					return nil, nil, nil, fmt.Errorf("backup entry %q: format %d, this controller reads %d", name, m.Format, format)
+				if m.Format < 1 || m.Format > format {
+					return nil, nil, nil, fmt.Errorf("backup entry %q: format %d, this controller reads 1 to %d", name, m.Format, format)
 				}
 			case ca.CertFile:
 				certPEM = data
@@ -279,12 +448,29 @@ func readBackup(r io.Reader, saveStore func(io.Reader) error) (m *Manifest, cert
 			if hdr.Size > maxStoreFile {
 				return nil, nil, nil, fmt.Errorf("backup entry %q: %d bytes, limit %d", name, hdr.Size, int64(maxStoreFile))
 			}
-			if err := saveStore(tr); err != nil {
+			if err := to.store(tr); err != nil {
 				return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
 			}
 			storeBytes = hdr.Size
 		default:
-			return nil, nil, nil, fmt.Errorf("backup entry %q: not part of a Harmony backup", name)
+			f, isCopy, err := parseCopyEntry(hdr.Name)
+			switch {
+			case !isCopy:
+				return nil, nil, nil, fmt.Errorf("backup entry %q: not part of a Harmony backup", name)
+			case err != nil:
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
+			case hdr.Size > etcdsnapshot.MaxBytes:
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %d bytes, limit %d", name, hdr.Size, int64(etcdsnapshot.MaxBytes))
+			}
+			f.Bytes = hdr.Size
+			check := etcdsnapshot.NewChecker()
+			if err := to.copy(f, io.TeeReader(tr, check)); err != nil {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: %w", name, err)
+			}
+			if err := check.Check(); err != nil {
+				return nil, nil, nil, fmt.Errorf("backup entry %q: not a whole etcd snapshot: %w", name, err)
+			}
+			copies = append(copies, f)
 		}
 	}
 	for _, want := range []string{ManifestFile, ca.CertFile, ca.KeyFile, store.FileName} {
@@ -295,7 +481,32 @@ func readBackup(r io.Reader, saveStore func(io.Reader) error) (m *Manifest, cert
 	if storeBytes != m.Store.Bytes {
 		return nil, nil, nil, fmt.Errorf("not a complete Harmony backup: the store has %d bytes, its manifest says %d", storeBytes, m.Store.Bytes)
 	}
+	if err := sameCopies(m.EtcdSnapshotCopies, copies); err != nil {
+		return nil, nil, nil, err
+	}
 	return m, certPEM, keyPEM, nil
+}
+
+// sameCopies checks the copies read against those the manifest names.
+func sameCopies(named, read []etcdcopies.File) error {
+	want := map[string]int64{}
+	for _, f := range named {
+		want[copyEntry(f)] = f.Bytes
+	}
+	for _, f := range read {
+		size, ok := want[copyEntry(f)]
+		switch {
+		case !ok:
+			return fmt.Errorf("backup entry %q: not in the backup's manifest", copyEntry(f))
+		case size != f.Bytes:
+			return fmt.Errorf("backup entry %q: %d bytes, its manifest says %d", copyEntry(f), f.Bytes, size)
+		}
+		delete(want, copyEntry(f))
+	}
+	for name := range want {
+		return fmt.Errorf("not a complete Harmony backup: %s is missing", name)
+	}
+	return nil
 }
 
 func copyToFile(path string, r io.Reader) error {

@@ -292,3 +292,84 @@ func prune(dir string, keep int) error {
 	}
 	return nil
 }
+
+// File is one copy on disk, named as under the data directory: its
+// cluster's directory (NAME-UID) and its file.
+type File struct {
+	Cluster string `json:"cluster"`
+	Name    string `json:"name"`
+	Bytes   int64  `json:"bytes"`
+}
+
+var safeInstance = lazyregexp.New(`^[a-z0-9]([a-z0-9-]{0,127})$`)
+
+// Check says whether f's names could be a copy's, so that a name from
+// outside never leaves the copies' directory.
+func (f File) Check() error {
+	if !safeInstance.MatchString(f.Cluster) {
+		return fmt.Errorf("%.140q cannot name a cluster's copies", f.Cluster)
+	}
+	if _, ok := etcdsnapshot.ParseName(f.Name); !ok {
+		return fmt.Errorf("%.140q is not an etcd snapshot's name", f.Name)
+	}
+	return nil
+}
+
+// Path is where f is under dataDir, once its names pass Check.
+func (f File) Path(dataDir string) (string, error) {
+	if err := f.Check(); err != nil {
+		return "", err
+	}
+	return filepath.Join(dataDir, Dir, f.Cluster, f.Name), nil
+}
+
+// Files lists the copies under dataDir, each cluster's (deleted ones'
+// too) oldest first. It only reads: a controller may be running.
+func Files(dataDir string) ([]File, error) {
+	clusters, err := os.ReadDir(filepath.Join(dataDir, Dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list etcd snapshot copies: %w", err)
+	}
+	var files []File
+	for _, c := range clusters {
+		if !c.IsDir() || !safeInstance.MatchString(c.Name()) {
+			continue
+		}
+		items, err := list(filepath.Join(dataDir, Dir, c.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			files = append(files, File{Cluster: c.Name(), Name: etcdsnapshot.Name(it.TakenAt), Bytes: it.Bytes})
+		}
+	}
+	return files, nil
+}
+
+// Install moves the file at from (on the same file system) into place as
+// f, unless a copy of that name is there already: a snapshot's name is
+// when it was taken, so that one is the same snapshot, and it stays.
+// It reports whether f was installed.
+func Install(dataDir string, f File, from string) (bool, error) {
+	path, err := f.Path(dataDir)
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return false, os.Remove(from)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, fmt.Errorf("etcd snapshot copies of %s: %w", f.Cluster, err)
+	}
+	if err := os.Rename(from, path); err != nil {
+		return false, fmt.Errorf("etcd snapshot copy %s/%s: %w", f.Cluster, f.Name, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return true, nil
+}
