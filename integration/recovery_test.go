@@ -12,6 +12,7 @@ import (
 
 	"github.com/harmonykaas/harmony/agent"
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/backup"
 	"github.com/harmonykaas/harmony/controller/etcdcopies"
 	"github.com/harmonykaas/harmony/controller/store"
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
@@ -76,9 +77,42 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	agent.WaitLog(t, "no longer accepts this node's certificate", "retry_in=")
 
 	ctl.Stop(t)
-	// A stopped controller's backup is read from its files.
-	if _, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "-o", filepath.Join(dir, "stopped.tar"), "--etcd-snapshots", "none"); err != nil || !strings.Contains(stderr, "0 etcd snapshot copies") {
-		t.Fatalf("backup of the stopped controller without copies: %v\n%s", err, stderr)
+	// A stopped controller's backup is read from its files; a directory
+	// of backups keeps the newest and nothing else goes.
+	backups := filepath.Join(dir, "backups")
+	if err := os.MkdirAll(backups, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(backups, "README"), []byte("off-site copies go out nightly\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, stderr, err := run(t, nil, controllerBin, "backup", "--data-dir", dataDir, "--output-dir", backups, "--keep", "2", "--etcd-snapshots", "none"); err != nil || !strings.Contains(stderr, "0 etcd snapshot copies") {
+			t.Fatalf("backup of the stopped controller into a directory of backups: %v\n%s", err, stderr)
+		}
+	}
+	kept, _ := filepath.Glob(filepath.Join(backups, "harmony-controller-*.backup"))
+	if _, err := os.Stat(filepath.Join(backups, "README")); err != nil || len(kept) != 2 {
+		t.Fatalf("the directory of backups holds %v, README %v; want the two newest and the README", kept, err)
+	}
+	for _, f := range kept {
+		data, _ := os.ReadFile(f)
+		if _, err := backup.Verify(bytes.NewReader(data)); err != nil || fileMode(t, f) != 0o600 {
+			t.Fatalf("%s: %v, mode %04o", f, err, fileMode(t, f))
+		}
+	}
+	for _, bad := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-o", filepath.Join(dir, "x"), "--output-dir", backups}, "give one of -o FILE and --output-dir DIR"},
+		{[]string{"-o", filepath.Join(dir, "x"), "--keep", "2"}, "--keep is for --output-dir"},
+		{[]string{"--output-dir", backups, "--keep", "0"}, "--keep 0: keep at least 1"},
+		{nil, "give one of -o FILE and --output-dir DIR"},
+	} {
+		if _, stderr, err := run(t, nil, controllerBin, append([]string{"backup", "--data-dir", dataDir}, bad.args...)...); err == nil || !strings.Contains(stderr, bad.says) {
+			t.Fatalf("backup %q: %v, want %q\n%s", bad.args, err, bad.says, stderr)
+		}
 	}
 	storePath := filepath.Join(dataDir, store.FileName)
 	if err := os.Truncate(storePath, 0); err != nil {

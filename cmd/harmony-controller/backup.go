@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 )
 
 func backupCommand() *cobra.Command {
-	var dataDir, out, copiesFlag string
+	var dataDir, out, outDir, copiesFlag string
+	var keep int
 	cmd := &cobra.Command{
-		Use:   "backup --data-dir DIR -o FILE [--etcd-snapshots newest|all|none]",
+		Use:   "backup --data-dir DIR (-o FILE | --output-dir DIR [--keep N]) [--etcd-snapshots newest|all|none]",
 		Short: "Write a consistent backup of the controller's store, CA and etcd snapshot copies, running or stopped",
 		Long: `Write a backup of the data directory: the store, copied through one
 bbolt read transaction while the controller goes on serving, the CA
@@ -33,12 +35,32 @@ machine. A running controller is asked over its local socket
 
 The backup holds the CA key and every cluster's secrets: it is written with
 mode 0600; keep it like the CA key. Restore it with harmony-controller
-restore. -o - writes to standard output.`,
+restore. -o - writes to standard output.
+
+--output-dir is for backups taken on a schedule (a systemd timer, cron):
+each goes to DIR/harmony-controller-TIME.backup (DIR is made 0700), and
+once it is complete the oldest beyond --keep are removed. Nothing else in
+DIR is touched, and a backup that fails removes none.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			copies, err := backup.ParseCopies(copiesFlag)
 			if err != nil {
 				return fmt.Errorf("--etcd-snapshots: %w", err)
+			}
+			switch {
+			case (out == "") == (outDir == ""):
+				return errors.New("give one of -o FILE and --output-dir DIR")
+			case outDir == "" && cmd.Flags().Changed("keep"):
+				return errors.New("--keep is for --output-dir")
+			case keep < 1:
+				return fmt.Errorf("--keep %d: keep at least 1 backup", keep)
+			}
+			now := time.Now()
+			if outDir != "" {
+				if err := os.MkdirAll(outDir, 0o700); err != nil {
+					return err
+				}
+				out = filepath.Join(outDir, backup.RotatedName(now))
 			}
 			if err := atomicfile.CheckOutput(out); err != nil {
 				return err
@@ -46,37 +68,47 @@ restore. -o - writes to standard output.`,
 			var m *backup.Manifest
 			err = atomicfile.WriteOutputFunc(out, cmd.OutOrStdout(), 0o600, func(w io.Writer) error {
 				var err error
-				m, err = writeBackup(cmd.Context(), dataDir, copies, w)
+				m, err = writeBackup(cmd.Context(), dataDir, copies, now, w)
 				return err
 			})
 			if err != nil {
 				return err
 			}
+			if outDir != "" {
+				removed, err := backup.Rotate(outDir, keep, now)
+				if err != nil {
+					return fmt.Errorf("%s is written; %w", out, err)
+				}
+				for _, name := range removed {
+					fmt.Fprintf(cmd.ErrOrStderr(), "removed %s\n", filepath.Join(outDir, name))
+				}
+			}
 			var copyBytes int64
 			for _, f := range m.EtcdSnapshotCopies {
 				copyBytes += f.Bytes
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "backup of %s: %d nodes, %d clusters, %d providers, %d certificates, store %d bytes (transaction %d), CA %s, %d etcd snapshot copies (%d bytes)\n",
-				dataDir, m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.Bytes, m.Store.TxID, m.Store.CAPin, len(m.EtcdSnapshotCopies), copyBytes)
+			fmt.Fprintf(cmd.ErrOrStderr(), "backup of %s to %s: %d nodes, %d clusters, %d providers, %d certificates, store %d bytes (transaction %d), CA %s, %d etcd snapshot copies (%d bytes)\n",
+				dataDir, out, m.Store.Nodes, m.Store.Clusters, m.Store.Providers, m.Store.Certs, m.Store.Bytes, m.Store.TxID, m.Store.CAPin, len(m.EtcdSnapshotCopies), copyBytes)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir, "the controller's data directory")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the backup file (mode 0600), or - for standard output")
+	cmd.Flags().StringVar(&outDir, "output-dir", "", "a directory of backups: write DIR/harmony-controller-TIME.backup and keep the newest --keep")
+	cmd.Flags().IntVar(&keep, "keep", 7, "with --output-dir, how many backups the directory keeps")
 	cmd.Flags().StringVar(&copiesFlag, "etcd-snapshots", string(backup.NewestCopies), "which of the clusters' etcd snapshot copies the backup holds: newest (each cluster's), all, or none")
-	_ = cmd.MarkFlagRequired("output")
 	return cmd
 }
 
 // writeBackup reads the store directly when no controller holds it, and
 // asks the running controller otherwise. Either way what reaches w has
 // been read back as a complete backup, or it is an error.
-func writeBackup(ctx context.Context, dataDir string, copies backup.Copies, w io.Writer) (*backup.Manifest, error) {
+func writeBackup(ctx context.Context, dataDir string, copies backup.Copies, now time.Time, w io.Writer) (*backup.Manifest, error) {
 	st, err := store.Open(filepath.Join(dataDir, store.FileName), store.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
 	switch {
 	case err == nil:
 		defer st.Close()
-		return backup.Write(w, st, dataDir, time.Now(), copies)
+		return backup.Write(w, st, dataDir, now, copies)
 	case !errors.Is(err, store.ErrLocked):
 		return nil, err
 	}
