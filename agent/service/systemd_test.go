@@ -1182,13 +1182,16 @@ func TestAgentDirectoriesExistAtBoot(t *testing.T) {
 
 // TestShippedUnitFilesVerify has systemd's checker read every unit the
 // images ship (the agent's, the network's, the data disk's, kubelet's
-// with its drop-in, the controller's). Only the binaries the images
-// install may be missing here; any other complaint, such as a key in the
-// wrong section, which systemd ignores, fails.
+// with its drop-in, the controller's and its backup's, with the timer).
+// Only the binaries the images install may be missing here; any other
+// complaint, such as a key in the wrong section, which systemd ignores,
+// fails.
 func TestShippedUnitFilesVerify(t *testing.T) {
 	units, _ := filepath.Glob("../../systemd/*.service")
-	if len(units) < 6 {
-		t.Fatalf("found %d shipped units, want the six in systemd/", len(units))
+	timers, _ := filepath.Glob("../../systemd/*.timer")
+	units = append(units, timers...)
+	if len(units) < 8 {
+		t.Fatalf("found %d shipped units, want the eight in systemd/", len(units))
 	}
 	installed := regexp.MustCompile(`^[a-z-]+\.service: Command (/usr/local/bin/harmony-(agent|controller)|/usr/bin/kubelet) is not executable: No such file or directory$`)
 	for _, path := range units {

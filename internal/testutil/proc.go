@@ -78,3 +78,19 @@ func (p *Proc) WaitLog(t testing.TB, parts ...string) string {
 	t.Fatalf("no line of %s has %q; output:\n%s", filepath.Base(p.Cmd.Path), parts, p.Out.String())
 	return ""
 }
+
+// Binary is the program name of package pkg: $HARMONY_BIN's (make build,
+// make test), else a fresh build for the test.
+func Binary(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if dir := os.Getenv("HARMONY_BIN"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return filepath.Join(dir, name)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+	return bin
+}

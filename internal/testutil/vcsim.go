@@ -1,8 +1,6 @@
 package testutil
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,14 +16,7 @@ import (
 // in, for the simulator's own data races.
 func VCSimProcess(t testing.TB, args ...string) vcsim.Endpoint {
 	t.Helper()
-	bin := filepath.Join(os.Getenv("HARMONY_BIN"), "vcsim")
-	if _, err := os.Stat(bin); os.Getenv("HARMONY_BIN") == "" || err != nil {
-		bin = filepath.Join(t.TempDir(), "vcsim")
-		build := exec.Command("go", "build", "-o", bin, "github.com/harmonykaas/harmony/integration/cmd/vcsim")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build vcsim: %v\n%s", err, out)
-		}
-	}
+	bin := Binary(t, "vcsim", "github.com/harmonykaas/harmony/integration/cmd/vcsim")
 	dir := t.TempDir()
 	p := StartProc(t, bin, nil, append([]string{"-l", "127.0.0.1:0", "-dir", dir}, args...)...)
 	file := filepath.Join(dir, "endpoint.json")

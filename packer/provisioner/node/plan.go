@@ -126,6 +126,10 @@ func newPlan(c *Config) (*plan, error) {
 	for _, u := range unitsFor(c.Role) {
 		p.add(filepath.Join(c.UnitsDir, u), "units/"+u, path.Join(unitDir, u), "0644")
 		p.Enable = append(p.Enable, u)
+		if timer, ok := strings.CutSuffix(u, ".timer"); ok {
+			svc := timer + ".service"
+			p.add(filepath.Join(c.UnitsDir, svc), "units/"+svc, path.Join(unitDir, svc), "0644")
+		}
 	}
 	if c.Role == RoleNode {
 		dropIn := "kubelet.service.d/10-kubeadm.conf"
@@ -186,7 +190,9 @@ func unitsFor(role string) []string {
 	// data disk, on both images.
 	units := []string{"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service"}
 	if role == RoleControlPlane {
-		return append(units, "harmony-controller.service")
+		// The controller's daily backup: the timer is enabled, and its
+		// service comes with it.
+		return append(units, "harmony-controller.service", "harmony-controller-backup.timer")
 	}
 	return append(units, "kubelet.service", "harmony-images-import.service")
 }

@@ -22,7 +22,7 @@ func TestUnitsFor(t *testing.T) {
 	repoUnits := filepath.Join("..", "..", "..", "systemd")
 	for role, want := range map[string][]string{
 		RoleNode:         {"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service", "kubelet.service", "harmony-images-import.service"},
-		RoleControlPlane: {"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service", "harmony-controller.service"},
+		RoleControlPlane: {"harmony-agent.service", "harmony-network.service", "harmony-data-disk.service", "harmony-controller.service", "harmony-controller-backup.timer"},
 	} {
 		got := unitsFor(role)
 		if !slices.Equal(got, want) {
@@ -39,6 +39,17 @@ func TestUnitsFor(t *testing.T) {
 				t.Errorf("%s: %s has no [Install] WantedBy=", role, u)
 			}
 		}
+	}
+
+	// A timer's service is installed with it, and not enabled: the timer
+	// starts it.
+	p := testPlan(t, RoleControlPlane)
+	installed := false
+	for _, f := range p.Files {
+		installed = installed || f.Dest == "/etc/systemd/system/harmony-controller-backup.service"
+	}
+	if !installed || slices.Contains(p.Enable, "harmony-controller-backup.service") {
+		t.Errorf("the control plane's backup service: installed %v, enabled %v; want installed only", installed, slices.Contains(p.Enable, "harmony-controller-backup.service"))
 	}
 
 	// harmony-network.service must run before networkd reads its files.

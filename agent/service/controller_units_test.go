@@ -1,0 +1,105 @@
+package service
+
+import (
+	"archive/tar"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harmonykaas/harmony/internal/testutil"
+)
+
+// TestControllerBackupUnitBacksUpTheController runs the control-plane
+// image's controller and backup units as shipped, hardening and all,
+// under the test's systemd (the binary's path aside): the backup of the
+// running controller, a dynamic user's, asked over its local socket,
+// which serves root only, and then of the stopped one, read from its
+// files, each land in the backups' directory, 0600 in a 0700 directory.
+func TestControllerBackupUnitBacksUpTheController(t *testing.T) {
+	sd := bootSystemdWith(t, true)
+	m := sd.manager(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	bin, err := os.ReadFile(testutil.Binary(t, "harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const testBin = "/run/harmony-test/harmony-controller"
+	mustMkdir(t, filepath.Join(sd.root, filepath.Dir(testBin)))
+	writeFile(t, filepath.Join(sd.root, testBin), string(bin), 0o755)
+	for _, u := range []string{"harmony-controller.service", "harmony-controller-backup.service"} {
+		text, err := os.ReadFile(filepath.Join("../../systemd", u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit := strings.ReplaceAll(string(text), "/usr/local/bin/harmony-controller", testBin)
+		// No journald here: what the unit says goes to a file to show.
+		unit = strings.Replace(unit, "[Service]\n", "[Service]\nStandardOutput=append:/run/harmony-test/"+u+".log\nStandardError=append:/run/harmony-test/"+u+".log\n", 1)
+		writeFile(t, filepath.Join(sd.root, "etc/systemd/system", u), unit, 0o644)
+	}
+	c, err := m.bus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.daemonReload(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.job(ctx, c, startUnit, "harmony-controller.service"); err != nil {
+		t.Fatalf("%v\n%s", err, sd.log)
+	}
+	socket := filepath.Join(sd.root, "var/lib/private/harmony-controller/controller.sock")
+	for {
+		if _, err := os.Stat(socket); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller made no local socket: %s\n%s", sd.systemctl("status", "harmony-controller"), sd.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	backups := filepath.Join(sd.root, "var/lib/harmony-controller-backups")
+	said := func(unit string) string {
+		out, _ := os.ReadFile(filepath.Join(sd.root, "run/harmony-test", unit+".log"))
+		return string(out)
+	}
+	backUp := func(want int) {
+		t.Helper()
+		if err := m.job(ctx, c, startUnit, "harmony-controller-backup.service"); err != nil {
+			t.Fatalf("%v\nthe backup said:\n%s\nthe controller said:\n%s", err, said("harmony-controller-backup.service"), said("harmony-controller.service"))
+		}
+		files, _ := filepath.Glob(filepath.Join(backups, "harmony-controller-*.backup"))
+		if len(files) != want {
+			t.Fatalf("%d backups after the unit ran, want %d\n%s", len(files), want, sd.systemctl("status", "harmony-controller-backup"))
+		}
+		for _, f := range files {
+			info, err := os.Stat(f)
+			if err != nil || info.Mode().Perm() != 0o600 {
+				t.Fatalf("%s: %v %v", f, info, err)
+			}
+			file, err := os.Open(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdr, err := tar.NewReader(file).Next()
+			file.Close()
+			if err != nil || hdr.Name != "backup.json" {
+				t.Fatalf("%s does not start as a backup: %v %v", f, hdr, err)
+			}
+		}
+	}
+	backUp(1)
+	if err := m.job(ctx, c, stopUnit, "harmony-controller.service"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the names have milliseconds
+	backUp(2)
+	if info, err := os.Stat(backups); err != nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("%s: %v %v", backups, info, err)
+	}
+}
