@@ -313,7 +313,7 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	for _, c := range staged {
-		if _, err := etcdcopies.Install(dir, c.File, c.path); err != nil {
+		if err := etcdcopies.Install(dir, c.File, c.path); err != nil {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
 	}

@@ -352,24 +352,23 @@ func Files(dataDir string) ([]File, error) {
 // Install moves the file at from (on the same file system) into place as
 // f, unless a copy of that name is there already: a snapshot's name is
 // when it was taken, so that one is the same snapshot, and it stays.
-// It reports whether f was installed.
-func Install(dataDir string, f File, from string) (bool, error) {
+func Install(dataDir string, f File, from string) error {
 	path, err := f.Path(dataDir)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if _, err := os.Lstat(path); err == nil {
-		return false, os.Remove(from)
+		return os.Remove(from)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return false, fmt.Errorf("etcd snapshot copies of %s: %w", f.Cluster, err)
+		return fmt.Errorf("etcd snapshot copies of %s: %w", f.Cluster, err)
 	}
 	if err := os.Rename(from, path); err != nil {
-		return false, fmt.Errorf("etcd snapshot copy %s/%s: %w", f.Cluster, f.Name, err)
+		return fmt.Errorf("etcd snapshot copy %s/%s: %w", f.Cluster, f.Name, err)
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return true, nil
+	return nil
 }
