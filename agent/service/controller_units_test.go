@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,7 +25,8 @@ func TestControllerBackupUnitBacksUpTheController(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	bin, err := os.ReadFile(testutil.Binary(t, "harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller"))
+	hostBin := testutil.Binary(t, "harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller")
+	bin, err := os.ReadFile(hostBin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,23 +53,24 @@ func TestControllerBackupUnitBacksUpTheController(t *testing.T) {
 	if err := m.job(ctx, c, startUnit, "harmony-controller.service"); err != nil {
 		t.Fatalf("%v\n%s", err, sd.log)
 	}
-	socket := filepath.Join(sd.root, "var/lib/private/harmony-controller/controller.sock")
-	for {
-		if _, err := os.Stat(socket); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the controller made no local socket: %s\n%s", sd.systemctl("status", "harmony-controller"), sd.log)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-
-	backups := filepath.Join(sd.root, "var/lib/harmony-controller-backups")
 	said := func(unit string) string {
 		out, _ := os.ReadFile(filepath.Join(sd.root, "run/harmony-test", unit+".log"))
 		return string(out)
 	}
+	dataDir := filepath.Join(sd.root, "var/lib/private/harmony-controller")
+	serving := func(times int) {
+		t.Helper()
+		for strings.Count(said("harmony-controller.service"), `msg="controller serving"`) < times {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the controller is not serving: %s\nit said:\n%s", sd.systemctl("status", "harmony-controller"), said("harmony-controller.service"))
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	serving(1)
+
+	backups := filepath.Join(sd.root, "var/lib/harmony-controller-backups")
 	backUp := func(want int) {
 		t.Helper()
 		if err := m.job(ctx, c, startUnit, "harmony-controller-backup.service"); err != nil {
@@ -101,5 +104,38 @@ func TestControllerBackupUnitBacksUpTheController(t *testing.T) {
 	backUp(2)
 	if info, err := os.Stat(backups); err != nil || info.Mode().Perm() != 0o700 {
 		t.Fatalf("%s: %v %v", backups, info, err)
+	}
+
+	// The README's restore, by root with the controller stopped: the
+	// controller, its dynamic user, starts again on what root wrote.
+	files, _ := filepath.Glob(filepath.Join(backups, "harmony-controller-*.backup"))
+	if out, err := exec.CommandContext(ctx, hostBin, "restore", "--data-dir", dataDir, "-f", files[0], "--force").CombinedOutput(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	if err := m.job(ctx, c, startUnit, "harmony-controller.service"); err != nil {
+		t.Fatal(err)
+	}
+	serving(2)
+
+	// A store its user may not read is said to be that, not damage that
+	// a restore would mend.
+	if err := m.job(ctx, c, stopUnit, "harmony-controller.service"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dataDir, "harmony.db"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.job(ctx, c, startUnit, "harmony-controller.service"); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(said("harmony-controller.service"), "harmony.db: open /var/lib/harmony-controller/harmony.db: permission denied") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the controller on a store it may not read said:\n%s", said("harmony-controller.service"))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if strings.Contains(said("harmony-controller.service"), "is damaged") {
+		t.Fatalf("a store the controller may not read was called damaged:\n%s", said("harmony-controller.service"))
 	}
 }

@@ -312,10 +312,19 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	if _, err := ca.Import(dir, certPEM, keyPEM, opts.Now); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	if err := ownLike(dir, filepath.Join(dir, ca.CertFile), filepath.Join(dir, ca.KeyFile)); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
 	for _, c := range staged {
 		if err := etcdcopies.Install(dir, c.File, c.path); err != nil {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
+	}
+	if err := ownTree(dir, filepath.Join(dir, etcdcopies.Dir)); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	if err := ownLike(dir, tmp); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
 	}
 	if err := os.Rename(tmp, storePath); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
@@ -327,6 +336,48 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	return m, nil
 }
 
+// ownLike gives paths the owner of the data directory dir, where it is
+// not theirs: a restore runs as root, and the controller, often a
+// systemd dynamic user, must read and write what it wrote. (systemd
+// gives a StateDirectory to its service's user, but does not look inside
+// one that is already that user's.)
+func ownLike(dir string, paths ...string) error {
+	if os.Geteuid() != 0 {
+		return nil // what it writes is its own, as is the directory it may write in
+	}
+	var owner unix.Stat_t
+	if err := unix.Stat(dir, &owner); err != nil {
+		return fmt.Errorf("the owner of %s: %w", dir, err)
+	}
+	for _, p := range paths {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return fmt.Errorf("the owner of %s: %w", p, err)
+		}
+		if st.Uid != owner.Uid || st.Gid != owner.Gid {
+			if err := os.Lchown(p, int(owner.Uid), int(owner.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ownTree is ownLike for everything under root, root included, when it
+// exists.
+func ownTree(dir, root string) error {
+	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return ownLike(dir, p)
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 // refuseOverwrite refuses to replace a healthy store or another CA without
 // Force: a restore is for a lost or damaged data directory.
 func refuseOverwrite(dir, storePath string, restored *ca.CA) error {
@@ -336,6 +387,8 @@ func refuseOverwrite(dir, storePath string, restored *ca.CA) error {
 	switch err := store.CheckFile(storePath); {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("restore: %w", err)
 	case err != nil:
 		return nil // damaged: what a restore is for
 	}

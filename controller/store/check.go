@@ -52,13 +52,17 @@ type boltMeta struct {
 // CheckFile checks a store file's header without mapping it: both meta
 // pages are read, at least one must be valid, and the file must hold every
 // page the newest valid meta page counts. A missing file is
-// os.ErrNotExist, not damage; anything else wrong is a *DamagedError.
+// os.ErrNotExist and one this process may not read os.ErrPermission, not
+// damage; anything else wrong is a *DamagedError.
 func CheckFile(path string) error {
 	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return err
-		}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return err
+	case errors.Is(err, os.ErrPermission):
+		// Not damage: a restore would not mend it, its owner would.
+		return fmt.Errorf("store %s: %w", path, err)
+	case err != nil:
 		return &DamagedError{Path: path, Reason: fmt.Sprintf("unreadable: %v", err)}
 	}
 	defer f.Close()
