@@ -13,13 +13,15 @@ import (
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
-// TestControllerBackupUnitBacksUpTheController runs the control-plane
-// image's controller and backup units as shipped, hardening and all,
-// under the test's systemd (the binary's path aside): the backup of the
-// running controller, a dynamic user's, asked over its local socket,
-// which serves root only, and then of the stopped one, read from its
-// files, each land in the backups' directory, 0600 in a 0700 directory.
-func TestControllerBackupUnitBacksUpTheController(t *testing.T) {
+// TestControllerUnitsBackUpAndRestore runs the control-plane image's
+// controller and backup units as shipped, hardening and all, under the
+// test's systemd (the binary's path aside): the backup of the running
+// controller, a dynamic user's, asked over its local socket, which serves
+// root only, and then of the stopped one, read from its files, each land
+// in the backups' directory, 0600 in a 0700 directory; the controller
+// starts again on what a root restore wrote; and a store it may not read
+// is said to be that, not damage.
+func TestControllerUnitsBackUpAndRestore(t *testing.T) {
 	sd := bootSystemdWith(t, true)
 	m := sd.manager(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
