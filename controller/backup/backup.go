@@ -243,6 +243,10 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
+	own, err := ownerOf(dir)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
 	storePath := filepath.Join(dir, store.FileName)
 	tmp := filepath.Join(dir, ".restore-"+store.FileName)
 	defer os.Remove(tmp)
@@ -312,7 +316,7 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	if _, err := ca.Import(dir, certPEM, keyPEM, opts.Now); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	if err := ownLike(dir, filepath.Join(dir, ca.CertFile), filepath.Join(dir, ca.KeyFile)); err != nil {
+	if err := own.give(filepath.Join(dir, ca.CertFile), filepath.Join(dir, ca.KeyFile)); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	for _, c := range staged {
@@ -320,10 +324,10 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 			return nil, fmt.Errorf("restore: %w", err)
 		}
 	}
-	if err := ownTree(dir, filepath.Join(dir, etcdcopies.Dir)); err != nil {
+	if err := own.giveTree(filepath.Join(dir, etcdcopies.Dir)); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
-	if err := ownLike(dir, tmp); err != nil {
+	if err := own.give(tmp); err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
 	}
 	if err := os.Rename(tmp, storePath); err != nil {
@@ -336,26 +340,34 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (*Manifest, error) {
 	return m, nil
 }
 
-// ownLike gives paths the owner of the data directory dir, where it is
-// not theirs: a restore runs as root, and the controller, often a
-// systemd dynamic user, must read and write what it wrote. (systemd
-// gives a StateDirectory to its service's user, but does not look inside
-// one that is already that user's.)
-func ownLike(dir string, paths ...string) error {
-	if os.Geteuid() != 0 {
-		return nil // what it writes is its own, as is the directory it may write in
+// owner is who owns a data directory: what a restore writes goes to
+// them. A restore runs as root, and the controller, often a systemd
+// dynamic user, must read and write what it wrote. (systemd gives a
+// StateDirectory to its service's user, but does not look inside one
+// that is already that user's.)
+type owner struct{ uid, gid uint32 }
+
+func ownerOf(dir string) (owner, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return owner{}, fmt.Errorf("the owner of %s: %w", dir, err)
 	}
-	var owner unix.Stat_t
-	if err := unix.Stat(dir, &owner); err != nil {
-		return fmt.Errorf("the owner of %s: %w", dir, err)
+	return owner{st.Uid, st.Gid}, nil
+}
+
+// give gives paths to o where they are not o's. Only root can: anyone
+// else writes files of their own, as is the directory they may write in.
+func (o owner) give(paths ...string) error {
+	if os.Geteuid() != 0 {
+		return nil
 	}
 	for _, p := range paths {
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return fmt.Errorf("the owner of %s: %w", p, err)
 		}
-		if st.Uid != owner.Uid || st.Gid != owner.Gid {
-			if err := os.Lchown(p, int(owner.Uid), int(owner.Gid)); err != nil {
+		if st.Uid != o.uid || st.Gid != o.gid {
+			if err := os.Lchown(p, int(o.uid), int(o.gid)); err != nil {
 				return err
 			}
 		}
@@ -363,14 +375,14 @@ func ownLike(dir string, paths ...string) error {
 	return nil
 }
 
-// ownTree is ownLike for everything under root, root included, when it
+// giveTree is give for everything under root, root included, when it
 // exists.
-func ownTree(dir, root string) error {
+func (o owner) giveTree(root string) error {
 	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		return ownLike(dir, p)
+		return o.give(p)
 	})
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
