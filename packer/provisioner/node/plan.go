@@ -131,9 +131,8 @@ func newPlan(c *Config) (*plan, error) {
 			p.add(filepath.Join(c.UnitsDir, svc), "units/"+svc, path.Join(unitDir, svc), "0644")
 		}
 	}
-	if c.Role == RoleNode {
-		dropIn := "kubelet.service.d/10-kubeadm.conf"
-		p.add(filepath.Join(c.UnitsDir, dropIn), "units/"+dropIn, path.Join(unitDir, dropIn), "0644")
+	for _, d := range dropInsFor(c.Role) {
+		p.add(filepath.Join(c.UnitsDir, d), "units/"+d, path.Join(unitDir, d), "0644")
 	}
 
 	// Every Kubernetes version under /opt; the newest (n) on PATH, where
@@ -195,6 +194,17 @@ func unitsFor(role string) []string {
 		return append(units, "harmony-controller.service", "harmony-controller-backup.timer")
 	}
 	return append(units, "kubelet.service", "harmony-images-import.service")
+}
+
+// dropInsFor returns the drop-ins (UNIT.d/NAME.conf under systemd/) that
+// change a shared unit for one image.
+func dropInsFor(role string) []string {
+	if role == RoleControlPlane {
+		// The appliance's data disk holds the controller's state and
+		// backups beside etcd's, so that a reimage keeps them.
+		return []string{"harmony-data-disk.service.d/appliance.conf"}
+	}
+	return []string{"kubelet.service.d/10-kubeadm.conf"}
 }
 
 // add stages a local file and installs it at dest.

@@ -52,6 +52,29 @@ func TestUnitsFor(t *testing.T) {
 		t.Errorf("the control plane's backup service: installed %v, enabled %v; want installed only", installed, slices.Contains(p.Enable, "harmony-controller-backup.service"))
 	}
 
+	// Each image's drop-ins, from the repository, and only its own: the
+	// appliance's data disk holds the controller's state, a node's
+	// kubelet runs as kubeadm wants.
+	for role, want := range map[string]string{
+		RoleControlPlane: "/etc/systemd/system/harmony-data-disk.service.d/appliance.conf",
+		RoleNode:         "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+	} {
+		var dropIns []string
+		for _, f := range testPlan(t, role).Files {
+			if strings.HasSuffix(f.Dest, ".conf") && strings.Contains(f.Dest, ".service.d/") {
+				dropIns = append(dropIns, f.Dest)
+			}
+		}
+		if !slices.Equal(dropIns, []string{want}) {
+			t.Errorf("%s: drop-ins %v, want %s", role, dropIns, want)
+		}
+	}
+	for _, d := range append(dropInsFor(RoleControlPlane), dropInsFor(RoleNode)...) {
+		if _, err := os.Stat(filepath.Join(repoUnits, d)); err != nil {
+			t.Error(err)
+		}
+	}
+
 	// harmony-network.service must run before networkd reads its files.
 	data, err := os.ReadFile(filepath.Join(repoUnits, "harmony-network.service"))
 	if err != nil {
