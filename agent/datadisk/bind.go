@@ -35,13 +35,13 @@ var bindDirName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 func ParseBind(s string) (Bind, error) {
 	dir, target, ok := strings.Cut(s, ":")
 	if !ok {
-		return Bind{}, fmt.Errorf("bind %q: want DIR:TARGET", s)
+		return Bind{}, fmt.Errorf("%q: want DIR:TARGET", s)
 	}
 	if !bindDirName.MatchString(dir) {
-		return Bind{}, fmt.Errorf("bind %q: DIR %q must be one name of lower-case letters, digits and dashes", s, dir)
+		return Bind{}, fmt.Errorf("%q: DIR %q must be one name of lower-case letters, digits and dashes", s, dir)
 	}
 	if !path.IsAbs(target) || path.Clean(target) != target || target == "/" {
-		return Bind{}, fmt.Errorf("bind %q: TARGET %q must be a clean absolute path other than /", s, target)
+		return Bind{}, fmt.Errorf("%q: TARGET %q must be a clean absolute path other than /", s, target)
 	}
 	return Bind{Dir: dir, Target: target}, nil
 }

@@ -45,6 +45,8 @@ func TestBindAll(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(&testutil.LogBuffer{}, nil))
 	disk, system := t.TempDir(), t.TempDir()
+	testutil.UnmountUnder(t, disk)
+	testutil.UnmountUnder(t, system)
 	binds := []Bind{
 		{Dir: "etcd", Target: filepath.Join(system, "var/lib/etcd")},
 		{Dir: "controller", Target: filepath.Join(system, "var/lib/private/harmony-controller")},
