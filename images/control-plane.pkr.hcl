@@ -1,9 +1,9 @@
 # The control-plane appliance: it runs the controller, with its state and
 # daily backups on the data disk so that it upgrades by reimage, and
 # carries etcd, keepalived and HAProxy for DESIGN.md's three-VM appliance
-# (not built yet). It carries no kubelet or container runtime. `make images` builds it; see
-# images/README.md for the variables and packer/README.md for installing
-# the plugin.
+# (not built yet). It carries no kubelet or container runtime. `make
+# images` builds it; see images/README.md for the variables and
+# packer/README.md for installing the plugin.
 
 packer {
   required_version = ">= 1.9.4"
