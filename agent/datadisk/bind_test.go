@@ -45,6 +45,8 @@ func TestBindAll(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(&testutil.LogBuffer{}, nil))
 	disk, system := t.TempDir(), t.TempDir()
+	// Every mount the test and the code make is undone before these are
+	// removed.
 	testutil.UnmountUnder(t, disk)
 	testutil.UnmountUnder(t, system)
 	binds := []Bind{
@@ -56,7 +58,6 @@ func TestBindAll(t *testing.T) {
 			unix.Unmount(b.Target, unix.MNT_DETACH)
 		}
 	}
-	t.Cleanup(unmountAll)
 
 	err := BindAll(disk, binds, log)
 	if err == nil || !strings.Contains(err.Error(), "no data disk is mounted at "+disk) {
@@ -69,7 +70,6 @@ func TestBindAll(t *testing.T) {
 	if err := unix.Mount("tmpfs", disk, "tmpfs", 0, "mode=0700"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Unmount(disk, unix.MNT_DETACH) })
 	// The package's directory is not empty; the disk's hides it.
 	if err := os.MkdirAll(binds[0].Target, 0o755); err != nil {
 		t.Fatal(err)
@@ -128,7 +128,6 @@ func TestBindAll(t *testing.T) {
 		if err := unix.Mount(from, elsewhere.Target, "", unix.MS_BIND, ""); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { unix.Unmount(elsewhere.Target, unix.MNT_DETACH) })
 		if err := BindAll(disk, []Bind{elsewhere}, log); err == nil || !strings.Contains(err.Error(), "is a mount point already") {
 			t.Errorf("a target mounted from %s: %v, want it refused", from, err)
 		}
@@ -143,7 +142,6 @@ func TestBindAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	linked := Bind{Dir: "linked", Target: filepath.Join(system, "linked")}
-	t.Cleanup(func() { unix.Unmount(linked.Target, unix.MNT_DETACH) })
 	if err := BindAll(disk, []Bind{linked}, log); err == nil || !strings.Contains(err.Error(), "not a directory; left alone") {
 		t.Errorf("a symlink on the disk: %v, want it refused", err)
 	}

@@ -37,17 +37,17 @@ func TestControllerUnitsBackUpAndRestore(t *testing.T) {
 
 	const testBinDir = "/run/harmony-test"
 	mustMkdir(t, filepath.Join(sd.root, testBinDir))
-	for _, b := range []struct{ name, pkg string }{
-		{"harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller"},
-		{"harmony-agent", "github.com/harmonykaas/harmony/cmd/harmony-agent"},
+	hostBin := testutil.Binary(t, "harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller")
+	for name, from := range map[string]string{
+		"harmony-controller": hostBin,
+		"harmony-agent":      testutil.Binary(t, "harmony-agent", "github.com/harmonykaas/harmony/cmd/harmony-agent"),
 	} {
-		bin, err := os.ReadFile(testutil.Binary(t, b.name, b.pkg))
+		bin, err := os.ReadFile(from)
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(sd.root, testBinDir, b.name), string(bin), 0o755)
+		writeFile(t, filepath.Join(sd.root, testBinDir, name), string(bin), 0o755)
 	}
-	hostBin := testutil.Binary(t, "harmony-controller", "github.com/harmonykaas/harmony/cmd/harmony-controller")
 	for _, u := range []string{"harmony-controller.service", "harmony-controller-backup.service",
 		"harmony-data-disk.service", "harmony-data-disk.service.d/appliance.conf"} {
 		text, err := os.ReadFile(filepath.Join("../../systemd", u))
