@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
@@ -17,38 +16,16 @@ import (
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
-	"github.com/harmonykaas/harmony/ova"
+	"github.com/harmonykaas/harmony/internal/vcsim"
 	"github.com/harmonykaas/harmony/ova/ovf"
 )
 
-// applianceOVA is a small OVA shaped like the control-plane appliance's:
-// a system disk with data, an empty data disk, user-configurable and fixed
-// properties.
-func applianceOVA(t *testing.T) (string, *ovf.Descriptor) {
+// applianceOVA is vcsim's appliance-shaped OVA of the given version, in
+// a directory of the test's.
+func applianceOVA(t *testing.T, version string) (string, *ovf.Descriptor) {
 	t.Helper()
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "system.raw")
-	data := make([]byte, 16<<20)
-	copy(data[4<<20:], strings.Repeat("harmony appliance ", 50000))
-	if err := os.WriteFile(raw, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "harmony-control-plane.ova")
-	desc, err := ova.Assemble(context.Background(), ova.Options{
-		Output: out,
-		Descriptor: ovf.Descriptor{
-			Name: "harmony-control-plane", CPUs: 4, MemoryMiB: 8192, OSType: "debian12_64Guest", Network: "nic0",
-			Properties: []ovf.Property{
-				{Key: "harmony.hostname", Type: ovf.TypeString, UserConfigurable: true, Label: "Hostname"},
-				{Key: "harmony.gateway", Type: ovf.TypeIP, UserConfigurable: true, Label: "Default gateway"},
-				{Key: "harmony.controller_vip", Type: ovf.TypeIP, UserConfigurable: true, Label: "Controller VIP"},
-				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "control-plane"},
-				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes version", Default: "v1.34.2"},
-			},
-		},
-		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}, {ID: "data", Capacity: 64 << 20}},
-		ModTime: time.Unix(1700000000, 0),
-	})
+	out := filepath.Join(t.TempDir(), "harmony-control-plane.ova")
+	desc, err := vcsim.ApplianceOVA(context.Background(), out, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +62,7 @@ func vmCount(ctx context.Context, t *testing.T, c *vim25.Client) int {
 }
 
 func TestImportOVAIntoVcsim(t *testing.T) {
-	path, desc := applianceOVA(t)
+	path, desc := applianceOVA(t, "1.0.0")
 	simulator.Test(func(ctx context.Context, c *vim25.Client) {
 		var progress atomic.Int64
 		o := baseOptions(path)
@@ -169,7 +146,7 @@ func TestImportOVAIntoVcsim(t *testing.T) {
 }
 
 func TestImportOVARefusesBadInput(t *testing.T) {
-	path, _ := applianceOVA(t)
+	path, _ := applianceOVA(t, "1.0.0")
 	corrupt := filepath.Join(t.TempDir(), "corrupt.ova")
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -55,13 +55,9 @@ func (s *Session) ImportTemplate(ctx context.Context, t TemplateImport) (*Templa
 			return nil, fmt.Errorf("remove the half-imported %s: %w", t.Name, err)
 		}
 	}
-	pool := s.Provider.ResourcePool
-	if pool == "" {
-		pool = path.Join(s.Provider.ComputeCluster, "Resources")
-	}
 	imported, err := ImportOVA(ctx, s.Client.Client, ImportOptions{
 		OVA: t.OVA, Datacenter: s.datacenter.InventoryPath, Datastore: s.Provider.Datastores.OS[0],
-		ResourcePool: pool, Folder: folder.InventoryPath, Name: t.Name,
+		ResourcePool: s.poolPath(), Folder: folder.InventoryPath, Name: t.Name,
 		Networks: map[string]string{t.OVFNetwork: s.Provider.Network}, Progress: t.Progress, Log: t.Log,
 	})
 	if err != nil {

@@ -254,3 +254,34 @@ func NodeOVA(ctx context.Context, out, version string) error {
 	})
 	return err
 }
+
+// ApplianceOVA writes a small OVA shaped like the control-plane
+// appliance's: a 16 MiB system disk with data, a 64 MiB empty data disk,
+// the deploy wizard's user-configurable properties (harmony.hostname,
+// harmony.gateway, harmony.controller_vip) and the fixed ones a real
+// build records, of image version version.
+func ApplianceOVA(ctx context.Context, out, version string) (*ovf.Descriptor, error) {
+	raw := out + ".system.raw"
+	data := make([]byte, 16<<20)
+	copy(data[4<<20:], strings.Repeat("harmony appliance ", 50000))
+	if err := os.WriteFile(raw, data, 0o600); err != nil {
+		return nil, err
+	}
+	defer os.Remove(raw)
+	return ova.Assemble(ctx, ova.Options{
+		Output: out,
+		Descriptor: ovf.Descriptor{
+			Name: "harmony-control-plane", CPUs: 4, MemoryMiB: 8192, OSType: "debian12_64Guest", Network: "nic0",
+			Properties: []ovf.Property{
+				{Key: "harmony.hostname", Type: ovf.TypeString, UserConfigurable: true, Label: "Hostname"},
+				{Key: "harmony.gateway", Type: ovf.TypeIP, UserConfigurable: true, Label: "Default gateway"},
+				{Key: "harmony.controller_vip", Type: ovf.TypeIP, UserConfigurable: true, Label: "Controller VIP"},
+				{Key: "harmony.image.role", Type: ovf.TypeString, Label: "Image role", Default: "control-plane"},
+				{Key: "harmony.image.version", Type: ovf.TypeString, Label: "Image version", Default: version},
+				{Key: "harmony.version.kubernetes", Type: ovf.TypeString, Label: "kubernetes version", Default: "v1.34.2"},
+			},
+		},
+		Disks:   []ova.SourceDisk{{ID: "system", RawPath: raw}, {ID: "data", Capacity: 64 << 20}},
+		ModTime: time.Unix(1700000000, 0),
+	})
+}
