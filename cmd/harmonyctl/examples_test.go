@@ -23,6 +23,13 @@ func TestExampleDocuments(t *testing.T) {
 	if _, err := v1.DecodeProvider(bytes.NewReader(data)); err != nil {
 		t.Errorf("docs/examples/provider.yaml: %v", err)
 	}
+	data, err = readDocument("../../docs/examples/appliance-provider.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v1.DecodeProvider(bytes.NewReader(data)); err != nil {
+		t.Errorf("docs/examples/appliance-provider.yaml: %v", err)
+	}
 	data, err = readDocument("../../docs/examples/ldap.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -68,9 +68,11 @@ credential.`,
 		userDisableCommand(g, true), userDisableCommand(g, false), userEndSessionsCommand(g))
 	ldapCmd := &cobra.Command{Use: "ldap", Short: "Let LDAP or Active Directory users sign in (admins only)"}
 	ldapCmd.AddCommand(ldapApplyCommand(g), ldapGetCommand(g), ldapDeleteCommand(g), ldapLookupCommand(g))
+	appliance := &cobra.Command{Use: "appliance", Short: "Upgrade the control-plane appliance by reimage, in vCenter directly, and roll it back"}
+	appliance.AddCommand(applianceUpgradeCommand(g), applianceRollbackCommand(g))
 	operation := &cobra.Command{Use: "operation", Short: "Follow long-running operations"}
 	operation.AddCommand(operationGetCommand(g))
-	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, operation, user, ldapCmd,
+	root.AddCommand(node, cert, labCmd, ovaCmd, provider, image, cluster, appliance, operation, user, ldapCmd,
 		loginCommand(g), logoutCommand(g), whoamiCommand(g), setupCommand(g), credentialCommand(g), auditCommand(g))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

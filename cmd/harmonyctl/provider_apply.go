@@ -30,16 +30,9 @@ again. Leave vcenter.password out of the file and set $` + passwordEnv + `
 instead; on an update, leaving it out keeps the stored one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := readDocument(file)
+			p, err := readProvider(file)
 			if err != nil {
 				return err
-			}
-			p, err := v1.DecodeProvider(bytes.NewReader(data))
-			if err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			if p.VCenter.Password == "" {
-				p.VCenter.Password = os.Getenv(passwordEnv)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -56,6 +49,23 @@ instead; on an update, leaving it out keeps the stored one.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json or yaml")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// readProvider reads and checks a provider document; a password left out
+// of it comes from $HARMONY_VCENTER_PASSWORD.
+func readProvider(file string) (*v1.Provider, error) {
+	data, err := readDocument(file)
+	if err != nil {
+		return nil, err
+	}
+	p, err := v1.DecodeProvider(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if p.VCenter.Password == "" {
+		p.VCenter.Password = os.Getenv(passwordEnv)
+	}
+	return p, nil
 }
 
 func printProviders(w io.Writer, ps []v1.Provider) {

@@ -400,7 +400,7 @@ func (s *Session) shutDown(ctx context.Context, v *applianceVM, timeout time.Dur
 	if state == types.VirtualMachinePowerStatePoweredOff {
 		return nil
 	}
-	log.Info("shutting the old appliance down", "vm", v.name)
+	log.Info("shutting the guest down", "vm", v.name)
 	if err := vm.ShutdownGuest(ctx); err != nil {
 		log.Warn("the guest cannot shut down; powering it off", "vm", v.name, "err", err)
 		return s.PowerOff(ctx, v.ref)
@@ -451,7 +451,11 @@ func (s *Session) moveApplianceDisk(ctx context.Context, old, next *applianceVM,
 	} else if !there {
 		return fmt.Errorf("%s: %w (and %s is not there either)", from, ErrDiskMissing, to)
 	}
-	return s.moveDisk(ctx, from, dest)
+	if err := s.moveDisk(ctx, from, dest); err != nil {
+		return err
+	}
+	log.Info("moved the data disk out of the old VM's folder", "from", from, "to", to)
+	return nil
 }
 
 // dataDiskAt parses "[ds] dir/name.vmdk".

@@ -26,15 +26,7 @@ type applianceFixture struct {
 func newApplianceFixture(t *testing.T) *applianceFixture {
 	t.Helper()
 	ctx := context.Background()
-	sim, err := vcsim.Start(vcsim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	s, err := Connect(ctx, sim.Provider("appliance", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, s := simSession(t, "appliance")
 	f := &applianceFixture{ctx: ctx, s: s, sim: sim}
 	ova, _ := applianceOVA(t, "1.0.0")
 	ref := f.deploy(t, "harmony", ova)

@@ -11,20 +11,27 @@ import (
 	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
-// newSwapFixture is a session on vcsim with a cluster folder and a small
-// VM with a SCSI controller to clone from.
-func newSwapFixture(t *testing.T) (context.Context, *Session, *object.Folder, string) {
+// simSession is a session on a vcsim of the test's, as provider name.
+func simSession(t *testing.T, name string) (*vcsim.Sim, *Session) {
 	t.Helper()
-	ctx := context.Background()
 	sim, err := vcsim.Start(vcsim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
-	s, err := Connect(ctx, sim.Provider("swap", nil))
+	s, err := Connect(context.Background(), sim.Provider(name, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sim, s
+}
+
+// newSwapFixture is a session on vcsim with a cluster folder and a small
+// VM with a SCSI controller to clone from.
+func newSwapFixture(t *testing.T) (context.Context, *Session, *object.Folder, string) {
+	t.Helper()
+	ctx := context.Background()
+	_, s := simSession(t, "swap")
 	folder, err := s.ClusterFolder(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
