@@ -200,10 +200,6 @@ func (s *Session) UpgradeAppliance(ctx context.Context, u ApplianceUpgrade) (*Ap
 			return nil, err
 		}
 	}
-	if next.version() != version {
-		return nil, fmt.Errorf("%s is an upgrade to %s under way, not to %s: run it again with that OVA, or delete %s",
-			next.name, next.version(), version, next.name)
-	}
 	done := &ApplianceUpgraded{Previous: u.Name + appliancePreviousSuffix, DataDisk: next.tags[TagDataDisk],
 		FromVersion: old.version(), ToVersion: version}
 
@@ -435,27 +431,47 @@ func (s *Session) moveApplianceDisk(ctx context.Context, old, next *applianceVM,
 	if from == to {
 		return nil
 	}
+	at, err := s.dataDiskLocation(ctx, from, to)
+	if err != nil || at == to {
+		return err
+	}
 	dest, err := dataDiskAt(to)
 	if err != nil {
 		return err
-	}
-	if moved, err := s.diskExists(ctx, dest); err != nil || moved {
-		return err
-	}
-	src, err := dataDiskAt(from)
-	if err != nil {
-		return err
-	}
-	if there, err := s.diskExists(ctx, src); err != nil {
-		return err
-	} else if !there {
-		return fmt.Errorf("%s: %w (and %s is not there either)", from, ErrDiskMissing, to)
 	}
 	if err := s.moveDisk(ctx, from, dest); err != nil {
 		return err
 	}
 	log.Info("moved the data disk out of the old VM's folder", "from", from, "to", to)
 	return nil
+}
+
+// dataDiskLocation is where the data disk's file is: from, before its
+// move, or to, after it.
+func (s *Session) dataDiskLocation(ctx context.Context, from, to string) (string, error) {
+	var there [2]bool
+	for i, file := range []string{from, to} {
+		d, err := dataDiskAt(file)
+		if err != nil {
+			return "", err
+		}
+		if there[i], err = s.diskExists(ctx, d); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case there[0] && (!there[1] || from == to):
+		return from, nil
+	case there[1] && !there[0]:
+		return to, nil
+	case there[1]:
+		// A move between datastores copies, then deletes the source: both
+		// there is a move still running in vCenter, or one that failed
+		// midway, and which copy is whole only vCenter's task can say.
+		return "", fmt.Errorf("the data disk is at both %s and %s: a move is still running in vCenter or failed midway; "+
+			"run this again once vCenter's task has ended, after deleting %s if it failed", from, to, to)
+	}
+	return "", fmt.Errorf("%s: %w (and %s is not there either)", from, ErrDiskMissing, to)
 }
 
 // dataDiskAt parses "[ds] dir/name.vmdk".
@@ -570,16 +586,11 @@ func (s *Session) RollBackAppliance(ctx context.Context, name string, shutdownTi
 	case old.hasDisk(from) != nil:
 		at = from
 	default:
-		d, err := dataDiskAt(disk)
+		if at, err = s.dataDiskLocation(ctx, from, disk); err != nil {
+			return nil, err
+		}
+		d, err := dataDiskAt(at)
 		if err != nil {
-			return nil, err
-		}
-		if moved, err := s.diskExists(ctx, d); err != nil {
-			return nil, err
-		} else if !moved {
-			at = from
-		}
-		if d, err = dataDiskAt(at); err != nil {
 			return nil, err
 		}
 		if err := s.AttachDataDisk(ctx, s.folder, old.ref, d); err != nil {

@@ -335,3 +335,36 @@ func TestRollBackApplianceUpgradeCutShort(t *testing.T) {
 		t.Errorf("harmony: %s %q, disks %v; want both disks in its folder, untagged", TagDataDisk, cur.tags[TagDataDisk], diskFiles(cur))
 	}
 }
+
+// A disk at both places is a move still running or failed midway: the
+// upgrade stops and deletes neither; once the partial copy is gone, it
+// goes on.
+func TestUpgradeApplianceStopsAtAHalfMovedDisk(t *testing.T) {
+	f := newApplianceFixture(t)
+	next, _ := applianceOVA(t, "1.1.0")
+	f.sim.AddFault("MoveVirtualDisk_Task", 1)
+	if _, err := f.upgrade(next); err == nil {
+		t.Fatal("the upgrade passed a fault in MoveVirtualDisk_Task")
+	}
+	const moved = "[LocalDS_0] harmony-appliance/harmony.vmdk"
+	partial, err := dataDiskAt(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.createDataDisk(f.ctx, DataDisk{Datastore: partial.Datastore, Dir: partial.Dir, Name: partial.Name, SizeGiB: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.upgrade(next); err == nil || !strings.Contains(err.Error(), "at both") {
+		t.Fatalf("an upgrade with the disk at both places: %v, want a refusal", err)
+	}
+	if !f.diskThere(t, f.dataDisk) || !f.diskThere(t, moved) {
+		t.Fatal("the refused upgrade deleted a copy of the disk")
+	}
+	if err := f.s.DeleteDataDisk(f.ctx, partial); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.upgrade(next); err != nil {
+		t.Fatal(err)
+	}
+	f.checkUpgraded(t, "1.1.0", f.uuid, moved)
+}
