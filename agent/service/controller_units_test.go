@@ -150,15 +150,21 @@ func TestControllerUnitsBackUpAndRestore(t *testing.T) {
 	if n, _ := filepath.Glob(filepath.Join(disk, "controller-backups", "harmony-controller-*.backup")); len(n) != 2 {
 		t.Fatalf("%d backups on the data disk, want 2", len(n))
 	}
+	// The agent's state (here a stand-in for its key) is on the disk too.
+	agentKey := filepath.Join(sd.root, "var/lib/harmony/agent.key")
+	writeFile(t, agentKey, "the agent's key", 0o600)
+	if _, err := os.Stat(filepath.Join(disk, "agent", "agent.key")); err != nil {
+		t.Fatalf("the agent's state is not on the data disk: %v", err)
+	}
 	reimage := func() {
 		t.Helper()
 		if err := m.job(ctx, c, stopUnit, "harmony-data-disk.service"); err != nil {
 			t.Fatal(err)
 		}
-		for _, target := range []string{"/var/lib/etcd", "/var/lib/private/harmony-controller", "/var/lib/harmony-controller-backups"} {
+		for _, target := range []string{"/var/lib/etcd", "/var/lib/private/harmony-controller", "/var/lib/harmony-controller-backups", "/var/lib/harmony"} {
 			sd.inMounts(t, "umount", target)
 		}
-		for _, dir := range []string{"var/lib/private", "var/lib/harmony-controller", "var/lib/harmony-controller-backups"} {
+		for _, dir := range []string{"var/lib/private", "var/lib/harmony-controller", "var/lib/harmony-controller-backups", "var/lib/harmony"} {
 			if err := os.RemoveAll(filepath.Join(sd.root, dir)); err != nil {
 				t.Fatal(err)
 			}
@@ -169,6 +175,9 @@ func TestControllerUnitsBackUpAndRestore(t *testing.T) {
 		t.Fatalf("%v\nthe data disk's unit said:\n%s", err, said("harmony-data-disk.service"))
 	}
 	serving(3)
+	if key, err := os.ReadFile(agentKey); err != nil || string(key) != "the agent's key" {
+		t.Fatalf("after a reimage the agent's state is not back: %q, %v", key, err)
+	}
 	caAfter, err := os.ReadFile(filepath.Join(sd.root, "var/lib/harmony-controller/ca.crt"))
 	if err != nil || !bytes.Equal(caAfter, caBefore) {
 		t.Fatalf("after a reimage the controller's CA is not the one it had (%v)", err)
