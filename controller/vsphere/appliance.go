@@ -3,7 +3,6 @@ package vsphere
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,10 +22,10 @@ import (
 
 // Upgrading the control-plane appliance by reimage, as tenant masters are
 // upgraded: a VM of the newer OVA takes the old appliance's data disk
-// (the controller's CA, store and backups, etcd's directory), its
-// settings and its name. The old VM stays, powered off and without the
-// disk, for a rollback. Every step reads what vCenter has before it acts,
-// so a run cut short anywhere is finished by the next.
+// (the controller's CA, store and backups, etcd's directory, the agent's
+// identity), its settings and its name. The old VM stays, powered off and
+// without the disk, for a rollback. Every step reads what vCenter has
+// before it acts, so a run cut short anywhere is finished by the next.
 
 // ExtraConfig keys of the appliance upgrade, on the new appliance VM.
 const (
@@ -523,11 +522,7 @@ func (s *Session) giveApplianceDisk(ctx context.Context, next *applianceVM, log 
 		return fmt.Errorf("%s has %d disks in its folder, want its system disk and a blank data disk", next.name, len(own))
 	}
 	if err := s.AttachDataDisk(ctx, s.folder, next.ref, disk); err != nil {
-		var inUse *DiskInUseError
-		if errors.As(err, &inUse) {
-			return fmt.Errorf("give %s its data disk: %w", next.name, err)
-		}
-		return err
+		return fmt.Errorf("give %s its data disk: %w", next.name, err)
 	}
 	log.Info("attached the data disk", "vm", next.name, "disk", to)
 	return nil
