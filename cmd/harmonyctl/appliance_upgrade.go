@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -69,8 +70,8 @@ running appliance is patched.
 The OVA is imported as NAME-VERSION with the appliance's settings (its vApp
 properties, guestinfo, CPUs, memory and network) while the appliance still
 serves. Then the appliance is shut down, its data disk (the controller's CA,
-store and backups, etcd's directory) moves onto the new VM in place of the
-new VM's blank one, the old VM becomes NAME-previous and the new one NAME,
+store and backups, etcd's directory, the agent's identity) moves onto the
+new VM in place of the new VM's blank one, the old VM becomes NAME-previous and the new one NAME,
 and it is powered on. The first upgrade moves the data disk out of the old
 VM's folder to [datastore] harmony-appliance/NAME.vmdk (the provider's first
 data datastore, else its first OS one), so that deleting an old VM can never
@@ -127,7 +128,7 @@ the next upgrade waits for that.`,
 // waitForController polls until the controller answers the client, which
 // a controller with another CA or another store cannot: those end the wait
 // at once. A nil client does not wait.
-func waitForController(ctx context.Context, out interface{ Write([]byte) (int, error) }, c *client.Client, timeout, interval time.Duration) error {
+func waitForController(ctx context.Context, out io.Writer, c *client.Client, timeout, interval time.Duration) error {
 	if c == nil {
 		return nil
 	}
