@@ -126,7 +126,7 @@ func (s *Session) readApplianceVM(ctx context.Context, name string) (*applianceV
 		dir: path.Dir(m.Config.Files.VmPathName), tags: map[string]string{}, props: map[string]string{},
 		userSet: map[string]bool{}, cpus: m.Config.Hardware.NumCPU, memMiB: int64(m.Config.Hardware.MemoryMB)}
 	for _, o := range m.Config.ExtraConfig {
-		if o := o.GetOptionValue(); strings.HasPrefix(o.Key, "harmony.") || strings.HasPrefix(o.Key, "guestinfo.") {
+		if o := o.GetOptionValue(); strings.HasPrefix(o.Key, "harmony.") || strings.HasPrefix(o.Key, "guestinfo.harmony.") {
 			v.tags[o.Key], _ = o.Value.(string)
 		}
 	}
@@ -344,8 +344,11 @@ func (s *Session) importNextAppliance(ctx context.Context, u ApplianceUpgrade, d
 		return nil, err
 	}
 	extra := map[string]string{TagReplaces: old.uuid, TagDataDisk: to, TagDataDiskFrom: from}
+	// Harmony's own guestinfo keys (the static network, a bootstrap
+	// document); vCenter makes the OVF environment, and VMware Tools
+	// reports its own.
 	for k, v := range old.tags {
-		if strings.HasPrefix(k, "guestinfo.") && !strings.HasPrefix(k, "guestinfo.ovfEnv") {
+		if strings.HasPrefix(k, "guestinfo.harmony.") {
 			extra[k] = v
 		}
 	}

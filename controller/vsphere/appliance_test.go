@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"github.com/harmonykaas/harmony/internal/vcsim"
@@ -31,7 +32,7 @@ func newApplianceFixture(t *testing.T) *applianceFixture {
 	ova, _ := applianceOVA(t, "1.0.0")
 	ref := f.deploy(t, "harmony", ova)
 	if err := s.reconfigure(ctx, s.VM(ref), types.VirtualMachineConfigSpec{NumCPUs: 6,
-		ExtraConfig: optionValues(map[string]string{"guestinfo.harmony.network": "static"})}); err != nil {
+		ExtraConfig: optionValues(map[string]string{"guestinfo.harmony.network": "static", "guestinfo.vmtools.versionString": "12.1.5"})}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PowerOn(ctx, ref); err != nil {
@@ -114,6 +115,15 @@ func (f *applianceFixture) checkUpgraded(t *testing.T, version, oldUUID, dataDis
 	}
 	if cur.tags["guestinfo.harmony.network"] != "static" || cur.cpus != 6 {
 		t.Errorf("harmony: guestinfo.harmony.network %q, %d CPUs; want the old one's static and 6", cur.tags["guestinfo.harmony.network"], cur.cpus)
+	}
+	var tools mo.VirtualMachine
+	if err := f.s.VM(cur.ref).Properties(f.ctx, cur.ref, []string{"config.extraConfig"}, &tools); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range tools.Config.ExtraConfig {
+		if o.GetOptionValue().Key == "guestinfo.vmtools.versionString" {
+			t.Error("VMware Tools' own guestinfo key was copied to the new VM")
+		}
 	}
 	return cur
 }
