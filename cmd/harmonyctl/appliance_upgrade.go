@@ -68,8 +68,8 @@ newer control-plane OVA the way tenant masters are upgraded: nothing on the
 running appliance is patched.
 
 The OVA is imported as NAME-VERSION with the appliance's settings (its vApp
-properties, guestinfo, CPUs, memory and network) while the appliance still
-serves. Then the appliance is shut down, its data disk (the controller's CA,
+properties, guestinfo.harmony.*, CPUs, memory and network) while the
+appliance still serves. Then the appliance is shut down, its data disk (the controller's CA,
 store and backups, etcd's directory, the agent's identity) moves onto the
 new VM in place of the new VM's blank one, the old VM becomes NAME-previous and the new one NAME,
 and it is powered on. The first upgrade moves the data disk out of the old
