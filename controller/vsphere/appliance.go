@@ -85,6 +85,9 @@ type applianceVM struct {
 	cpus    int32
 	memMiB  int64
 	disks   []*types.VirtualDisk // in bus order
+	// snapshots: the VM's disks are delta files on their base disks,
+	// which cannot move or change VMs alone.
+	snapshots bool
 }
 
 func (v *applianceVM) role() string    { return v.props["harmony.image.role"] }
@@ -116,7 +119,7 @@ func (s *Session) readApplianceVM(ctx context.Context, name string) (*applianceV
 		return nil, err
 	}
 	var m mo.VirtualMachine
-	if err := vm.Properties(ctx, vm.Reference(), []string{"name", "config", "runtime.powerState"}, &m); err != nil {
+	if err := vm.Properties(ctx, vm.Reference(), []string{"name", "config", "runtime.powerState", "snapshot"}, &m); err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if m.Config == nil {
@@ -124,7 +127,8 @@ func (s *Session) readApplianceVM(ctx context.Context, name string) (*applianceV
 	}
 	v := &applianceVM{ref: m.Self, name: m.Name, uuid: m.Config.InstanceUuid, power: m.Runtime.PowerState,
 		dir: path.Dir(m.Config.Files.VmPathName), tags: map[string]string{}, props: map[string]string{},
-		userSet: map[string]bool{}, cpus: m.Config.Hardware.NumCPU, memMiB: int64(m.Config.Hardware.MemoryMB)}
+		userSet: map[string]bool{}, cpus: m.Config.Hardware.NumCPU, memMiB: int64(m.Config.Hardware.MemoryMB),
+		snapshots: m.Snapshot != nil && len(m.Snapshot.RootSnapshotList) > 0}
 	for _, o := range m.Config.ExtraConfig {
 		if o := o.GetOptionValue(); strings.HasPrefix(o.Key, "harmony.") || strings.HasPrefix(o.Key, "guestinfo.harmony.") {
 			v.tags[o.Key], _ = o.Value.(string)
@@ -194,6 +198,9 @@ func (s *Session) UpgradeAppliance(ctx context.Context, u ApplianceUpgrade) (*Ap
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseSnapshots(old, next); err != nil {
+		return nil, err
+	}
 	if next == nil {
 		if next, err = s.importNextAppliance(ctx, u, desc, old, log); err != nil {
 			return nil, err
@@ -223,6 +230,17 @@ func (s *Session) UpgradeAppliance(ctx context.Context, u ApplianceUpgrade) (*Ap
 	log.Info("appliance upgraded", "vm", u.Name, "from", done.FromVersion, "to", done.ToVersion,
 		"data_disk", done.DataDisk, "previous", done.Previous)
 	return done, nil
+}
+
+// refuseSnapshots refuses VMs with snapshots: their data disk is a delta
+// file on the base disk, and moving either alone would break the chain.
+func refuseSnapshots(vms ...*applianceVM) error {
+	for _, v := range vms {
+		if v != nil && v.snapshots {
+			return fmt.Errorf("%s has snapshots, so its disks are delta files that cannot move alone: delete its snapshots first", v.name)
+		}
+	}
+	return nil
 }
 
 // readOVA checks the archive whole and returns its descriptor.
@@ -560,6 +578,9 @@ func (s *Session) RollBackAppliance(ctx context.Context, name string, shutdownTi
 	}
 	old, next, err := s.rollbackPair(ctx, name)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseSnapshots(old, next); err != nil {
 		return nil, err
 	}
 	disk, from := next.tags[TagDataDisk], next.tags[TagDataDiskFrom]
