@@ -394,15 +394,8 @@ func (s *Session) applianceDataDisk(old *applianceVM) (from, to string, err erro
 	if len(own) != 2 || len(old.disks) != 2 {
 		return "", "", fmt.Errorf("%s has %d disks (%d in its folder): an appliance has its system disk and its data disk", old.name, len(old.disks), len(own))
 	}
-	data := DataDisk{Datastore: cmp.Or(firstOf(s.Provider.Datastores.Data), s.Provider.Datastores.OS[0]), Dir: ApplianceDataDir, Name: old.name}
+	data := DataDisk{Datastore: s.Provider.DataDatastores()[0], Dir: ApplianceDataDir, Name: old.name}
 	return diskFile(own[1]), data.Path(), nil
-}
-
-func firstOf(list []string) string {
-	if len(list) == 0 {
-		return ""
-	}
-	return list[0]
 }
 
 // shutDown asks the guest to shut down and waits for it; a guest that
