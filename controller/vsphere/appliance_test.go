@@ -66,6 +66,28 @@ func (f *applianceFixture) vm(t *testing.T, name string) *applianceVM {
 	return v
 }
 
+// snapshot takes a snapshot of the VM, and returns what removes it.
+func (f *applianceFixture) snapshot(t *testing.T, name string) func() {
+	t.Helper()
+	vm := f.s.VM(f.vm(t, name).ref)
+	task, err := vm.CreateSnapshot(f.ctx, "by the test", "", false, false)
+	if err == nil {
+		err = task.Wait(f.ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		task, err := vm.RemoveAllSnapshot(f.ctx, nil)
+		if err == nil {
+			err = task.Wait(f.ctx)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func (f *applianceFixture) diskThere(t *testing.T, file string) bool {
 	t.Helper()
 	d, err := dataDiskAt(file)
@@ -233,22 +255,7 @@ func TestUpgradeApplianceRefuses(t *testing.T) {
 			}
 		}, u: ApplianceUpgrade{Name: "worker-1", OVA: next}, want: `worker-1: harmony.image.role is "node"`},
 		{name: "a snapshot of the appliance", setup: func(t *testing.T) {
-			task, err := f.s.VM(f.vm(t, "harmony").ref).CreateSnapshot(f.ctx, "before", "", false, false)
-			if err == nil {
-				err = task.Wait(f.ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				task, err := f.s.VM(f.vm(t, "harmony").ref).RemoveAllSnapshot(f.ctx, nil)
-				if err == nil {
-					err = task.Wait(f.ctx)
-				}
-				if err != nil {
-					t.Error(err)
-				}
-			})
+			t.Cleanup(f.snapshot(t, "harmony"))
 		}, u: ApplianceUpgrade{Name: "harmony", OVA: next}, want: "harmony has snapshots"},
 		// Someone else's VM of the name the upgrade needs: left alone.
 		{name: "a foreign NAME-VERSION", setup: func(t *testing.T) {
@@ -311,23 +318,11 @@ func TestRollBackAppliance(t *testing.T) {
 	const moved = "[LocalDS_0] harmony-appliance/harmony.vmdk"
 	// A snapshot of the new VM makes its data disk a delta file: refused
 	// until it is gone.
-	vm := f.s.VM(f.vm(t, "harmony").ref)
-	task, err := vm.CreateSnapshot(f.ctx, "after the upgrade", "", false, false)
-	if err == nil {
-		err = task.Wait(f.ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	removeSnapshot := f.snapshot(t, "harmony")
 	if _, err := f.rollBack(); err == nil || !strings.Contains(err.Error(), "harmony has snapshots") {
 		t.Fatalf("a rollback of a VM with snapshots: %v, want a refusal", err)
 	}
-	if task, err = vm.RemoveAllSnapshot(f.ctx, nil); err == nil {
-		err = task.Wait(f.ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	removeSnapshot()
 	// Each fault stops a run at a later step; the run after them finishes.
 	for _, method := range []string{"ReconfigVM_Task", "Rename_Task", "PowerOnVM_Task"} {
 		f.sim.AddFault(method, 1)
