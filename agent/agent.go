@@ -818,7 +818,7 @@ func (a *Agent) cachedRole() v1.Role {
 // v1 ones; the controller sends no agent a field it does not list.
 func capabilities() []string {
 	return []string{v1.CapabilityHandOver, v1.CapabilityKeepPods, v1.CapabilityVRRPv3, v1.CapabilityEtcdSnapshots, v1.CapabilityEtcdRestore,
-		v1.CapabilityEtcdRestoreFromController}
+		v1.CapabilityEtcdRestoreFromController, v1.CapabilityEtcdRemoveMembers}
 }
 
 func (a *Agent) statusLoop(ctx context.Context, client *controlclient.Client) string {

@@ -349,9 +349,16 @@ func (ns *nodeStack) report(st *v1.Status) {
 }
 
 // reportLeave reports the leave sequence: Left once every step has left,
-// Leaving with each step's progress until then. Called with mu held.
+// Leaving with each step's progress until then; and the etcd member while
+// the node still is one, so that the controller can have the other
+// masters remove it should the node never finish. Called with mu held.
 func (ns *nodeStack) reportLeave(st *v1.Status) {
 	st.Phase = v1.PhaseLeft
+	for _, m := range ns.members {
+		if id := m.MemberID(); id != "" {
+			st.EtcdMemberID = id
+		}
+	}
 	for _, s := range ns.statuses {
 		st.Components = append(st.Components, v1.ComponentStatus{
 			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: v1.ClipMessage(s.Message),

@@ -227,3 +227,90 @@ func TestUncleanLeaveIsAWarning(t *testing.T) {
 		t.Errorf("unclean leave event %+v", ev)
 	}
 }
+
+// A master removed without leaving (its VM off here; a VM gone, or an
+// agent silent past its deadline, take the same path) may still be an
+// etcd member, which would count against the quorum for good. The
+// Warning says so, and the remaining masters' roles name its member in
+// etcd.removeMembers for their agents to remove, once each agent says it
+// acts on the field. A master that left cleanly is not named.
+func TestALostMastersEtcdMemberIsNamedForRemoval(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = time.Minute })
+	e.do("POST", v1.PathClusters, e.spec("lm", 5, 0))
+	nodes := map[string]*http.Client{}
+	members := map[string]string{"lm-m1": "a1", "lm-m2": "a2", "lm-m3": "a3", "lm-m4": "a4", "lm-m5": "8e9e05c52164694d"}
+	report := func(name, phase string, capabilities ...string) {
+		t.Helper()
+		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: phase, EtcdMemberID: members[name], Capabilities: capabilities,
+			Components: []v1.ComponentStatus{{Name: "etcd", Healthy: true, Phase: "Converged"}}}
+		if phase == v1.PhaseLeft {
+			st.EtcdMemberID, st.Components[0].Phase = "", "Left"
+		}
+		if r := doJSON(t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
+			t.Fatalf("status of %s: %d %s", name, r.status, r.body)
+		}
+	}
+	for name := range members {
+		nodes[name] = e.enrollClusterNode("lm", name)
+		if name == "lm-m2" {
+			report(name, v1.PhaseReady)
+		} else {
+			report(name, v1.PhaseReady, v1.CapabilityEtcdRemoveMembers)
+		}
+	}
+	toRemove := func(name string) []string {
+		t.Helper()
+		r := e.ownRole(nodes[name])
+		if r.Etcd == nil {
+			t.Fatalf("%s's role has no etcd settings", name)
+		}
+		return r.Etcd.RemoveMembers
+	}
+	for _, name := range []string{"lm-m1", "lm-m3"} {
+		if got := toRemove(name); got != nil {
+			t.Fatalf("%s's role names members to remove before any master was lost: %q", name, got)
+		}
+	}
+
+	// lm-m5 is lost: its VM is off. Scaling in to three removes it and
+	// lm-m4, which leaves cleanly.
+	task, err := object.NewVirtualMachine(e.vc.Client, e.vms("lm")["lm-m5"].Self).PowerOff(context.Background())
+	if err == nil {
+		err = task.Wait(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	three := 3
+	op := e.start("POST", v1.PathClusters+"/lm/scale", v1.ScaleRequest{Masters: &three})
+	if r := e.ownRole(nodes["lm-m4"]); r.Leave == nil {
+		t.Fatalf("lm-m4's role has no leave: %+v", r.Redacted())
+	}
+	report("lm-m4", v1.PhaseLeft)
+	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("scale-in: %+v", got)
+	}
+	ev := e.event("lm", "lm-m5", "without leaving")
+	if want := "the remaining masters remove its etcd member " + members["lm-m5"]; ev.Type != "Warning" || !strings.Contains(ev.Message, want) {
+		t.Errorf("lost master's event %+v, want it to say %q", ev, want)
+	}
+	if ev := e.event("lm", "lm-m4", "left the cluster"); ev.Type != "Normal" || strings.Contains(ev.Message, "etcd member") {
+		t.Errorf("clean leave's event %+v", ev)
+	}
+	want := []string{members["lm-m5"]}
+	for _, name := range []string{"lm-m1", "lm-m3"} {
+		if got := toRemove(name); !slices.Equal(got, want) {
+			t.Errorf("%s's role names %q to remove, want %q", name, got, want)
+		}
+	}
+	if got := toRemove("lm-m2"); got != nil {
+		t.Errorf("lm-m2's agent does not act on etcd.removeMembers, yet its role names %q", got)
+	}
+
+	// Once lm-m2's agent says it acts on the field, its role names the
+	// member too.
+	report("lm-m2", v1.PhaseReady, v1.CapabilityEtcdRemoveMembers)
+	if got := toRemove("lm-m2"); !slices.Equal(got, want) {
+		t.Errorf("lm-m2's role names %q to remove once its agent acts on it, want %q", got, want)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -257,6 +258,33 @@ type EtcdSettings struct {
 	// Restore asks the members to restore the cluster's keyspace from
 	// one member's snapshot; nil: none asked.
 	Restore *EtcdRestore `json:"restore,omitempty"`
+	// RemoveMembers are the etcd members (IDs in hex, as
+	// Status.EtcdMemberID reports them) of masters the cluster removed
+	// without their leaving it: a VM gone, powered off, or silent past
+	// its leave deadline. Each counts against the quorum until removed,
+	// so a healthy member removes those still listed; never itself, nor
+	// a member that is one of the role's peers. At most
+	// MaxRemoveMembers, newest last.
+	RemoveMembers []string `json:"removeMembers,omitempty"`
+}
+
+// MaxRemoveMembers bounds EtcdSettings.RemoveMembers.
+const MaxRemoveMembers = 16
+
+var etcdMemberIDPattern = lazyregexp.New(`^[0-9a-f]{1,16}$`)
+
+// ParseEtcdMemberID reads an etcd member ID as agents report it
+// (Status.EtcdMemberID) and roles name it: 1 to 16 lowercase hex digits,
+// not zero.
+func ParseEtcdMemberID(s string) (uint64, error) {
+	if !etcdMemberIDPattern.MatchString(s) {
+		return 0, fmt.Errorf("%q is not 1 to 16 lowercase hex digits", s)
+	}
+	id, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("%q is not an etcd member ID", s)
+	}
+	return id, nil
 }
 
 // EtcdRestore restores a cluster's keyspace from a snapshot one master
@@ -309,6 +337,24 @@ func (e *EtcdRestore) validate(role NodeRole, peers []Peer) error {
 	}
 	if e.SnapshotTakenAt.IsZero() {
 		return fieldErr("etcd.restore.snapshotTakenAt", "missing")
+	}
+	return nil
+}
+
+func validateRemoveMembers(role NodeRole, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if role != RoleMaster {
+		return fieldErr("etcd.removeMembers", "only masters remove etcd members, not a %s", role)
+	}
+	if len(ids) > MaxRemoveMembers {
+		return fieldErr("etcd.removeMembers", "at most %d, got %d", MaxRemoveMembers, len(ids))
+	}
+	for i, id := range ids {
+		if _, err := ParseEtcdMemberID(id); err != nil {
+			return fieldErr(fmt.Sprintf("etcd.removeMembers[%d]", i), "%v", err)
+		}
 	}
 	return nil
 }
@@ -545,6 +591,9 @@ func (r *Role) Validate() error {
 			if err := r.Etcd.Restore.validate(r.Role, r.Peers); err != nil {
 				return err
 			}
+		}
+		if err := validateRemoveMembers(r.Role, r.Etcd.RemoveMembers); err != nil {
+			return err
 		}
 	}
 	if r.Kubeadm != nil && r.Kubeadm.BootstrapToken != "" && !bootstrapTokenPattern.MatchString(r.Kubeadm.BootstrapToken) {

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -194,6 +195,35 @@ func TestDecodeRole(t *testing.T) {
 			r.Role = v1.RoleMaster
 			r.Etcd.Restore = &v1.EtcdRestore{ID: "r1", Source: "master-1"}
 		}, field: "etcd.restore.snapshotTakenAt"},
+		{name: "etcd members to remove", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.RemoveMembers = []string{"8e9e05c52164694d", "1"}
+		}, field: okField},
+		{name: "etcd members to remove on a worker", mut: func(r *v1.Role) {
+			r.Etcd.RemoveMembers = []string{"8e9e05c52164694d"}
+		}, field: "etcd.removeMembers"},
+		{name: "etcd member to remove in uppercase", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.RemoveMembers = []string{"1", "8E9E05C52164694D"}
+		}, field: "etcd.removeMembers[1]"},
+		{name: "etcd member to remove too long", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.RemoveMembers = []string{"18e9e05c52164694d"}
+		}, field: "etcd.removeMembers[0]"},
+		{name: "etcd member to remove zero", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.RemoveMembers = []string{"0"}
+		}, field: "etcd.removeMembers[0]"},
+		{name: "etcd member to remove empty", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			r.Etcd.RemoveMembers = []string{""}
+		}, field: "etcd.removeMembers[0]"},
+		{name: "too many etcd members to remove", mut: func(r *v1.Role) {
+			r.Role = v1.RoleMaster
+			for i := range v1.MaxRemoveMembers + 1 {
+				r.Etcd.RemoveMembers = append(r.Etcd.RemoveMembers, fmt.Sprintf("%x", i+1))
+			}
+		}, field: "etcd.removeMembers"},
 
 		// Only the pair under test is set, so that the known keyMatches
 		// defect in an earlier pair cannot mask it.

@@ -65,6 +65,9 @@ const (
 	// etcd.restore.fromController (and sends its snapshots to the
 	// controller).
 	CapabilityEtcdRestoreFromController = "etcd.restore.fromController"
+	// CapabilityEtcdRemoveMembers: the agent removes the members
+	// etcd.removeMembers names.
+	CapabilityEtcdRemoveMembers = "etcd.removeMembers"
 
 	maxCapabilities = 32
 )
@@ -188,8 +191,10 @@ func (s *Status) Validate() error {
 			return fieldErr(fmt.Sprintf("capabilities[%d]", i), "must be 1 to 64 characters of [A-Za-z0-9_.:+-]")
 		}
 	}
-	if !shortText.MatchString(s.EtcdMemberID) {
-		return fieldErr("etcdMemberID", "must be at most 64 characters of [A-Za-z0-9_.:+-]")
+	if s.EtcdMemberID != "" {
+		if _, err := ParseEtcdMemberID(s.EtcdMemberID); err != nil {
+			return fieldErr("etcdMemberID", "%v", err)
+		}
 	}
 	if len(s.EtcdSnapshots) > MaxReportedSnapshots {
 		return fieldErr("etcdSnapshots", "at most %d", MaxReportedSnapshots)

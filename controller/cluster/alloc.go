@@ -75,11 +75,15 @@ type agentSupport struct {
 	// etcdRestored is the newest etcd restore each node's agent reported
 	// done.
 	etcdRestored map[string]string
+	// etcdRemoveMembers names the nodes whose agent acts on
+	// etcd.removeMembers.
+	etcdRemoveMembers map[string]bool
 }
 
 func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 	a := agentSupport{vrrp3: mastersRunVRRPv3(tx, machines),
-		etcdSnapshots: map[string]bool{}, etcdRestore: map[string]bool{}, etcdRestoreFromController: map[string]bool{}, etcdRestored: map[string]string{}}
+		etcdSnapshots: map[string]bool{}, etcdRestore: map[string]bool{}, etcdRestoreFromController: map[string]bool{}, etcdRestored: map[string]string{},
+		etcdRemoveMembers: map[string]bool{}}
 	for _, m := range machines {
 		st, ok := tx.Status(m.Name)
 		if !ok {
@@ -89,6 +93,7 @@ func agentSupportOf(tx *store.Tx, machines []machine) agentSupport {
 		a.etcdRestore[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRestore)
 		a.etcdRestoreFromController[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRestoreFromController)
 		a.etcdRestored[m.Name] = st.EtcdRestored
+		a.etcdRemoveMembers[m.Name] = slices.Contains(st.Capabilities, v1.CapabilityEtcdRemoveMembers)
 	}
 	return a
 }

@@ -47,6 +47,11 @@ type record struct {
 	// EtcdSnapshot is the newest etcd snapshot asked for by hand,
 	// running or ended.
 	EtcdSnapshot *snapshotRequest `json:"etcdSnapshot,omitempty"`
+	// LostEtcdMembers are the etcd members of masters removed without
+	// leaving the cluster (lostMember), newest last, at most
+	// v1.MaxRemoveMembers: the masters' roles ask their agents to remove
+	// those still listed.
+	LostEtcdMembers []string `json:"lostEtcdMembers,omitempty"`
 }
 
 // Workflow steps of a machine, in order. Each is recorded once done.

@@ -125,6 +125,7 @@ func roles(c *record, sec *secrets, machines []machine, agents agentSupport) []v
 			r.Etcd = &v1.EtcdSettings{DataDir: "/var/lib/etcd", DataDisk: true}
 			r.Etcd.Snapshots, r.Etcd.SnapshotSince = snapshotSettings(c, agents.etcdSnapshots[m.Name])
 			r.Etcd.Restore = restoreSettings(c, m.Name, agents)
+			r.Etcd.RemoveMembers = removeMembers(c, agents.etcdRemoveMembers[m.Name])
 			if agents.vrrp3 {
 				r.Cluster.LoadBalancer.VRRPVersion = 3
 				r.Cluster.LoadBalancer.AdvertInterval = v1.DefaultVRRPv3AdvertInterval.String()
@@ -175,12 +176,23 @@ func snapshotSince(c *record) time.Time {
 	return time.Time{}
 }
 
+// removeMembers is what a master's role says of etcd members to remove:
+// those of masters lost (record.LostEtcdMembers), for an agent that acts
+// on them.
+func removeMembers(c *record, acts bool) []string {
+	if !acts || len(c.LostEtcdMembers) == 0 {
+		return nil
+	}
+	return slices.Clone(c.LostEtcdMembers)
+}
+
 // StatusReported gives a cluster's nodes their roles again when a
 // master's report changes what the roles say (a restore's source that
 // reports its part done asks the others to join it): the masters move to VRRPv3
 // once the last of them reports it runs it, and back to v2 should one
 // that does not join (a new VM of an older image); a master gets the
-// spec's etcd snapshot settings once its agent reports it takes them.
+// spec's etcd snapshot settings once its agent reports it takes them,
+// and the lost members to remove once it reports it removes them.
 // Any other report changes nothing here, and costs a read.
 func (s *Service) StatusReported(node string) error {
 	stale := func(tx *store.Tx) (*record, bool, error) {
@@ -201,13 +213,14 @@ func (s *Service) StatusReported(node string) error {
 			return nil, false, err
 		}
 		vrrp := (role.Cluster.LoadBalancer.VRRPVersion == 3) != mastersRunVRRPv3(tx, machines)
-		snapshots := false
+		etcd := false
 		if role.Etcd != nil {
 			want, since := snapshotSettings(rec, reports(tx, node, v1.CapabilityEtcdSnapshots))
 			has := role.Etcd.Snapshots
-			snapshots = (has == nil) != (want == nil) || has != nil && *has != *want || !role.Etcd.SnapshotSince.Equal(since)
+			etcd = (has == nil) != (want == nil) || has != nil && *has != *want || !role.Etcd.SnapshotSince.Equal(since) ||
+				!slices.Equal(role.Etcd.RemoveMembers, removeMembers(rec, reports(tx, node, v1.CapabilityEtcdRemoveMembers)))
 		}
-		return rec, vrrp || snapshots || restoreRolesStale(tx, rec, machines), nil
+		return rec, vrrp || etcd || restoreRolesStale(tx, rec, machines), nil
 	}
 	var change bool
 	err := s.cfg.Store.View(func(tx *store.Tx) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -286,9 +287,17 @@ func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.Manag
 		}
 		return done(stepLeft, fmt.Sprintf("%s: left the cluster (%s)", m.Name, agentReport(st, reported))), nil
 	}
+	// A master that did not leave may still be an etcd member (its agent
+	// reports it until its member is removed), counted against the quorum
+	// until the remaining masters remove it.
+	lost, lostSays := "", ""
+	if _, err := v1.ParseEtcdMemberID(st.EtcdMemberID); err == nil && reported && m.Role == v1.RoleMaster {
+		lost = st.EtcdMemberID
+		lostSays = fmt.Sprintf("; the remaining masters remove its etcd member %s", lost)
+	}
 	warn := func(why string) stepResult {
-		return stepResult{next: stepLeft, typ: "Warning", msg: fmt.Sprintf(
-			"%s: WARNING: powered off without leaving the cluster: %s; the agent last reported: %s", m.Name, why, agentReport(st, reported))}
+		return stepResult{next: stepLeft, typ: "Warning", lostMember: lost, msg: fmt.Sprintf(
+			"%s: WARNING: powered off without leaving the cluster: %s; the agent last reported: %s%s", m.Name, why, agentReport(st, reported), lostSays)}
 	}
 	if m.VM == "" {
 		return warn("its VM is gone, so it cannot leave"), nil
@@ -394,6 +403,9 @@ type stepResult struct {
 	reason string
 	// roles says the step changed what the cluster's roles say.
 	roles bool
+	// lostMember is the etcd member of a master removed without leaving
+	// the cluster, for the remaining masters to remove.
+	lostMember string
 }
 
 func done(next, msg string) stepResult { return stepResult{next: next, typ: "Normal", msg: msg} }
@@ -440,7 +452,12 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 			if err := putMachine(tx, m); err != nil {
 				return err
 			}
-			if r.next == stepConfigured || r.roles {
+			switch {
+			case r.lostMember != "":
+				if err := loseMember(tx, p, r.lostMember); err != nil {
+					return err
+				}
+			case r.next == stepConfigured || r.roles:
 				// The VM's UUID is known from here: the node's role
 				// carries it as its provider ID.
 				if err := putRoles(tx, p.rec, p.sec); err != nil {
@@ -462,6 +479,30 @@ func (e *engine) recordStep(p *pass, m *machine, r stepResult) error {
 		e.cfg.Notify(NotifyKey(m.Cluster))
 	}
 	return err
+}
+
+// loseMember notes the etcd member of a master removed without leaving
+// in the cluster's record, and gives the roles again: the remaining
+// masters' agents remove it. Until then it counts against the quorum: a
+// lost master replaced by a new one leaves four members of which three
+// must answer, so the next failure would stop the cluster.
+func loseMember(tx *store.Tx, p *pass, id string) error {
+	cur, err := loadCluster(tx, p.rec.Spec.Name)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(cur.LostEtcdMembers, id) {
+		cur.LostEtcdMembers = append(cur.LostEtcdMembers, id)
+		if extra := len(cur.LostEtcdMembers) - v1.MaxRemoveMembers; extra > 0 {
+			cur.LostEtcdMembers = slices.Clone(cur.LostEtcdMembers[extra:])
+		}
+		if err := tx.Put(store.Clusters, cur.Spec.Name, cur); err != nil {
+			return err
+		}
+	}
+	// The rest of this pass gives roles from p.rec.
+	p.rec.LostEtcdMembers = cur.LostEtcdMembers
+	return putRoles(tx, cur, p.sec)
 }
 
 // mergeProgress takes what an admin changed on the stored machine while

@@ -8,8 +8,10 @@
 // kept) and it joins afresh; a member with an empty data directory founds the cluster with the other members
 // of its role when none of them answers, and otherwise removes its stale
 // namesake, joins as a learner and is promoted once it has caught up.
-// A healthy voting member also snapshots the keyspace onto its data disk
-// on the role's schedule (snapshot.go).
+// A healthy voting member also removes the members of masters the
+// cluster removed without their leaving it (etcd.removeMembers), and
+// snapshots the keyspace onto its data disk on the role's schedule
+// (snapshot.go).
 package etcd
 
 import (
@@ -202,6 +204,14 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 	obs, actions := c.observe(ctx, cl, s, joined)
 	st.Actions = append(st.Actions, actions...)
 	st.Healthy, st.Message = obs.healthy(), obs.message(s.name)
+	if obs.healthy() && len(s.lost) > 0 {
+		actions, err := c.removeLost(ctx, host, cl, s, obs.status.MemberID)
+		st.Actions = append(st.Actions, actions...)
+		if err != nil {
+			logger(host).Warn("removing the members of lost masters failed", "err", err)
+			st.Message += "; removing lost members: " + err.Error()
+		}
+	}
 	// Only a healthy voting member snapshots: a learner may lag.
 	if obs.healthy() || !s.snapshots.Enabled {
 		actions, snaps, err := c.snapshots(ctx, cl, filepath.Join(dataDir, SnapshotDir), s.snapshots, s.snapshotSince, obs.status.DBSize)

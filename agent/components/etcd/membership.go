@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -396,6 +397,42 @@ func (c *Component) observe(ctx context.Context, cl *Client, s settings, joined 
 		o.health, o.healthErr = cl.Health(ctx, local)
 	}
 	return o, actions
+}
+
+// removeLost removes the members the role names as lost: those of masters
+// the cluster removed without their leaving it (a VM gone, powered off,
+// or silent past its deadline). Each counts against the quorum until it
+// goes: a lost master and its replacement make four members of which
+// three must answer. Never this member, and never one that is a peer's by
+// name or peer URL: the list comes from the controller, and a wrong one
+// must not take a live member. Called by a healthy voting member, so the
+// cluster has its quorum.
+func (c *Component) removeLost(ctx context.Context, host *reconcile.Host, cl *Client, s settings, self uint64) ([]string, error) {
+	local := c.localClientURL()
+	members, err := cl.MemberList(ctx, local)
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	var actions []string
+	var errs []error
+	for _, m := range members {
+		if m.ID == self || !slices.Contains(s.lost, m.ID) {
+			continue
+		}
+		if peer := s.peerOf(m, c.cfg.PeerPort); peer != "" {
+			logger(host).Warn("the role names a member as lost that is a peer's; it stays", "id", fmt.Sprintf("%x", m.ID), "peer", peer)
+			continue
+		}
+		err := c.retryReconfig(ctx, func() error { return cl.MemberRemove(ctx, local, m.ID) })
+		if err != nil && !isMemberNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove member %x: %w", m.ID, err))
+			continue
+		}
+		name := cmp.Or(m.Name, "never started")
+		actions = append(actions, fmt.Sprintf("removed member %x (%s) of a master removed without leaving", m.ID, name))
+		logger(host).Info("removed the etcd member of a lost master", "id", fmt.Sprintf("%x", m.ID), "name", name, "peerURLs", m.PeerURLs)
+	}
+	return actions, errors.Join(errs...)
 }
 
 // promote asks the voting members to promote learner id. The leader

@@ -40,6 +40,9 @@ type settings struct {
 	snapshotSince time.Time
 	// restore is the restore the role asks for; nil: none.
 	restore *v1.EtcdRestore
+	// lost are the members of masters the cluster removed without their
+	// leaving it, to remove (etcd.removeMembers).
+	lost []uint64
 }
 
 // fieldError names the role field that is wrong.
@@ -129,6 +132,18 @@ func settingsFrom(role *v1.Role) (settings, error) {
 		s.restore = &r
 	}
 	slices.SortFunc(s.members, func(a, b v1.Peer) int { return strings.Compare(a.Name, b.Name) })
+	if role.Etcd != nil {
+		if len(role.Etcd.RemoveMembers) > v1.MaxRemoveMembers {
+			return s, fieldErr("etcd.removeMembers", "at most %d, got %d", v1.MaxRemoveMembers, len(role.Etcd.RemoveMembers))
+		}
+		for i, raw := range role.Etcd.RemoveMembers {
+			id, err := v1.ParseEtcdMemberID(raw)
+			if err != nil {
+				return s, fieldErr("etcd.removeMembers["+strconv.Itoa(i)+"]", "%v", err)
+			}
+			s.lost = append(s.lost, id)
+		}
+	}
 
 	if role.PKI == nil || role.PKI.EtcdCA == nil {
 		return s, fieldErr("pki.etcdCA", "missing: an etcd member needs the cluster's etcd CA")
@@ -150,6 +165,17 @@ func settingsFrom(role *v1.Role) (settings, error) {
 // others are the members other than this node.
 func (s settings) others() []v1.Peer {
 	return slices.DeleteFunc(slices.Clone(s.members), func(p v1.Peer) bool { return p.Name == s.name })
+}
+
+// peerOf names the role's peer that member m is, by name or peer URL;
+// empty if none.
+func (s settings) peerOf(m Member, peerPort int) string {
+	for _, p := range s.members {
+		if m.Name == p.Name || slices.Contains(m.PeerURLs, peerURL(netip.MustParseAddr(p.Address), peerPort)) {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 // Config errors are the component's own, not the role's.

@@ -1,0 +1,115 @@
+//go:build linux
+
+package etcd
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/harmonykaas/harmony/agent/reconcile"
+	v1 "github.com/harmonykaas/harmony/api/v1"
+)
+
+// A master lost for good (its etcd stopped, never to come back) leaves
+// its member in the cluster, where it counts against the quorum. The
+// remaining members remove it once their role names it in
+// etcd.removeMembers, and only then: a role that merely leaves it out of
+// the peers removes nothing, and a list naming this member or a peer's
+// removes neither, even where etcd would allow it.
+func TestLostMastersMemberIsRemoved(t *testing.T) {
+	ctx := context.Background()
+	hosts, masters, caPair, ca, _, _ := threeMembers(t, "198.18.30.%d")
+	ids := map[string]uint64{}
+	for name, h := range hosts {
+		s, err := h.client(t, ca).Status(ctx, h.endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = s.MemberID
+	}
+	lost, m1, m2 := hosts["m3"], hosts["m1"], hosts["m2"]
+	peers := masters
+	role := func(h *labHost, remove ...uint64) *v1.Role {
+		r := testRole(t, h.name, peers, caPair)
+		for _, id := range remove {
+			r.Etcd.RemoveMembers = append(r.Etcd.RemoveMembers, hexID(id))
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cl := m1.client(t, ca)
+	memberNames := func() []string {
+		t.Helper()
+		members, err := cl.MemberList(ctx, m1.endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, m := range members {
+			names = append(names, m.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	// quiet: a healthy pass that removed nothing and says nothing of it.
+	quiet := func(st reconcile.Status) bool {
+		return st.Healthy && !strings.Contains(st.Message, "lost") &&
+			!slices.ContainsFunc(st.Actions, func(a string) bool { return strings.HasPrefix(a, "removed member") })
+	}
+
+	// 1. While all three run, a list naming every member, this one
+	// included, removes none: each is one of the role's peers. etcd would
+	// have let one go.
+	st := m1.comp.Reconcile(ctx, m1.host, role(m1, ids["m1"], ids["m2"], ids["m3"]))
+	if !quiet(st) {
+		t.Errorf("m1's pass naming its peers: %+v", st)
+	}
+	if got := memberNames(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("members after a list naming the peers: %q", got)
+	}
+
+	// 2. m3 is lost. The peers alone say nothing of its member, nor does
+	// a list of another member: it stays.
+	if err := lost.sup.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	peers = map[string]string{"m1": masters["m1"], "m2": masters["m2"]}
+	for _, h := range []*labHost{m1, m2} {
+		if st := h.comp.Reconcile(ctx, h.host, role(h)); !quiet(st) {
+			t.Errorf("%s's pass without removeMembers: %+v", h.name, st)
+		}
+	}
+	if st := m1.comp.Reconcile(ctx, m1.host, role(m1, ids["m3"]+1)); !quiet(st) {
+		t.Errorf("m1's pass naming a member the cluster does not have: %+v", st)
+	}
+	if got := memberNames(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("members after passes that do not name m3: %q", got)
+	}
+
+	// 3. Naming the lost member removes it, and only it.
+	st = m1.comp.Reconcile(ctx, m1.host, role(m1, ids["m2"], ids["m3"]))
+	t.Logf("m1's pass naming m2 and m3: %q (%s)", st.Actions, st.Message)
+	want := "removed member " + hexID(ids["m3"]) + " (m3) of a master removed without leaving"
+	if !st.Healthy || !slices.Equal(st.Actions, []string{want}) {
+		t.Errorf("m1's pass naming m3: %+v, want the action %q", st, want)
+	}
+	members, err := cl.MemberList(ctx, m1.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := votingMembers(members, "m1", "m2"); err != nil {
+		t.Fatalf("after removing the lost member: %v", err)
+	}
+	if err := kvPut(ctx, cl, m1.endpoint(), "after-the-lost-member-went", "yes"); err != nil {
+		t.Errorf("a write after the removal: %v", err)
+	}
+
+	// 4. The other member's pass with the same list finds nothing to do.
+	if st := m2.comp.Reconcile(ctx, m2.host, role(m2, ids["m3"])); !quiet(st) {
+		t.Errorf("m2's pass after the removal: %+v", st)
+	}
+}
