@@ -128,13 +128,26 @@ func (c *Component) leave(ctx context.Context, host *reconcile.Host, s settings,
 }
 
 // handOver makes another started voting member the leader and waits,
-// up to PromoteWait, until the local member sees it lead.
+// up to PromoteWait, until the local member sees it lead. It picks one
+// that answers: a member that is down (a master lost, or being removed)
+// would fail every transfer, and every pass would pick it again.
 func (c *Component) handOver(ctx context.Context, cl *Client, local string, self uint64, members []Member) (Member, error) {
-	i := slices.IndexFunc(members, func(m Member) bool { return m.ID != self && !m.IsLearner && m.Name != "" })
-	if i < 0 {
+	var candidates []Member
+	for _, m := range members {
+		if m.ID != self && !m.IsLearner && m.Name != "" {
+			candidates = append(candidates, m)
+		}
+	}
+	if len(candidates) == 0 {
 		return Member{}, errors.New("this member leads and no other started voting member can take over")
 	}
-	target := members[i]
+	target := candidates[0]
+	for _, m := range candidates {
+		if answers(ctx, cl, m) {
+			target = m
+			break
+		}
+	}
 	deadline := time.Now().Add(c.cfg.PromoteWait)
 	for {
 		err := cl.MoveLeader(ctx, local, target.ID)
@@ -155,6 +168,17 @@ func (c *Component) handOver(ctx context.Context, cl *Client, local string, self
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// answers reports whether member m answers a status request at one of
+// its client URLs, as a voting member.
+func answers(ctx context.Context, cl *Client, m Member) bool {
+	for _, u := range m.ClientURLs {
+		if st, err := cl.Status(ctx, u); err == nil && st.MemberID == m.ID && !st.IsLearner {
+			return true
+		}
+	}
+	return false
 }
 
 func leaveFailed(st reconcile.Status, err error) reconcile.Status {

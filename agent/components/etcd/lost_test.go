@@ -113,3 +113,42 @@ func TestLostMastersMemberIsRemoved(t *testing.T) {
 		t.Errorf("m2's pass after the removal: %+v", st)
 	}
 }
+
+// A leader that leaves while another member is down hands leadership to
+// one that answers: the one down would fail every transfer, and every
+// pass would pick it again until the leave deadline.
+func TestHandOverSkipsAMemberThatIsDown(t *testing.T) {
+	ctx := context.Background()
+	hosts, _, _, ca, lead, leader := threeMembers(t, "198.18.30.%d")
+	cl := lead.client(t, ca)
+	members, err := cl.MemberList(ctx, lead.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first other member in the list, the one a plain pick would
+	// take, is down.
+	var down, up *labHost
+	for _, m := range members {
+		switch {
+		case m.ID == leader.MemberID:
+		case down == nil:
+			down = hosts[m.Name]
+		default:
+			up = hosts[m.Name]
+		}
+	}
+	if down == nil || up == nil {
+		t.Fatalf("members %+v", members)
+	}
+	if err := down.sup.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	target, err := lead.comp.handOver(ctx, cl, lead.comp.localClientURL(), leader.MemberID, members)
+	if err != nil || target.Name != up.name {
+		t.Fatalf("hand-over with %s down: to %q, %v; want %s", down.name, target.Name, err, up.name)
+	}
+	st, err := up.client(t, ca).Status(ctx, up.endpoint())
+	if err != nil || st.Leader != st.MemberID {
+		t.Errorf("%s after the hand-over: %+v, %v; want it to lead", up.name, st, err)
+	}
+}
