@@ -830,6 +830,24 @@ func (l *labUnderTest) checkScaleMasters(t *testing.T) {
 	}
 	scale(5)
 	grown := l.masters(t)
+	// One of the two masters the scale-in removes (the newest) is lost
+	// first: powered off, it cannot leave, and its etcd member would stay,
+	// counted against the quorum, had the remaining masters not removed
+	// it (etcd.removeMembers). checkMembers wants exactly three.
+	var added []string
+	for _, m := range grown {
+		if !slices.ContainsFunc(before, func(n v1.ClusterNode) bool { return n.Name == m.Name }) {
+			added = append(added, m.Name)
+		}
+	}
+	slices.Sort(added)
+	if len(added) != 2 {
+		t.Fatalf("masters added by the scale to five: %q", added)
+	}
+	if err := l.vm(t, added[0]).Power(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s powered off before the scale-in, which removes it and %s", added[0], added[1])
 	scale(3)
 	for _, m := range grown {
 		if !slices.ContainsFunc(l.masters(t), func(n v1.ClusterNode) bool { return n.Name == m.Name }) {
