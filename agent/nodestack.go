@@ -321,10 +321,8 @@ func (ns *nodeStack) report(st *v1.Status) {
 		return
 	}
 	st.Phase = v1.PhaseReady
+	st.EtcdMemberID = ns.etcdMemberID()
 	for _, m := range ns.members {
-		if id := m.MemberID(); id != "" {
-			st.EtcdMemberID = id
-		}
 		if taken := m.Snapshots(); len(taken) > 0 {
 			newest := taken[len(taken)-1]
 			st.EtcdSnapshots, st.EtcdSnapshotAt = taken, &newest
@@ -348,17 +346,25 @@ func (ns *nodeStack) report(st *v1.Status) {
 	}
 }
 
+// etcdMemberID is the local etcd member's ID; empty when this node runs
+// none. Called with mu held.
+func (ns *nodeStack) etcdMemberID() string {
+	id := ""
+	for _, m := range ns.members {
+		if mid := m.MemberID(); mid != "" {
+			id = mid
+		}
+	}
+	return id
+}
+
 // reportLeave reports the leave sequence: Left once every step has left,
 // Leaving with each step's progress until then; and the etcd member while
 // the node still is one, so that the controller can have the other
 // masters remove it should the node never finish. Called with mu held.
 func (ns *nodeStack) reportLeave(st *v1.Status) {
 	st.Phase = v1.PhaseLeft
-	for _, m := range ns.members {
-		if id := m.MemberID(); id != "" {
-			st.EtcdMemberID = id
-		}
-	}
+	st.EtcdMemberID = ns.etcdMemberID()
 	for _, s := range ns.statuses {
 		st.Components = append(st.Components, v1.ComponentStatus{
 			Name: s.Component, Healthy: s.Healthy, Phase: s.Phase, Message: v1.ClipMessage(s.Message),

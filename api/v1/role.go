@@ -341,22 +341,32 @@ func (e *EtcdRestore) validate(role NodeRole, peers []Peer) error {
 	return nil
 }
 
-func validateRemoveMembers(role NodeRole, ids []string) error {
-	if len(ids) == 0 {
+func (e *EtcdSettings) validateRemoveMembers(role NodeRole) error {
+	if len(e.RemoveMembers) == 0 {
 		return nil
 	}
 	if role != RoleMaster {
 		return fieldErr("etcd.removeMembers", "only masters remove etcd members, not a %s", role)
 	}
-	if len(ids) > MaxRemoveMembers {
-		return fieldErr("etcd.removeMembers", "at most %d, got %d", MaxRemoveMembers, len(ids))
+	_, err := e.RemoveMemberIDs()
+	return err
+}
+
+// RemoveMemberIDs parses RemoveMembers: at most MaxRemoveMembers IDs,
+// each as ParseEtcdMemberID reads it.
+func (e *EtcdSettings) RemoveMemberIDs() ([]uint64, error) {
+	if len(e.RemoveMembers) > MaxRemoveMembers {
+		return nil, fieldErr("etcd.removeMembers", "at most %d, got %d", MaxRemoveMembers, len(e.RemoveMembers))
 	}
-	for i, id := range ids {
-		if _, err := ParseEtcdMemberID(id); err != nil {
-			return fieldErr(fmt.Sprintf("etcd.removeMembers[%d]", i), "%v", err)
+	var ids []uint64
+	for i, raw := range e.RemoveMembers {
+		id, err := ParseEtcdMemberID(raw)
+		if err != nil {
+			return nil, fieldErr(fmt.Sprintf("etcd.removeMembers[%d]", i), "%v", err)
 		}
+		ids = append(ids, id)
 	}
-	return nil
+	return ids, nil
 }
 
 // EtcdSnapshotSkew is how much older than asked a snapshot may be and
@@ -592,7 +602,7 @@ func (r *Role) Validate() error {
 				return err
 			}
 		}
-		if err := validateRemoveMembers(r.Role, r.Etcd.RemoveMembers); err != nil {
+		if err := r.Etcd.validateRemoveMembers(r.Role); err != nil {
 			return err
 		}
 	}

@@ -133,15 +133,8 @@ func settingsFrom(role *v1.Role) (settings, error) {
 	}
 	slices.SortFunc(s.members, func(a, b v1.Peer) int { return strings.Compare(a.Name, b.Name) })
 	if role.Etcd != nil {
-		if len(role.Etcd.RemoveMembers) > v1.MaxRemoveMembers {
-			return s, fieldErr("etcd.removeMembers", "at most %d, got %d", v1.MaxRemoveMembers, len(role.Etcd.RemoveMembers))
-		}
-		for i, raw := range role.Etcd.RemoveMembers {
-			id, err := v1.ParseEtcdMemberID(raw)
-			if err != nil {
-				return s, fieldErr("etcd.removeMembers["+strconv.Itoa(i)+"]", "%v", err)
-			}
-			s.lost = append(s.lost, id)
+		if s.lost, err = role.Etcd.RemoveMemberIDs(); err != nil {
+			return s, err
 		}
 	}
 
