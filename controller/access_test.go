@@ -38,7 +38,7 @@ func routeAccess(pattern string) string {
 		"POST " + v1.PathClusters + "/{name}/credential", "GET " + v1.PathClusters + "/{name}/kubeconfig":
 		return "cluster:view"
 	case "POST " + v1.PathClusters + "/{name}/scale", "POST " + v1.PathClusters + "/{name}/retry", "POST " + v1.PathClusters + "/{name}/upgrade", "POST " + v1.PathClusters + "/{name}/restore", "POST " + v1.PathClusters + "/{name}/etcd-snapshot",
-		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/kubeconfig",
+		"DELETE " + v1.PathClusters + "/{name}/nodes/{node}", "POST " + v1.PathClusters + "/{name}/nodes/{node}/replace", "POST " + v1.PathClusters + "/{name}/kubeconfig",
 		"POST " + v1.PathClusters + "/{name}/grants", "DELETE " + v1.PathClusters + "/{name}/grants/{kind}/{subject}",
 		"POST " + v1.PathClusters + "/{name}/revoke-sessions":
 		return "cluster:admin"

@@ -67,6 +67,15 @@ func (c *Controller) handleRemoveNode(w http.ResponseWriter, r *http.Request, wh
 	return answerOperation(w, op, err)
 }
 
+func (c *Controller) handleReplaceNode(w http.ResponseWriter, r *http.Request, who principal) *apiError {
+	req, err := v1.DecodeReplaceNodeRequest(r.Body)
+	if err != nil {
+		return badInput(err)
+	}
+	op, err := c.clusters.ReplaceNode(r.PathValue("name"), r.PathValue("node"), *req, who.name)
+	return answerOperation(w, op, err)
+}
+
 func (c *Controller) handleDeleteCluster(w http.ResponseWriter, r *http.Request, who principal) *apiError {
 	purge, err := boolParam(r, "purge")
 	if err != nil {

@@ -282,6 +282,7 @@ func (c *Controller) routes() http.Handler {
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/etcd-snapshot", 0, c.handleSnapshotCluster, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/retry", 0, c.handleRetryCluster, permClusterAdmin)
 	c.route(mux, "DELETE "+v1.PathClusters+"/{name}/nodes/{node}", 0, c.handleRemoveNode, permClusterAdmin)
+	c.route(mux, "POST "+v1.PathClusters+"/{name}/nodes/{node}/replace", v1.MaxAdminBytes, c.handleReplaceNode, permClusterAdmin)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/kubeconfig", v1.MaxAdminBytes, c.handleClusterKubeconfig, permClusterAdmin)
 	c.route(mux, "GET "+v1.PathClusters+"/{name}/kubeconfig", 0, c.handleUserKubeconfig, permClusterView)
 	c.route(mux, "POST "+v1.PathClusters+"/{name}/credential", v1.MaxEnrollBytes, c.handleCredential, permClusterView)

@@ -1,14 +1,12 @@
 package controller
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/types"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -178,14 +176,7 @@ func TestRemovedNodesLeaveTheCluster(t *testing.T) {
 
 	// 4. An enrolled node whose VM is off cannot leave: it goes at once,
 	// with a Warning.
-	ref := e.vms("lv")["lv-w2"].Self
-	task, err := object.NewVirtualMachine(e.vc.Client, ref).PowerOff(context.Background())
-	if err == nil {
-		err = task.Wait(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.powerOff(e.vms("lv")["lv-w2"].Self)
 	asked = time.Now()
 	e.do("DELETE", v1.PathClusters+"/lv/nodes/lv-w2", nil)
 	if took := time.Since(asked); took >= leaveTimeout {
@@ -274,13 +265,7 @@ func TestALostMastersEtcdMemberIsNamedForRemoval(t *testing.T) {
 
 	// lm-m5 is lost: its VM is off. Scaling in to three removes it and
 	// lm-m4, which leaves cleanly.
-	task, err := object.NewVirtualMachine(e.vc.Client, e.vms("lm")["lm-m5"].Self).PowerOff(context.Background())
-	if err == nil {
-		err = task.Wait(context.Background())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.powerOff(e.vms("lm")["lm-m5"].Self)
 	three := 3
 	op := e.start("POST", v1.PathClusters+"/lm/scale", v1.ScaleRequest{Masters: &three})
 	if r := e.ownRole(nodes["lm-m4"]); r.Leave == nil {

@@ -159,6 +159,8 @@ var adminAPIDocs = []apiDoc{
 	{pattern: "DELETE " + v1.PathClusters + "/{name}/nodes/{node}", summary: "Remove one worker; ?keepVM=true keeps its VM powered off",
 		query:   []queryParam{{name: "keepVM", typ: "boolean", description: "power the VM off and keep it instead of deleting it"}},
 		answers: []answer{docAsync}},
+	{pattern: "POST " + v1.PathClusters + "/{name}/nodes/{node}/replace", summary: "Replace a broken master's VM by a new one of the same name, address and image, on its data disk (the same etcd member) or, with freshDisk, a new one; the old VM hands over if it can; a new VM not Ready in time is rolled back; an empty body takes the defaults",
+		body: v1.ReplaceNodeRequest{}, optional: true, answers: []answer{docAsync}},
 	{pattern: "POST " + v1.PathClusters + "/{name}/kubeconfig", summary: "Issue a cluster-admin kubeconfig (system:masters, through the VIP) with a new key; an empty body takes the default lifetime",
 		body: v1.KubeconfigRequest{}, optional: true, answers: []answer{{200, v1.Kubeconfig{}, "the kubeconfig and when its certificate expires"}}},
 	{pattern: "GET " + v1.PathClusters + "/{name}/kubeconfig", summary: "The caller's own kubeconfig: the server and CA, and harmonyctl credential as its exec plugin (no certificate in it)",

@@ -62,6 +62,7 @@ type fleet struct {
 	diskShared string                  // the first disk seen on two VMs
 	stuck      map[string]bool         // leaving nodes whose pods cannot move
 	held       map[string]bool         // nodes that report as a VM of badImage does, whatever their image
+	silent     map[string]bool         // VMs (by reference) whose agents report nothing
 	keepPods   map[string]bool         // leaving nodes whose role said KeepPods
 	unsaved    map[string]bool         // masters whose etcd snapshots fail
 	oldAgents  map[string]bool         // masters whose agents take no etcd snapshots
@@ -97,7 +98,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tc.c.CA().Certificate())
 	f := &fleet{e: e, cluster: cluster, badImage: badImage, pool: pool, url: e.tc.url, admin: e.tc.admin,
-		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{}, kept: map[string][]time.Time{},
+		agents: map[string]*http.Client{}, handOvers: map[string]bool{}, stuck: map[string]bool{}, held: map[string]bool{}, silent: map[string]bool{}, keepPods: map[string]bool{}, unsaved: map[string]bool{}, oldAgents: map[string]bool{}, saved: map[string]time.Time{}, kept: map[string][]time.Time{},
 		restored: map[string]string{}, unrestorable: map[string]bool{},
 		noCopies: map[string]bool{}, fetched: map[string][]byte{}, toldToFetch: map[string]bool{},
 		copy: htest.EtcdSnapshot(e.t, 1), sent: map[string]time.Time{}, keptFrom: map[time.Time]string{},
@@ -192,6 +193,12 @@ func (f *fleet) tick() {
 			}
 		}
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn || strings.HasSuffix(name, "-old") {
+			continue
+		}
+		f.mu.Lock()
+		silent := f.silent[vm.Self.Value]
+		f.mu.Unlock()
+		if silent {
 			continue
 		}
 		agent := f.agent(name, vm)
@@ -698,7 +705,7 @@ func TestUpgradeKeepsReadySurgeWorkersWhenAnotherFails(t *testing.T) {
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	e.do("POST", v1.PathClusters, e.spec("mx", 1, 2))
 	fl := e.startFleet("mx", "")
-	fl.hold("mx-w4") // the surge worker for mx-w2
+	fl.hold("mx-w4", true) // the surge worker for mx-w2
 	e.waitAllReady("mx")
 
 	op := e.start("POST", v1.PathClusters+"/mx/upgrade", v1.UpgradeRequest{Image: newImage, MaxSurge: 2})
@@ -926,10 +933,18 @@ func fetch(c *http.Client, url string) ([]byte, error) {
 	return data, err
 }
 
-// hold makes a node report as a VM of the bad image does.
-func (f *fleet) hold(node string) {
+// hold makes a node report as a VM of the bad image does, or as its own
+// image does.
+func (f *fleet) hold(node string, held bool) {
 	f.mu.Lock()
-	f.held[node] = true
+	f.held[node] = held
+	f.mu.Unlock()
+}
+
+// silence makes a VM's agent report nothing, as one whose guest hangs.
+func (f *fleet) silence(vm string) {
+	f.mu.Lock()
+	f.silent[vm] = true
 	f.mu.Unlock()
 }
 

@@ -75,6 +75,7 @@ func TestLab(t *testing.T) {
 	t.Run("etcd snapshot on demand, copied; lost on every master, restored from the controller's copy: later writes gone, the API serves", l.checkRestore)
 	t.Run("a worker removed", l.checkRemoveWorker)
 	t.Run("masters 3 to 5 to 3", l.checkScaleMasters)
+	t.Run("a broken master replaced by a new VM on its data disk, the same etcd member", l.checkReplaceMaster)
 	// Last: the nodes it makes have new names and addresses.
 	t.Run("upgrade by reimage to the next image, nothing lost", l.checkUpgrade)
 	seen = append(seen, l.names()...)
@@ -858,6 +859,36 @@ func (l *labUnderTest) checkScaleMasters(t *testing.T) {
 		t.Errorf("masters after 3 -> 5 -> 3: %+v", got)
 	}
 	testutil.Eventually(t, time.Minute, "readyz through the VIP after the scale", func() bool { return l.readyz(t) })
+}
+
+// checkReplaceMaster: a master whose VM broke (powered off, as a guest
+// that no longer boots) is replaced with replace-node by a new VM of the
+// same name, which boots from the node image onto the old data disk and
+// serves as the same etcd member.
+func (l *labUnderTest) checkReplaceMaster(t *testing.T) {
+	ctx := context.Background()
+	masters := l.masters(t)
+	broken, other := masters[len(masters)-1], masters[0]
+	id := l.memberID(t, other, broken.Name)
+	if err := l.vm(t, broken.Name).Power(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	op, err := l.ctl.ReplaceClusterNode(ctx, lab.ClusterName, broken.Name, v1.ReplaceNodeRequest{})
+	l.waitOperation(t, op, err)
+	var now v1.ClusterNode
+	for _, m := range l.masters(t) {
+		if m.Name == broken.Name {
+			now = m
+		}
+	}
+	if now.VM == "" || now.VM == broken.VM || now.DataDisk != broken.DataDisk || now.Phase != "Ready" {
+		t.Errorf("%s after its replacement: VM %q (was %s), data disk %q (was %q), phase %s", broken.Name, now.VM, broken.VM, now.DataDisk, broken.DataDisk, now.Phase)
+	}
+	l.checkMembers(t, l.masters(t))
+	if got := l.memberID(t, other, broken.Name); got != id {
+		t.Errorf("%s came back as etcd member %x, was %x", broken.Name, got, id)
+	}
+	testutil.Eventually(t, time.Minute, "readyz through the VIP after the replacement", func() bool { return l.readyz(t) })
 }
 
 func netnsExists(name string) bool {

@@ -508,10 +508,10 @@ type ClusterNode struct {
 	Components []ComponentStatus `json:"components,omitempty"`
 	// Image is the node image its VM was cloned from.
 	Image string `json:"image,omitempty"`
-	// Upgrade is how far the node's replacement got, while an upgrade
-	// replaces it: for a master one of the Swap steps, or "RollingBack
-	// from STEP"; for a worker "ReplacedBy SURGE", and on that surge
-	// worker "Replaces WORKER", until the old worker is gone.
+	// Upgrade is how far the node's replacement got, while an upgrade or
+	// a replace-node replaces it: for a master one of the Swap steps, or
+	// "RollingBack from STEP"; for a worker "ReplacedBy SURGE", and on
+	// that surge worker "Replaces WORKER", until the old worker is gone.
 	Upgrade string `json:"upgrade,omitempty"`
 }
 
@@ -552,11 +552,13 @@ const (
 	OperationCreate     OperationKind = "create"
 	OperationScale      OperationKind = "scale"
 	OperationRemoveNode OperationKind = "remove-node"
-	OperationDelete     OperationKind = "delete"
-	OperationRetry      OperationKind = "retry"
-	OperationImport     OperationKind = "import"
-	OperationUpgrade    OperationKind = "upgrade"
-	OperationRestore    OperationKind = "restore"
+	// OperationReplaceNode replaces a master's VM (ReplaceNodeRequest).
+	OperationReplaceNode OperationKind = "replace-node"
+	OperationDelete      OperationKind = "delete"
+	OperationRetry       OperationKind = "retry"
+	OperationImport      OperationKind = "import"
+	OperationUpgrade     OperationKind = "upgrade"
+	OperationRestore     OperationKind = "restore"
 	// OperationEtcdSnapshot is a snapshot asked for by hand.
 	OperationEtcdSnapshot OperationKind = "etcd-snapshot"
 )

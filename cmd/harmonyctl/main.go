@@ -58,7 +58,7 @@ credential.`,
 	image.AddCommand(imageImportCommand(g), imageListCommand(g))
 	cluster := &cobra.Command{Use: "cluster", Short: "Create, scale, upgrade, inspect and delete Kubernetes clusters"}
 	cluster.AddCommand(clusterCreateCommand(g), clusterListCommand(g), clusterGetCommand(g), clusterScaleCommand(g),
-		clusterUpgradeCommand(g), clusterRestoreCommand(g), clusterSnapshotCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
+		clusterUpgradeCommand(g), clusterRestoreCommand(g), clusterSnapshotCommand(g), clusterDeleteCommand(g), clusterRemoveNodeCommand(g), clusterReplaceNodeCommand(g), clusterRetryCommand(g), clusterKubeconfigCommand(g),
 		clusterGrantCommand(g), clusterRevokeCommand(g), clusterRevokeSessionsCommand(g))
 	leftovers := &cobra.Command{Use: "leftovers", Short: "List and purge what clusters deleted without --purge left: data disks and etcd snapshot copies"}
 	leftovers.AddCommand(clusterLeftoversListCommand(g), clusterLeftoversPurgeCommand(g))

@@ -222,6 +222,11 @@ func (c *Client) RemoveClusterNode(ctx context.Context, name, node string, keepV
 	return c.doOperation(ctx, "DELETE", path, nil)
 }
 
+// ReplaceClusterNode starts replacing a master's VM by a new one.
+func (c *Client) ReplaceClusterNode(ctx context.Context, name, node string, req v1.ReplaceNodeRequest) (*v1.Operation, error) {
+	return c.doOperation(ctx, "POST", clusterPath(name, "/nodes/"+url.PathEscape(node)+"/replace"), req)
+}
+
 // DeleteCluster starts deleting a cluster; purge deletes its data disks
 // too.
 func (c *Client) DeleteCluster(ctx context.Context, name string, purge bool) (*v1.Operation, error) {

@@ -196,6 +196,9 @@ func TestRequestURLs(t *testing.T) {
 			"DELETE /api/v1/clusters/prod/nodes/prod-w1"},
 		{func() (*v1.Operation, error) { return c.RemoveClusterNode(ctx, "prod", "prod-w1", true) },
 			"DELETE /api/v1/clusters/prod/nodes/prod-w1?keepVM=true"},
+		{func() (*v1.Operation, error) {
+			return c.ReplaceClusterNode(ctx, "prod", "prod-m2", v1.ReplaceNodeRequest{FreshDisk: true})
+		}, "POST /api/v1/clusters/prod/nodes/prod-m2/replace"},
 		{func() (*v1.Operation, error) { return c.RetryCluster(ctx, "prod") }, "POST /api/v1/clusters/prod/retry"},
 		{func() (*v1.Operation, error) { return c.WatchOperation(ctx, "op1", 7, 30*time.Second) },
 			"GET /api/v1/operations/op1?watch=true&revision=7&timeout=30s"},

@@ -235,6 +235,12 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 	} else if reset {
 		return 0, false, nil
 	}
+	if msg, err := e.endRepairs(p, machines); err != nil {
+		return 10 * time.Second, false, err
+	} else if msg != "" {
+		e.finishOperations(name, rec.Generation, v1.OperationFailed, msg)
+		return 0, false, nil
+	}
 	var masters []types.ManagedObjectReference
 	settled, failed := true, []string{}
 	now := time.Now()

@@ -80,6 +80,9 @@ func (s *Service) Restore(name string, req v1.RestoreRequest, by string) (v1.Ope
 		if cur.Upgrade.running() {
 			return "", upgradeRuns(cur)
 		}
+		if err := replacementRuns(tx, name); err != nil {
+			return "", err
+		}
 		replaced := ""
 		if cur.Restore.running() {
 			replaced = fmt.Sprintf("; it replaces restore %s, which had not finished", cur.Restore.ID)

@@ -267,6 +267,9 @@ func (s *Service) Scale(ctx context.Context, name string, req v1.ScaleRequest, b
 	if rec.Upgrade.running() {
 		return v1.Operation{}, upgradeRuns(rec)
 	}
+	if err := replacing(name, machines); err != nil {
+		return v1.Operation{}, err
+	}
 	masters, workers := *rec.Spec.Masters, rec.Spec.Workers
 	if req.Masters != nil {
 		masters = *req.Masters
@@ -545,6 +548,8 @@ func reasonOfOperation(kind v1.OperationKind) string {
 		return "Scaled"
 	case v1.OperationRemoveNode:
 		return "NodeRemoval"
+	case v1.OperationReplaceNode:
+		return "NodeReplacement"
 	case v1.OperationDelete:
 		return "Deleting"
 	case v1.OperationRetry:

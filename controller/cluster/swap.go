@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vmware/govmomi/vim25/types"
@@ -59,7 +60,11 @@ type swap struct {
 	// FreshDisk is the fresh-disk path, chosen by an admin: the new VM
 	// gets a new, empty data disk and joins etcd as a new member in
 	// place of MemberID.
-	FreshDisk   bool      `json:"freshDisk,omitempty"`
+	FreshDisk bool `json:"freshDisk,omitempty"`
+	// Repair: a replace-node asked for it, not an upgrade; the new VM is
+	// of the node's own image, and the old VM need not hand over
+	// (replace.go).
+	Repair      bool      `json:"repair,omitempty"`
 	PoweredOnAt time.Time `json:"poweredOnAt,omitzero"`
 	// Rollback says the replacement is being undone, and Why.
 	Rollback bool   `json:"rollback,omitempty"`
@@ -73,7 +78,16 @@ func vmRef(value string) types.ManagedObjectReference {
 // swapDone is a swap step done: the swap reached step, with an event.
 func swapDone(m *machine, step, reason, format string, args ...any) stepResult {
 	m.Swap.Step = step
-	return stepResult{typ: "Normal", reason: reason, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
+	return stepResult{typ: "Normal", reason: m.Swap.reason(reason), msg: m.Name + ": " + fmt.Sprintf(format, args...)}
+}
+
+// reason is an upgrade's event reason, or a replace-node's: "Replace"
+// in place of "Upgrade" (UpgradeRollback: ReplaceRollback).
+func (s *swap) reason(upgrade string) string {
+	if s.Repair {
+		return "Replace" + strings.TrimPrefix(upgrade, "Upgrade")
+	}
+	return upgrade
 }
 
 // swapStep does the next step of a master's replacement.
@@ -85,6 +99,9 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 	vc, old := p.vc, vmRef(s.OldVM)
 	switch s.Step {
 	case swapHandOver:
+		if s.Repair {
+			return e.repairHandOver(ctx, p, m)
+		}
 		return e.handOver(m), nil
 	case swapHandedOver:
 		if err := vc.PowerOff(ctx, old); err != nil {
@@ -115,8 +132,10 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 			return stepResult{}, err
 		}
 		m.VM, m.Step = "", stepPending
-		m.Image, m.Template, m.Snapshot = p.rec.Upgrade.Image, p.rec.Upgrade.Template, p.rec.Upgrade.Snapshot
-		m.KubernetesVersion = p.rec.Upgrade.KubernetesVersion
+		if !s.Repair {
+			m.Image, m.Template, m.Snapshot = p.rec.Upgrade.Image, p.rec.Upgrade.Template, p.rec.Upgrade.Snapshot
+			m.KubernetesVersion = p.rec.Upgrade.KubernetesVersion
+		}
 		disk := "the old VM's data disk"
 		if s.FreshDisk {
 			m.DataDisk = freshDiskName(m.Name, e.cfg.Now())
@@ -136,7 +155,7 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 			return stepResult{}, err
 		}
 		m.Swap = nil
-		return stepResult{typ: "Normal", reason: "Upgraded", msg: fmt.Sprintf("%s: replaced by a VM of image %s; the old VM %s destroyed",
+		return stepResult{typ: "Normal", reason: s.reason("Upgraded"), msg: fmt.Sprintf("%s: replaced by a VM of image %s; the old VM %s destroyed",
 			m.Name, m.Image, s.OldVM)}, nil
 	}
 	return stepResult{}, fmt.Errorf("unknown replacement step %q", s.Step)
@@ -202,7 +221,7 @@ func (e *engine) newVMFault(poweredOn time.Time, st v1.Status, fresh bool) strin
 // startRollback turns the replacement around.
 func (e *engine) startRollback(m *machine, why string) stepResult {
 	m.Swap.Rollback, m.Swap.Why = true, why
-	return stepResult{typ: "Warning", reason: "UpgradeRollback", roles: true,
+	return stepResult{typ: "Warning", reason: m.Swap.reason("UpgradeRollback"), roles: true,
 		msg: fmt.Sprintf("%s: rolling back to the old VM %s: %s", m.Name, m.Swap.OldVM, why)}
 }
 
@@ -217,7 +236,7 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		m.VM, m.Step, m.DataDisk = s.OldVM, stepPoweredOn, s.OldDataDisk
 		m.Image, m.Template, m.Snapshot, m.KubernetesVersion = s.OldImage, s.OldTemplate, s.OldSnapshot, s.OldVersion
 		s.Step = swapRolledBack
-		return stepResult{typ: "Warning", reason: "UpgradeRolledBack", roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
+		return stepResult{typ: "Warning", reason: s.reason("UpgradeRolledBack"), roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
 	}
 	if s.Step == swapHandOver {
 		return finish("replacement abandoned before anything changed in vCenter; the old VM %s serves on: %s", s.OldVM, s.Why), nil
@@ -236,7 +255,7 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 			return stepResult{}, err
 		}
 		m.VM = s.OldVM
-		return stepResult{typ: "Warning", reason: "UpgradeRollback", msg: fmt.Sprintf("%s: the new VM %s destroyed; its data disk kept", m.Name, newVM)}, nil
+		return stepResult{typ: "Warning", reason: s.reason("UpgradeRollback"), msg: fmt.Sprintf("%s: the new VM %s destroyed; its data disk kept", m.Name, newVM)}, nil
 	}
 	if err := vc.Rename(ctx, old, m.Name); err != nil {
 		return stepResult{}, err

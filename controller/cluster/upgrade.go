@@ -128,7 +128,7 @@ func (s *Service) Upgrade(ctx context.Context, name string, req v1.UpgradeReques
 			return "", refuse(Conflict, "", "cluster %q is already upgrading to %s", name, cur.Upgrade.Image)
 		}
 		if cur.Restore.running() {
-			return "", refuse(Conflict, "", "cluster %q is restoring etcd (%s); wait for it to finish", name, cur.Restore.ID)
+			return "", restoreRuns(cur)
 		}
 		cur.Upgrade = &upgradeRecord{Image: img.Name, KubernetesVersion: version, Template: tmpl.Path, Snapshot: tmpl.Snapshot,
 			TemplateBytes: tmpl.CapacityBytes, FromImage: rec.Spec.Image, FromVersion: rec.Spec.KubernetesVersion,
@@ -229,12 +229,6 @@ func upgradeOperation(tx *store.Tx, rec *record, now time.Time) (v1.Operation, e
 // member being replaced: its data would be lost. It returns the index of
 // each node's machine.
 func checkFreshDisk(rec *record, machines []machine, nodes []string) ([]int, error) {
-	masters := 0
-	for _, m := range machines {
-		if m.stayingMaster() {
-			masters++
-		}
-	}
 	var found []int
 	for i, n := range nodes {
 		field := fmt.Sprintf("freshDisk[%d]", i)
@@ -244,12 +238,28 @@ func checkFreshDisk(rec *record, machines []machine, nodes []string) ([]int, err
 			return nil, refuse(Invalid, field, "cluster %q has no node %s", rec.Spec.Name, n)
 		case machines[i].Role != v1.RoleMaster:
 			return nil, refuse(Invalid, field, "%s is a %s: only masters have a data disk", n, machines[i].Role)
-		case masters < 3:
-			return nil, refuse(Invalid, field, "cluster %q has %d master(s): etcd keeps no quorum without %s's member, and its data would be lost", rec.Spec.Name, masters, n)
+		}
+		if err := freshDiskQuorum(rec, machines, n, field); err != nil {
+			return nil, err
 		}
 		found = append(found, i)
 	}
 	return found, nil
+}
+
+// freshDiskQuorum refuses a fresh disk for master node (asked for in
+// field) when etcd keeps no quorum without its member.
+func freshDiskQuorum(rec *record, machines []machine, node, field string) error {
+	masters := 0
+	for _, m := range machines {
+		if m.stayingMaster() {
+			masters++
+		}
+	}
+	if masters < 3 {
+		return refuse(Invalid, field, "cluster %q has %d master(s): etcd keeps no quorum without %s's member, and its data would be lost", rec.Spec.Name, masters, node)
+	}
+	return nil
 }
 
 // amendUpgrade puts masters on the fresh-disk path in the running

@@ -285,7 +285,7 @@ async function showCluster(name) {
   const c = await call("GET", `${api.clusters}/${encodeURIComponent(name)}`);
   const s = c.status;
   const nodes = el("table", { "aria-label": "Nodes" },
-    el("thead", {}, el("tr", {}, ["Name", "Role", "Address", "Phase", "Step", "Agent", "Kubernetes", "Kubelet", "Image", "Upgrade", ""].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["Name", "Role", "Address", "Phase", "Step", "Agent", "Kubernetes", "Kubelet", "Image", "Replacement", ""].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, (s.nodes || []).map((n) => el("tr", { "data-node": n.name },
       el("td", {}, n.name), el("td", {}, n.role), el("td", {}, n.ip || n.guestIP || ""),
       el("td", { class: `phase-${n.phase}` }, n.phase, n.lastError ? el("div", { class: "muted" }, n.lastError) : null),
