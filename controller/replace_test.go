@@ -169,6 +169,20 @@ func TestReplaceNodeRepairsABrokenMaster(t *testing.T) {
 	if got := e.waitOp(e.start("POST", v1.PathClusters+"/rp/scale", v1.ScaleRequest{Workers: &two}).ID); got.State != v1.OperationSucceeded {
 		t.Errorf("scale after the replacements: %s: %s", got.State, got.Message)
 	}
+
+	// Nor does a replacement start while another node is on its way out
+	// (rp-w1's pods cannot move, so it stays Leaving for a while).
+	fl.setStuck("rp-w1", true)
+	removal := e.start("DELETE", v1.PathClusters+"/rp/nodes/rp-w1", nil)
+	r = doJSON(t, e.tc.admin, "POST", e.tc.url+replace("rp-m1"), nil)
+	r.wantStatus(t, http.StatusConflict, v1.CodeConflict)
+	if !strings.Contains(r.err.Message, "rp-w1") || !strings.Contains(r.err.Message, "being removed") {
+		t.Errorf("replace while rp-w1 leaves: %s", r.err.Message)
+	}
+	fl.setStuck("rp-w1", false)
+	if got := e.waitOp(removal.ID); got.State != v1.OperationSucceeded {
+		t.Errorf("remove rp-w1: %s: %s", got.State, got.Message)
+	}
 }
 
 // A replacement that does not get Ready is rolled back: the old VM gets

@@ -47,11 +47,17 @@ func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by s
 		var m *machine
 		var others []machine
 		for i := range machines {
+			o := &machines[i]
 			switch {
-			case machines[i].Name == node && !machines[i].Remove:
-				m = &machines[i]
-			case machines[i].stayingMaster():
-				others = append(others, machines[i])
+			case o.Name == node && !o.Remove:
+				m = o
+			case o.Remove && !o.settled():
+				// A master leaving etcd meanwhile could take the quorum.
+				return "", refuse(Conflict, "", "node %s of cluster %q is being removed (step %q); wait for it first", o.Name, name, o.Step)
+			case !o.Remove && !o.settled() && !o.Failed:
+				return "", refuse(Conflict, "", "node %s of cluster %q is being created (step %q); wait for it first", o.Name, name, o.Step)
+			case o.stayingMaster():
+				others = append(others, *o)
 			}
 		}
 		switch {
