@@ -236,3 +236,43 @@ func TestReplaceNodeRollsBackANewVMThatIsNotReady(t *testing.T) {
 		t.Errorf("rn-m2 after the second replacement: VM %s (old %s), disk %q", vm.Self.Value, old.Value, dataDiskOf(vm))
 	}
 }
+
+// A replacement whose data disk is lost stops on it, saying how to go on
+// with replace-node itself; asked again with --fresh-disk, it gives the
+// new VM an empty disk.
+func TestReplaceNodeFreshDiskForALostDisk(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = 20 * time.Second; c.UpgradeNodeTimeout = time.Minute })
+	e.do("POST", v1.PathClusters, e.spec("rl", 3, 0))
+	fl := e.startFleet("rl", "")
+	e.waitAllReady("rl")
+	before := e.snapshotVMs("rl")
+	replace := v1.PathClusters + "/rl/nodes/rl-m2/replace"
+
+	e.loseDataDisk(before.disk["rl-m2"])
+	got := e.waitOp(e.start("POST", replace, v1.ReplaceNodeRequest{}).ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "harmonyctl cluster replace-node rl rl-m2 --fresh-disk") {
+		t.Fatalf("replace rl-m2 with its disk lost: %s: %s", got.State, got.Message)
+	}
+	if n := len(e.vms("rl")); n != 4 {
+		t.Errorf("%d VMs while rl-m2's replacement waits for its disk, want 4 (the old one kept aside, the new one without a disk)", n)
+	}
+	// Asked again as it was, it is refused: the replacement runs.
+	r := doJSON(t, e.tc.admin, "POST", e.tc.url+replace, v1.ReplaceNodeRequest{})
+	r.wantStatus(t, http.StatusConflict, v1.CodeConflict)
+
+	amend := e.start("POST", replace, v1.ReplaceNodeRequest{FreshDisk: true})
+	if ev := e.event("rl", "rl-m2", "fresh-disk path, chosen by admin"); ev.Type != "Warning" || ev.Reason != "ReplaceFreshDisk" {
+		t.Errorf("rl-m2: the fresh-disk event: %+v", ev)
+	}
+	if got := e.waitOp(amend.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("replace rl-m2 on a fresh disk: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	vms := e.vms("rl")
+	if d := dataDiskOf(vms["rl-m2"]); d == "" || d == before.disk["rl-m2"] || !strings.Contains(d, "/rl-m2-") || !e.dataDiskExists(d) {
+		t.Errorf("rl-m2's data disk after the fresh-disk path: %q (lost %q)", d, before.disk["rl-m2"])
+	}
+	if len(vms) != 3 || fl.diskShared != "" {
+		t.Errorf("VMs after the replacement: %v (want the 3 masters); disk on two VMs: %q", keys(vms), fl.diskShared)
+	}
+}

@@ -497,18 +497,7 @@ func TestUpgradeFreshDiskOnlyWhenChosen(t *testing.T) {
 
 	// fd-m2 is replaced first; its disk's file goes, as with a lost
 	// datastore, while the VM still runs.
-	lost := before.disk["fd-m2"]
-	dc, err := find.NewFinder(e.vc.Client).DefaultDatacenter(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := object.NewFileManager(e.vc.Client).DeleteDatastoreFile(context.Background(), lost, dc)
-	if err == nil {
-		err = task.Wait(context.Background())
-	}
-	if err != nil || e.dataDiskExists(lost) {
-		t.Fatalf("delete %s: %v", lost, err)
-	}
+	e.loseDataDisk(before.disk["fd-m2"])
 	op := e.start("POST", v1.PathClusters+"/fd/upgrade", v1.UpgradeRequest{Image: newImage, FreshDisk: []string{"fd-m3"}})
 	if got := e.waitOp(op.ID); got.State != v1.OperationFailed || !strings.Contains(got.Message, "fd-m2") {
 		t.Fatalf("upgrade with fd-m2's disk missing: %s: %s", got.State, got.Message)
@@ -550,6 +539,23 @@ func TestUpgradeFreshDiskOnlyWhenChosen(t *testing.T) {
 		if n.Image != newImage || n.Phase != "Ready" || n.DataDisk != after.disk[n.Name] {
 			t.Errorf("node %s after the upgrade: image %s, phase %s, data disk %s", n.Name, n.Image, n.Phase, n.DataDisk)
 		}
+	}
+}
+
+// loseDataDisk deletes a data disk's file, as a lost datastore does,
+// while its VM runs.
+func (e *clusterEnv) loseDataDisk(path string) {
+	e.t.Helper()
+	dc, err := find.NewFinder(e.vc.Client).DefaultDatacenter(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	task, err := object.NewFileManager(e.vc.Client).DeleteDatastoreFile(context.Background(), path, dc)
+	if err == nil {
+		err = task.Wait(context.Background())
+	}
+	if err != nil || e.dataDiskExists(path) {
+		e.t.Fatalf("delete %s: %v", path, err)
 	}
 }
 

@@ -29,7 +29,8 @@ VM gets its name and disk back and powers on, and the operation fails.
 
 --fresh-disk is for a data disk that is lost or damaged: the new VM gets a
 new, empty one and joins etcd as a new member in place of the old, which
-it removes. The old disk's file is kept.
+it removes. The old disk's file is kept. A replacement that stopped on a
+missing disk is put on this path by asking again with --fresh-disk.
 
 Workers are replaced by removing them (remove-node) and scaling back up.`,
 		Args: cobra.ExactArgs(2),

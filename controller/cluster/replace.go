@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vmware/govmomi/vim25/types"
@@ -26,7 +27,9 @@ const silentAgent = 2 * time.Minute
 
 // ReplaceNode starts replacing a master's VM by a new one of the same
 // name, address, BIOS UUID and image, on its data disk or, with
-// req.FreshDisk, a new one.
+// req.FreshDisk, a new one. Asked again with req.FreshDisk for a master
+// whose replacement runs (one stopped on its missing disk), it puts that
+// replacement on the fresh-disk path.
 func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by string) (v1.Operation, error) {
 	return s.change(name, 0, v1.OperationReplaceNode, func(tx *store.Tx, rec *record, sec *secrets) (string, error) {
 		switch {
@@ -40,6 +43,9 @@ func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by s
 		machines, err := loadMachines(tx, name)
 		if err != nil {
 			return "", err
+		}
+		if i := slices.IndexFunc(machines, func(m machine) bool { return m.Name == node && m.Swap != nil && m.Swap.Repair }); i >= 0 && req.FreshDisk {
+			return s.freshDiskForRepair(tx, rec, machines, &machines[i], by)
 		}
 		if err := replacing(name, machines); err != nil {
 			return "", err
@@ -103,6 +109,27 @@ func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by s
 		return fmt.Sprintf("replace %s's VM %s by a new VM of image %s on %s, by %s; first it hands over, unless it cannot",
 			node, m.VM, image, disk, by), nil
 	})
+}
+
+// freshDiskForRepair puts master m's running replacement on the
+// fresh-disk path, if it has not reached its data disk yet.
+func (s *Service) freshDiskForRepair(tx *store.Tx, rec *record, machines []machine, m *machine, by string) (string, error) {
+	if m.Swap.FreshDisk {
+		return "", refuse(Conflict, "freshDisk", "%s's replacement is on the fresh-disk path already (%s)", m.Name, m.Swap.Step)
+	}
+	if err := freshDiskQuorum(rec, machines, m.Name, "freshDisk"); err != nil {
+		return "", err
+	}
+	if !m.takeFreshDisk(s.cfg.Now()) {
+		return "", refuse(Conflict, "freshDisk", "%s's replacement is past its data disk (%s)", m.Name, m.Swap.Step)
+	}
+	if err := putMachine(tx, m); err != nil {
+		return "", err
+	}
+	_, err := addEvent(tx, rec.Spec.Name, v1.Event{Time: s.cfg.Now().UTC(), Type: "Warning", Node: m.Name, Reason: "ReplaceFreshDisk", Message: fmt.Sprintf(
+		"%s: fresh-disk path, chosen by %s: its new VM gets an empty data disk and joins etcd as a new member in place of %s; the old disk's file is kept",
+		m.Name, by, memberOrUnknown(m.Swap.MemberID))})
+	return fmt.Sprintf("%s's running replacement takes the fresh-disk path, by %s", m.Name, by), err
 }
 
 // memberOrUnknown names an etcd member that may be unknown.

@@ -145,8 +145,12 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 			// be on no other VM: it never gets a new one silently.
 			err := vc.AttachDataDisk(ctx, p.folder, ref, d)
 			if errors.Is(err, vsphere.ErrDiskMissing) {
-				err = adminNeeded{fmt.Errorf("%w: the disk cannot move to the new VM; restore it and `harmonyctl cluster retry %s`, or give the new VM an empty disk, as a new etcd member in place of the old: `harmonyctl cluster upgrade %s --fresh-disk %s`",
-					err, rec.Spec.Name, rec.Spec.Name, m.Name)}
+				fresh := fmt.Sprintf("harmonyctl cluster upgrade %s --fresh-disk %s", rec.Spec.Name, m.Name)
+				if m.Swap.Repair {
+					fresh = fmt.Sprintf("harmonyctl cluster replace-node %s %s --fresh-disk", rec.Spec.Name, m.Name)
+				}
+				err = adminNeeded{fmt.Errorf("%w: the disk cannot move to the new VM; restore it and `harmonyctl cluster retry %s`, or give the new VM an empty disk, as a new etcd member in place of the old: `%s`",
+					err, rec.Spec.Name, fresh)}
 			}
 			return done(stepDataDisk, fmt.Sprintf("%s: the old VM's data disk %s attached", m.Name, d.Path())), err
 		}

@@ -313,6 +313,22 @@ func (m *machine) pastDataDisk() bool {
 	return false
 }
 
+// takeFreshDisk puts a replacement that has not reached its data disk on
+// the fresh-disk path, and lets its workflow run again (it may have
+// stopped on the missing disk). False: too late, the replacement is past
+// its data disk or rolling back.
+func (m *machine) takeFreshDisk(now time.Time) bool {
+	if m.Swap.Rollback || m.pastDataDisk() {
+		return false
+	}
+	m.Swap.FreshDisk = true
+	if m.Swap.Step == swapCloning {
+		m.DataDisk = freshDiskName(m.Name, now)
+	}
+	m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
+	return true
+}
+
 // freshDiskName names the new data disk of a fresh-disk replacement: the
 // old disk's file stays where it is, under the machine's name.
 func freshDiskName(node string, now time.Time) string {

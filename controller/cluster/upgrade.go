@@ -280,14 +280,9 @@ func (s *Service) amendUpgrade(name string, nodes []string, by string) (v1.Opera
 		for i, n := range nodes {
 			m := machines[found[i]]
 			if m.swapping() {
-				if m.Swap.Rollback || m.pastDataDisk() {
+				if !m.takeFreshDisk(now) {
 					return refuse(Conflict, fmt.Sprintf("freshDisk[%d]", i), "%s's replacement is past its data disk (%s)", n, m.Swap.Step)
 				}
-				m.Swap.FreshDisk = true
-				if m.Swap.Step == swapCloning {
-					m.DataDisk = freshDiskName(m.Name, now)
-				}
-				m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
 				if err := putMachine(tx, &m); err != nil {
 					return err
 				}
