@@ -106,7 +106,7 @@ func TestReplaceNodeRepairsABrokenMaster(t *testing.T) {
 	if len(vms) != 4 {
 		t.Errorf("VMs after the replacement: %v, want the 3 masters and the worker (the old VM destroyed)", keys(vms))
 	}
-	if fl.handOvers["rp-m2"] {
+	if fl.handedOver("rp-m2") {
 		t.Error("rp-m2's role said HandOver to a VM that was off")
 	}
 	if ev := e.event("rp", "rp-m2", "not handed over: its VM is poweredOff"); ev.Type != "Warning" || ev.Reason != "Replace" {
@@ -156,8 +156,8 @@ func TestReplaceNodeRepairsABrokenMaster(t *testing.T) {
 	if after.uuid["rp-m3"] != before.uuid["rp-m3"] || after.disk["rp-m1"] != before.disk["rp-m1"] {
 		t.Errorf("after rp-m3's replacement: UUID %s (was %s), rp-m1's disk %s (was %s)", after.uuid["rp-m3"], before.uuid["rp-m3"], after.disk["rp-m1"], before.disk["rp-m1"])
 	}
-	if fl.diskShared != "" {
-		t.Errorf("a data disk was on two VMs at once: %s", fl.diskShared)
+	if shared := fl.sharedDisk(); shared != "" {
+		t.Errorf("a data disk was on two VMs at once: %s", shared)
 	}
 	for _, n := range e.cluster("rp").Status.Nodes {
 		if n.Upgrade != "" || n.Image != e.image {
@@ -202,7 +202,7 @@ func TestReplaceNodeRollsBackANewVMThatIsNotReady(t *testing.T) {
 	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rn-m2's replacement was rolled back") || !strings.Contains(got.Message, "not Ready within 5s") {
 		t.Fatalf("replace rn-m2 by a VM that never gets Ready: %s: %s", got.State, got.Message)
 	}
-	if !fl.handOvers["rn-m2"] {
+	if !fl.handedOver("rn-m2") {
 		t.Error("rn-m2's agent answered, but its role never said HandOver")
 	}
 	vms := e.vms("rn")
@@ -213,8 +213,8 @@ func TestReplaceNodeRollsBackANewVMThatIsNotReady(t *testing.T) {
 		t.Errorf("rn-m2 after the rollback: VM %s %s with disk %q; want the old VM %s powered on with %q",
 			vm.Self.Value, vm.Runtime.PowerState, dataDiskOf(vm), old.Value, before.disk["rn-m2"])
 	}
-	if len(vms) != 3 || fl.diskShared != "" {
-		t.Errorf("VMs after the rollback: %v (want the 3 masters); disk on two VMs: %q", keys(vms), fl.diskShared)
+	if shared := fl.sharedDisk(); len(vms) != 3 || shared != "" {
+		t.Errorf("VMs after the rollback: %v (want the 3 masters); disk on two VMs: %q", keys(vms), shared)
 	}
 	if ev := e.event("rn", "rn-m2", "rolled back: the old VM"); ev.Type != "Warning" || ev.Reason != "ReplaceRolledBack" {
 		t.Errorf("rollback event %+v", ev)

@@ -947,6 +947,20 @@ func (f *fleet) hold(node string, held bool) {
 	f.mu.Unlock()
 }
 
+// handedOver reports whether node's role said HandOver; sharedDisk is
+// the first disk seen on two VMs. Both may be read while the fleet runs.
+func (f *fleet) handedOver(node string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.handOvers[node]
+}
+
+func (f *fleet) sharedDisk() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.diskShared
+}
+
 // silence makes a VM's agent report nothing, as one whose guest hangs.
 func (f *fleet) silence(vm string) {
 	f.mu.Lock()

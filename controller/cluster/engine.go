@@ -235,7 +235,7 @@ func (e *engine) finishPass(ctx context.Context, p *pass, wake time.Time) (time.
 	} else if reset {
 		return 0, false, nil
 	}
-	if msg, err := e.endRepairs(p, machines); err != nil {
+	if msg, err := e.endRepairs(machines); err != nil {
 		return 10 * time.Second, false, err
 	} else if msg != "" {
 		e.finishOperations(name, rec.Generation, v1.OperationFailed, msg)

@@ -17,7 +17,8 @@ import (
 // It differs in two ways. The old VM need not hand over: one that is
 // powered off, whose agent is silent, or that is past its deadline is
 // powered off without. And nothing drives it but its own steps: the
-// operation ends when the new VM serves, or fails when it is rolled back.
+// operation ends when the new VM serves, or fails when it is rolled back
+// (endRepairs).
 
 // silentAgent is how long a replaced master's agent may stay silent after
 // the request before its VM is taken as one that cannot hand over: an
@@ -140,6 +141,7 @@ func memberOrUnknown(member string) string {
 	return member
 }
 
+// failedNote is why a failed machine failed, for a refusal's message.
 func failedNote(m *machine) string {
 	if m.Failed {
 		return ", failed: " + m.LastError
@@ -212,7 +214,7 @@ func (e *engine) repairHandOver(ctx context.Context, p *pass, m *machine) (stepR
 
 // endRepairs clears the replacements that were rolled back, and says
 // which: their operation failed.
-func (e *engine) endRepairs(p *pass, machines []machine) (string, error) {
+func (e *engine) endRepairs(machines []machine) (string, error) {
 	var msg string
 	for _, m := range machines {
 		if m.Swap == nil || !m.Swap.Repair || m.Swap.Step != swapRolledBack {
