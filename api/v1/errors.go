@@ -93,6 +93,16 @@ func decodeStrict(r io.Reader, limit int64, v any) error {
 	return unmarshalStrict(data, v)
 }
 
+// decodeOptional is decodeStrict for a body that may be left empty: an
+// empty one leaves v as it is (the defaults).
+func decodeOptional(r io.Reader, limit int64, v any) error {
+	data, err := readLimited(r, limit)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return err
+	}
+	return unmarshalStrict(data, v)
+}
+
 // readLimited reads all of r, refusing more than limit bytes.
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(r, limit+1))

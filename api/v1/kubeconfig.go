@@ -1,7 +1,6 @@
 package v1
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"time"
@@ -52,15 +51,9 @@ const CredentialInstallHint = "This kubeconfig takes its credential from harmony
 // DecodeKubeconfigRequest reads a kubeconfig request (empty: defaults)
 // and returns the lifetime it asks for.
 func DecodeKubeconfigRequest(r io.Reader) (time.Duration, error) {
-	data, err := readLimited(r, MaxAdminBytes)
-	if err != nil {
-		return 0, err
-	}
 	var req KubeconfigRequest
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := unmarshalStrict(data, &req); err != nil {
-			return 0, err
-		}
+	if err := decodeOptional(r, MaxAdminBytes, &req); err != nil {
+		return 0, err
 	}
 	if req.Lifetime == "" {
 		return DefaultKubeconfigLifetime, nil

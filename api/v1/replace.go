@@ -1,9 +1,6 @@
 package v1
 
-import (
-	"bytes"
-	"io"
-)
+import "io"
 
 // ReplaceNodeRequest is the body of POST
 // PathClusters/{name}/nodes/{node}/replace: replace one master whose VM
@@ -25,15 +22,9 @@ type ReplaceNodeRequest struct {
 // DecodeReplaceNodeRequest reads and checks a replace-node request; an
 // empty body asks for the defaults.
 func DecodeReplaceNodeRequest(r io.Reader) (*ReplaceNodeRequest, error) {
-	data, err := readLimited(r, MaxAdminBytes)
-	if err != nil {
-		return nil, err
-	}
 	var req ReplaceNodeRequest
-	if len(bytes.TrimSpace(data)) > 0 {
-		if err := unmarshalStrict(data, &req); err != nil {
-			return nil, err
-		}
+	if err := decodeOptional(r, MaxAdminBytes, &req); err != nil {
+		return nil, err
 	}
 	return &req, nil
 }

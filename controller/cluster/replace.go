@@ -88,15 +88,13 @@ func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by s
 			return "", refuse(PrecheckFailed, "node", "%v; every other master must be a started, healthy etcd member while %s is replaced", err, node)
 		}
 		now := s.cfg.Now().UTC()
-		image, template, snapshot := m.source(rec)
 		st, reported := statuses[node]
 		member := ""
 		if _, err := v1.ParseEtcdMemberID(st.EtcdMemberID); err == nil && reported {
 			member = st.EtcdMemberID
 		}
-		m.Swap = &swap{Step: swapHandOver, StartedAt: now, HandOverBy: now.Add(s.cfg.LeaveTimeout), Repair: true,
-			OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
-			OldVersion: m.kubernetesVersion(rec), OldDataDisk: m.DataDisk, MemberID: member, FreshDisk: req.FreshDisk}
+		m.Swap = newSwap(rec, m, now, now.Add(s.cfg.LeaveTimeout), member)
+		m.Swap.Repair, m.Swap.FreshDisk = true, req.FreshDisk
 		if err := putMachine(tx, m); err != nil {
 			return "", err
 		}
@@ -108,7 +106,7 @@ func (s *Service) ReplaceNode(name, node string, req v1.ReplaceNodeRequest, by s
 			disk = fmt.Sprintf("a new, empty data disk (its etcd member %s is removed; the old disk %s is kept)", memberOrUnknown(member), dataDisk(rec, m).Path())
 		}
 		return fmt.Sprintf("replace %s's VM %s by a new VM of image %s on %s, by %s; first it hands over, unless it cannot",
-			node, m.VM, image, disk, by), nil
+			node, m.VM, m.Swap.OldImage, disk, by), nil
 	})
 }
 

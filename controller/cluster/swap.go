@@ -71,6 +71,16 @@ type swap struct {
 	Why      string `json:"why,omitempty"`
 }
 
+// newSwap begins master m's replacement as etcd member member: its role
+// says Leave with HandOver until handOverBy, and what its VM was cloned
+// from and runs is kept for a rollback.
+func newSwap(rec *record, m *machine, now, handOverBy time.Time, member string) *swap {
+	image, template, snapshot := m.source(rec)
+	return &swap{Step: swapHandOver, StartedAt: now, HandOverBy: handOverBy,
+		OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
+		OldVersion: m.kubernetesVersion(rec), OldDataDisk: m.DataDisk, MemberID: member}
+}
+
 func vmRef(value string) types.ManagedObjectReference {
 	return types.ManagedObjectReference{Type: "VirtualMachine", Value: value}
 }

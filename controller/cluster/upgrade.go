@@ -547,11 +547,8 @@ func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 		if m.Remove || m.Swap != nil {
 			return nil // changed since the pass read it: the next pass decides again
 		}
-		image, template, snapshot := m.source(cur)
-		m.Swap = &swap{Step: swapHandOver, StartedAt: now, HandOverBy: now.Add(e.cfg.LeaveTimeout),
-			OldVM: m.VM, OldName: m.Name + "-old", OldImage: image, OldTemplate: template, OldSnapshot: snapshot,
-			OldVersion: m.kubernetesVersion(cur), OldDataDisk: m.DataDisk, MemberID: statuses[m.Name].EtcdMemberID,
-			FreshDisk: slices.Contains(cur.Upgrade.FreshDisk, m.Name)}
+		m.Swap = newSwap(cur, &m, now, now.Add(e.cfg.LeaveTimeout), statuses[m.Name].EtcdMemberID)
+		m.Swap.FreshDisk = slices.Contains(cur.Upgrade.FreshDisk, m.Name)
 		ev := v1.Event{Time: now, Type: "Normal", Node: m.Name, Reason: "Upgrade", Message: fmt.Sprintf(
 			"%s: replacing its VM %s by a clone of %s that takes its data disk (etcd member %s); first it hands over",
 			m.Name, m.VM, cur.Upgrade.Image, m.Swap.MemberID)}
