@@ -86,6 +86,7 @@ func TestReplaceNodeRepairsABrokenMaster(t *testing.T) {
 	before := e.snapshotVMs("rp")
 	old := e.vms("rp")["rp-m2"].Self
 	e.powerOff(old)
+	fl.settle()
 	op := e.start("POST", replace("rp-m2"), nil) // an empty body: the defaults
 	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
 		t.Fatalf("replace rp-m2: %s: %s", got.State, got.Message)
@@ -119,6 +120,7 @@ func TestReplaceNodeRepairsABrokenMaster(t *testing.T) {
 	// 2. rp-m3's guest hangs: its VM runs, its agent says nothing. The
 	// replacement waits for it, and nothing else may change the cluster.
 	fl.silence(e.vms("rp")["rp-m3"].Self.Value)
+	fl.settle()
 	asked := time.Now()
 	op = e.start("POST", replace("rp-m3"), v1.ReplaceNodeRequest{FreshDisk: true})
 	two, five := 2, 5

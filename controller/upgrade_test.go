@@ -89,6 +89,7 @@ type fleet struct {
 	keptFrom map[time.Time]string // who sent the copy the controller kept
 	stop     context.CancelFunc
 	done     chan struct{}
+	ticks    atomic.Int64 // ticks finished
 }
 
 // startFleet runs the agents of cluster's VMs; a VM of badImage (if set)
@@ -107,6 +108,7 @@ func (e *clusterEnv) startFleet(cluster, badImage string) *fleet {
 		defer close(f.done)
 		for ctx.Err() == nil {
 			f.tick()
+			f.ticks.Add(1)
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
@@ -959,6 +961,15 @@ func (f *fleet) sharedDisk() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.diskShared
+}
+
+// settle waits for a whole tick begun after the call: a tick reads the
+// VMs once, so one under way may still act on a VM just powered off or
+// silenced.
+func (f *fleet) settle() {
+	f.e.t.Helper()
+	n := f.ticks.Load()
+	waitFor(f.e.t, "a whole tick of the fleet", func() bool { return f.ticks.Load() >= n+2 })
 }
 
 // silence makes a VM's agent report nothing, as one whose guest hangs.
