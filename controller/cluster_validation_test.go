@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmware/govmomi/find"
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/types"
 
@@ -286,5 +287,30 @@ func TestClusterHealsVanishedVM(t *testing.T) {
 	// role's providerID names.
 	if after.Config.Uuid != uuid {
 		t.Errorf("the re-made VM's BIOS UUID is %s, want the record's %s: the Node's providerID would name no VM", after.Config.Uuid, uuid)
+	}
+
+	// A VM an admin moved out of the cluster folder is still there, and
+	// still the node's: it is not made again (two VMs on one data disk).
+	dc, err := find.NewFinder(e.vc.Client).DefaultDatacenter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folders, err := dc.Folders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	move, err := folders.VmFolder.MoveInto(ctx, []types.ManagedObjectReference{after.Self})
+	if err == nil {
+		err = move.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", v1.PathClusters+"/heal/retry", nil) // a pass, and its sweep
+	if vms := e.vms("heal"); len(vms) != 0 {
+		t.Errorf("heal-m1 was made again when its VM %s moved out of the folder: %v", after.Self.Value, keys(vms))
+	}
+	if node := e.cluster("heal").Status.Nodes[0]; node.VM != after.Self.Value {
+		t.Errorf("heal-m1's VM after the move: %s, want %s", node.VM, after.Self.Value)
 	}
 }

@@ -27,6 +27,36 @@ func (e *clusterEnv) powerOff(vm types.ManagedObjectReference) {
 	}
 }
 
+// unregister removes a VM from vCenter's inventory behind the
+// controller's back, as an admin's "Remove from Inventory" does (after a
+// power-off, which it needs): its files, and the data disk it had, stay
+// on the datastore.
+func (e *clusterEnv) unregister(vm types.ManagedObjectReference) {
+	e.t.Helper()
+	ctx := context.Background()
+	if power, err := object.NewVirtualMachine(e.vc.Client, vm).PowerState(ctx); err != nil {
+		e.t.Fatalf("power state of %s: %v", vm.Value, err)
+	} else if power == types.VirtualMachinePowerStatePoweredOn {
+		e.powerOff(vm)
+	}
+	if err := object.NewVirtualMachine(e.vc.Client, vm).Unregister(ctx); err != nil {
+		e.t.Fatalf("unregister %s: %v", vm.Value, err)
+	}
+}
+
+// waitReplacementStep waits for node's replacement to reach step.
+func (e *clusterEnv) waitReplacementStep(cluster, node, step string) {
+	e.t.Helper()
+	waitFor(e.t, node+"'s replacement at "+step, func() bool {
+		for _, n := range e.cluster(cluster).Status.Nodes {
+			if n.Name == node {
+				return n.Upgrade == step
+			}
+		}
+		return false
+	})
+}
+
 // A broken master is replaced by a new VM of the same name, BIOS UUID and
 // image: one powered off on its data disk, as the same etcd member,
 // without a hand-over; one whose agent went silent on a new, empty disk
@@ -276,5 +306,95 @@ func TestReplaceNodeFreshDiskForALostDisk(t *testing.T) {
 	}
 	if len(vms) != 3 || fl.diskShared != "" {
 		t.Errorf("VMs after the replacement: %v (want the 3 masters); disk on two VMs: %q", keys(vms), fl.diskShared)
+	}
+}
+
+// An old VM that leaves vCenter in the middle of its replacement (an
+// admin removed it from the inventory) does not trap the machine. Before
+// the clone, nothing is left to hand over, power off or rename: the new
+// VM is cloned at once. After it, a rollback has no old VM to give the
+// disk back to: the node is cloned again from its old image. Either way
+// the data disk, which outlived the VM, is the node's again.
+func TestReplaceNodeGoesOnWhenTheOldVMIsGone(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = time.Minute; c.UpgradeNodeTimeout = time.Minute })
+	e.do("POST", v1.PathClusters, e.spec("rg", 3, 0))
+	fl := e.startFleet("rg", "")
+	e.waitAllReady("rg")
+	before := e.snapshotVMs("rg")
+	replace := func(node string) string { return v1.PathClusters + "/rg/nodes/" + node + "/replace" }
+
+	// goneWhileHandingOver silences node's agent, so that the replacement
+	// that path starts waits for a hand-over, and meanwhile removes its
+	// VM from vCenter. The replacement goes on, saying so, and succeeds.
+	goneWhileHandingOver := func(node, path string, body any, reason string) types.ManagedObjectReference {
+		t.Helper()
+		old := e.vms("rg")[node].Self
+		fl.silence(old.Value)
+		fl.settle()
+		op := e.start("POST", path, body)
+		e.waitReplacementStep("rg", node, v1.SwapHandingOver)
+		e.unregister(old)
+		if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+			t.Fatalf("%s %+v, %s's old VM gone: %s: %s", path, body, node, got.State, got.Message)
+		}
+		if ev := e.event("rg", node, "the old VM "+old.Value+" is gone from vCenter; cloning its replacement"); ev.Type != "Warning" || ev.Reason != reason {
+			t.Errorf("%s's old VM gone: event %+v", node, ev)
+		}
+		return old
+	}
+
+	// 1. A replace-node's hand-over looks at the old VM: gone.
+	old := goneWhileHandingOver("rg-m2", replace("rg-m2"), nil, "Replace")
+	vms := e.vms("rg")
+	if vm := vms["rg-m2"]; vm.Self.Value == old.Value || dataDiskOf(vm) != before.disk["rg-m2"] || vm.Config.Uuid != before.uuid["rg-m2"] {
+		t.Errorf("rg-m2 after its replacement: VM %s (old %s), disk %q, UUID %s; want its old disk %q and UUID %s",
+			vm.Self.Value, old.Value, dataDiskOf(vm), vm.Config.Uuid, before.disk["rg-m2"], before.uuid["rg-m2"])
+	}
+	if len(vms) != 3 {
+		t.Errorf("VMs after rg-m2's replacement: %v, want the 3 masters", keys(vms))
+	}
+
+	// 2. rg-m3's new VM does not get Ready, and its old VM, set aside,
+	// leaves vCenter before the rollback would give it its disk back.
+	old = e.vms("rg")["rg-m3"].Self
+	fl.hold("rg-m3", true) // Converging: the new VM waits to be verified
+	op := e.start("POST", replace("rg-m3"), nil)
+	e.waitReplacementStep("rg", "rg-m3", v1.SwapVerifying)
+	e.unregister(old)
+	fl.refuse.Store(true) // the new VM refuses its role: rolled back at once
+	got := e.waitOp(op.ID)
+	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rg-m3's replacement was rolled back") {
+		t.Fatalf("replace rg-m3 by a VM that refuses its role, its old VM gone: %s: %s", got.State, got.Message)
+	}
+	if ev := e.event("rg", "rg-m3", "the old VM "+old.Value+" is gone from vCenter, so rg-m3 is cloned again from its old image"); ev.Type != "Warning" || ev.Reason != "ReplaceRolledBack" {
+		t.Errorf("rg-m3's rollback without its old VM: event %+v", ev)
+	}
+	fl.hold("rg-m3", false)
+	fl.refuse.Store(false)
+	e.waitAllReady("rg")
+	vms = e.vms("rg")
+	switch vm := vms["rg-m3"]; {
+	case vm.Self.Value == old.Value:
+		t.Errorf("rg-m3 is still its old VM %s", old.Value)
+	case dataDiskOf(vm) != before.disk["rg-m3"] || vm.Config.Uuid != before.uuid["rg-m3"] || extraConfig(vm, vsphere.TagImage) != e.image:
+		t.Errorf("rg-m3 cloned again: disk %q, UUID %s, image %s; want %q, %s, %s",
+			dataDiskOf(vm), vm.Config.Uuid, extraConfig(vm, vsphere.TagImage), before.disk["rg-m3"], before.uuid["rg-m3"], e.image)
+	}
+	if shared := fl.sharedDisk(); len(vms) != 3 || shared != "" {
+		t.Errorf("VMs after the rollback: %v (want the 3 masters); disk on two VMs: %q", keys(vms), shared)
+	}
+	for _, n := range e.cluster("rg").Status.Nodes {
+		if n.Upgrade != "" {
+			t.Errorf("node %s after the rollback: replacement step %q", n.Name, n.Upgrade)
+		}
+	}
+
+	// 3. An upgrade's hand-over asks nothing of vCenter: the engine's
+	// sweep finds that rg-m1's VM is gone, and its replacement goes on.
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	goneWhileHandingOver("rg-m1", v1.PathClusters+"/rg/upgrade", v1.UpgradeRequest{Image: newImage}, "Upgrade")
+	fl.halt()
+	if vm := e.vms("rg")["rg-m1"]; dataDiskOf(vm) != before.disk["rg-m1"] || extraConfig(vm, vsphere.TagImage) != newImage {
+		t.Errorf("rg-m1 after the upgrade: disk %q, image %s; want %q, %s", dataDiskOf(vm), extraConfig(vm, vsphere.TagImage), before.disk["rg-m1"], newImage)
 	}
 }

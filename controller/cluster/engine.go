@@ -326,8 +326,10 @@ func anyRunnable(machines []machine) bool {
 // with this cluster that belongs to no machine (a clone whose record was
 // lost) is destroyed; a machine whose VM has vanished (destroyed behind
 // the controller's back) starts again from the clone, and its data disk,
-// which outlived the VM, is attached to the new one. It reports whether
-// it sent a machine back.
+// which outlived the VM, is attached to the new one; so does a master's
+// replacement whose old VM vanished before the clone (oldVMGone). A VM
+// merely moved out of the folder is left alone. It reports whether it
+// sent a machine back.
 func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (bool, error) {
 	vms, err := p.vc.VMs(ctx, p.folder)
 	if err != nil {
@@ -354,14 +356,29 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 	}
 	reset := false
 	for _, m := range machines {
-		if m.Remove || m.Swap != nil || m.VM == "" || m.Step == stepPending || present[m.VM] {
+		var r stepResult
+		switch {
+		case m.Remove:
 			continue
+		case m.Swap != nil && m.Swap.beforeClone() && !present[m.Swap.OldVM]:
+			if gone, err := p.vc.Gone(ctx, vmRef(m.Swap.OldVM)); err != nil {
+				return reset, err
+			} else if !gone {
+				continue // moved out of the folder, and still the machine's
+			}
+			r = e.oldVMGone(p.rec, &m)
+		case m.Swap != nil || m.VM == "" || m.Step == stepPending || present[m.VM]:
+			continue
+		default:
+			if gone, err := p.vc.Gone(ctx, vmRef(m.VM)); err != nil {
+				return reset, err
+			} else if !gone {
+				continue
+			}
+			r = stepResult{typ: "Warning", msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, m.VM)}
+			m.VM, m.Step = "", stepPending
 		}
-		gone := m.VM
-		m.VM, m.Step = "", stepPending
-		err := e.recordStep(p, &m, stepResult{typ: "Warning",
-			msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, gone)})
-		if err != nil {
+		if err := e.recordStep(p, &m, r); err != nil {
 			return reset, err
 		}
 		reset = true

@@ -63,12 +63,19 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 			return // shutting down: the step is redone on the next start
 		}
 		if err != nil {
-			// A replacement's steps say themselves what a missing VM means.
-			if !m.Remove && m.Swap == nil && m.Step != stepPending && vsphere.IsNotFound(err) {
+			switch {
+			case m.Remove || !vsphere.IsNotFound(err):
+				e.recordFailure(p, &m, err)
+				return
+			case m.Swap == nil && m.Step != stepPending:
 				// The VM vanished under us: start it again from the clone.
 				r = done("", fmt.Sprintf("VM %s of %s is gone from vCenter; cloning it again", m.VM, m.Name))
 				m.VM, m.Step = "", stepPending
-			} else {
+			case m.Swap != nil && m.Swap.beforeClone() && e.vmGone(ctx, p, m.Swap.OldVM):
+				r = e.oldVMGone(p.rec, &m)
+			default:
+				// The rest of a replacement's steps say themselves what a
+				// missing VM means.
 				e.recordFailure(p, &m, err)
 				return
 			}
@@ -90,6 +97,15 @@ func (e *engine) advance(ctx context.Context, p *pass, m machine) {
 			return
 		}
 	}
+}
+
+// vmGone reports whether vCenter no longer has the VM; false when it
+// cannot tell.
+func (e *engine) vmGone(ctx context.Context, p *pass, vm string) bool {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	gone, err := p.vc.Gone(ctx, vmRef(vm))
+	return err == nil && gone
 }
 
 // createStep does the machine's next create step and names the step it

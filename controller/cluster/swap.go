@@ -103,7 +103,12 @@ func (s *swap) reason(upgrade string) string {
 // swapStep does the next step of a master's replacement.
 func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult, error) {
 	s := m.Swap
-	if s.Rollback {
+	switch {
+	case s.Step == swapRolledBack:
+		// Rolled back onto a clone of the old image (its old VM was
+		// gone): the clone waits until the engine ends the replacement.
+		return stepResult{}, nil
+	case s.Rollback:
 		return e.rollbackStep(ctx, p, m)
 	}
 	vc, old := p.vc, vmRef(s.OldVM)
@@ -141,16 +146,7 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 		if err := vc.Rename(ctx, old, s.OldName); err != nil {
 			return stepResult{}, err
 		}
-		m.VM, m.Step = "", stepPending
-		if !s.Repair {
-			m.Image, m.Template, m.Snapshot = p.rec.Upgrade.Image, p.rec.Upgrade.Template, p.rec.Upgrade.Snapshot
-			m.KubernetesVersion = p.rec.Upgrade.KubernetesVersion
-		}
-		disk := "the old VM's data disk"
-		if s.FreshDisk {
-			m.DataDisk = freshDiskName(m.Name, e.cfg.Now())
-			disk = "a new, empty data disk " + m.DataDisk
-		}
+		disk := e.toClone(p.rec, m)
 		return swapDone(m, swapCloning, "Upgrade", "old VM %s renamed %s and kept for a rollback; cloning its replacement from %s, with %s",
 			s.OldVM, s.OldName, m.Template, disk), nil
 	case swapCloning:
@@ -169,6 +165,49 @@ func (e *engine) swapStep(ctx context.Context, p *pass, m *machine) (stepResult,
 			m.Name, m.Image, s.OldVM)}, nil
 	}
 	return stepResult{}, fmt.Errorf("unknown replacement step %q", s.Step)
+}
+
+// toClone sends the machine to its create steps for the new VM, of the
+// upgrade's image (a repair's is the node's own), and says which data
+// disk the new VM gets.
+func (e *engine) toClone(rec *record, m *machine) string {
+	s := m.Swap
+	m.VM, m.Step = "", stepPending
+	if !s.Repair {
+		m.Image, m.Template, m.Snapshot = rec.Upgrade.Image, rec.Upgrade.Template, rec.Upgrade.Snapshot
+		m.KubernetesVersion = rec.Upgrade.KubernetesVersion
+	}
+	if s.FreshDisk {
+		m.DataDisk = freshDiskName(m.Name, e.cfg.Now())
+		return "a new, empty data disk " + m.DataDisk
+	}
+	return "the old VM's data disk"
+}
+
+// beforeClone reports whether the old VM still holds the machine's name:
+// the replacement has not sent the machine to its clone yet.
+func (s *swap) beforeClone() bool {
+	switch s.Step {
+	case swapHandOver, swapHandedOver, swapOldOff, swapDiskDetached:
+		return !s.Rollback
+	}
+	return false
+}
+
+// oldVMGone goes on with a replacement whose old VM was destroyed or
+// unregistered behind the controller's back before the clone: nothing is
+// left to hand over, power off, detach or rename, so the new VM is cloned
+// at once, as the sweep clones a vanished VM again. The data disk
+// outlives an unregistered VM; one destroyed with its VM stops the clone
+// on the missing disk, which says to choose the fresh-disk path.
+func (e *engine) oldVMGone(rec *record, m *machine) stepResult {
+	s := m.Swap
+	disk := e.toClone(rec, m)
+	m.Failed = false // a step failed on the missing VM: that is over
+	r := swapDone(m, swapCloning, "Upgrade", "WARNING: the old VM %s is gone from vCenter; cloning its replacement from %s at once, with %s (a rollback would clone the old image again)",
+		s.OldVM, m.Template, disk)
+	r.typ, r.roles = "Warning", true // the new VM's role says no Leave
+	return r
 }
 
 // handOver waits for the old VM's agent to report that it stepped out of
@@ -248,6 +287,14 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		s.Step = swapRolledBack
 		return stepResult{typ: "Warning", reason: s.reason("UpgradeRolledBack"), roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
 	}
+	// The old VM destroyed or unregistered behind the controller's back:
+	// the machine is cloned again as it was, as the sweep does.
+	gone := func() stepResult {
+		r := finish("rolled back: the old VM %s is gone from vCenter, so %s is cloned again from its old image %s, with the old VM's data disk%s (%s)",
+			s.OldVM, m.Name, s.OldImage, e.rejoinNote(m), s.Why)
+		m.VM, m.Step = "", stepPending
+		return r
+	}
 	if s.Step == swapHandOver {
 		return finish("replacement abandoned before anything changed in vCenter; the old VM %s serves on: %s", s.OldVM, s.Why), nil
 	}
@@ -267,7 +314,9 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		m.VM = s.OldVM
 		return stepResult{typ: "Warning", reason: s.reason("UpgradeRollback"), msg: fmt.Sprintf("%s: the new VM %s destroyed; its data disk kept", m.Name, newVM)}, nil
 	}
-	if err := vc.Rename(ctx, old, m.Name); err != nil {
+	if err := vc.Rename(ctx, old, m.Name); vsphere.IsNotFound(err) {
+		return gone(), nil
+	} else if err != nil {
 		return stepResult{}, err
 	}
 	disk := "its data disk again"
@@ -276,7 +325,10 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		oldDisk.DataDisk = s.OldDataDisk
 		d := dataDisk(p.rec, &oldDisk)
 		err := vc.AttachDataDisk(ctx, p.folder, old, d)
-		if errors.Is(err, vsphere.ErrDiskMissing) {
+		switch {
+		case vsphere.IsNotFound(err):
+			return gone(), nil
+		case errors.Is(err, vsphere.ErrDiskMissing):
 			// Nothing to give back; its agent will say it has no disk.
 			disk, err = "no data disk: "+d.Path()+" is missing", nil
 		}
@@ -284,7 +336,9 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 			return stepResult{}, err
 		}
 	}
-	if err := vc.PowerOn(ctx, old); err != nil {
+	if err := vc.PowerOn(ctx, old); vsphere.IsNotFound(err) {
+		return gone(), nil
+	} else if err != nil {
 		return stepResult{}, err
 	}
 	return finish("rolled back: the old VM %s has its name and %s, and is powered on%s (%s)", s.OldVM, disk, e.rejoinNote(m), s.Why), nil

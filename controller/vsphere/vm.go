@@ -107,6 +107,19 @@ func (s *Session) FindVM(ctx context.Context, folder *object.Folder, name string
 	return vm, nil
 }
 
+// Gone reports whether the VM no longer exists in vCenter: destroyed or
+// unregistered, not merely moved out of its folder.
+func (s *Session) Gone(ctx context.Context, ref types.ManagedObjectReference) (bool, error) {
+	_, err := s.VM(ref).ObjectName(ctx)
+	switch {
+	case err == nil:
+		return false, nil
+	case IsNotFound(err):
+		return true, nil
+	}
+	return false, fmt.Errorf("look up %s: %w", ref.Value, err)
+}
+
 // VM wraps a reference for this session's client.
 func (s *Session) VM(ref types.ManagedObjectReference) *object.VirtualMachine {
 	return object.NewVirtualMachine(s.Client.Client, ref)
