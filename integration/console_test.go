@@ -293,6 +293,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		waitRows(t, b, `tr[data-node="gamma-w1"]`, 0)
 		step(t, b, "the removal ends", chromedp.WaitVisible(css(`section.operation[data-state="Succeeded"]`)))
 
+		// A master's replacement is checked first too: without agents the
+		// other masters are no healthy etcd members, and the dialog says so.
+		step(t, b, "replace refused", chromedp.Click(css(`button[data-replace="gamma-m1"]`)), chromedp.WaitVisible(css(`dialog #f-freshDisk`)),
+			chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`dialog #form-error:not(:empty)`)))
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`dialog #form-error`))); err != nil || !strings.Contains(msg, "every other master must be a started, healthy etcd member while gamma-m1 is replaced") {
+			t.Errorf("the refused replacement says %q (%v), want that the other masters must be healthy", msg, err)
+		}
+		step(t, b, "replace cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
+
 		// An upgrade is checked first: these VMs run no agent, so their
 		// nodes are not Ready, and the dialog says the API's refusal.
 		step(t, b, "upgrade refused", chromedp.Click(css(`#upgrade`)), chromedp.WaitVisible(css(`dialog #f-image`)), chromedp.Click(css(`dialog #confirm`)),
@@ -408,7 +417,16 @@ func TestConsoleInABrowser(t *testing.T) {
 			chromedp.WaitVisible(css(`dialog #f-name`)), chromedp.SendKeys(css(`#f-name`), "gus"), chromedp.SendKeys(css(`#f-password`), password),
 			chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`tr[data-user="gus"]`)))
 		shot(b, "users")
-		step(t, b, "grant", chromedp.Navigate(page+"#/clusters/beta"), chromedp.WaitVisible(css(`#grant`)), chromedp.Click(css(`#grant`)),
+		// beta has one master: a fresh disk for it would found a new,
+		// empty etcd, and the refusal is shown next to the checkbox.
+		step(t, b, "fresh disk refused", chromedp.Navigate(page+"#/clusters/beta"), chromedp.WaitVisible(css(`button[data-replace="beta-m1"]`)),
+			chromedp.Click(css(`button[data-replace="beta-m1"]`)), chromedp.WaitVisible(css(`dialog #f-freshDisk`)), chromedp.Click(css(`dialog #f-freshDisk`)),
+			chromedp.Click(css(`dialog #confirm`)), chromedp.WaitVisible(css(`dialog #freshDisk-error:not(:empty)`)))
+		if msg, err := chromedp.Run(b, chromedp.Text(css(`dialog #freshDisk-error`))); err != nil || !strings.Contains(msg, "data would be lost") {
+			t.Errorf("the refused fresh disk says %q (%v), want that etcd's data would be lost", msg, err)
+		}
+		step(t, b, "fresh disk cancelled", chromedp.Click(css(`dialog #cancel`)), chromedp.WaitNotPresent(css(`dialog`)))
+		step(t, b, "grant", chromedp.WaitVisible(css(`#grant`)), chromedp.Click(css(`#grant`)),
 			chromedp.WaitVisible(css(`dialog #f-subject`)), chromedp.SendKeys(css(`#f-subject`), "gus"), chromedp.Click(css(`dialog #confirm`)),
 			chromedp.WaitVisible(css(`tr[data-grant="user/gus"]`)))
 		gus := newBrowser(t)
@@ -482,7 +500,7 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		shot(b, "cluster-viewer")
-		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove], #admin-kubeconfig, #grant, #etcd-snapshot, #restore"); n != 0 {
+		if n := count(b, "#scale, #delete, #upgrade, #retry, button[data-remove], button[data-replace], #admin-kubeconfig, #grant, #etcd-snapshot, #restore"); n != 0 {
 			t.Errorf("uma, who may only view alpha, is offered %d changes", n)
 		}
 		if n := count(b, "#kubeconfig"); n != 1 {

@@ -291,9 +291,7 @@ async function showCluster(name) {
       el("td", { class: `phase-${n.phase}` }, n.phase, n.lastError ? el("div", { class: "muted" }, n.lastError) : null),
       el("td", {}, n.step || ""), el("td", {}, n.agentPhase || "", components(n.components)), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
       el("td", {}, n.image || ""), el("td", {}, n.upgrade || ""),
-      el("td", {}, c.access === "admin" && n.role === "worker"
-        ? el("button", { type: "button", class: "secondary", "data-remove": n.name, onclick: () => removeNode(c.spec.name, n.name) }, "Remove…")
-        : null)))));
+      el("td", {}, nodeAction(c, n))))));
   const conditions = el("table", { "aria-label": "Conditions" },
     el("thead", {}, el("tr", {}, ["Type", "Status", "Reason", "Message"].map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, (s.conditions || []).map((k) => el("tr", {}, el("td", {}, k.type), el("td", {}, k.status), el("td", {}, k.reason || ""), el("td", {}, k.message || "")))));
@@ -527,6 +525,23 @@ async function upgradeCluster(c) {
     ["Image", names.length ? { name: "image", options: names } : { name: "image", required: true }],
     ["Kubernetes version (empty: the cluster's)", { name: "kubernetesVersion", placeholder: c.spec.kubernetesVersion || "" }],
   ], (v) => call("POST", clusterPath(c.spec.name, "/upgrade"), { image: v.image, kubernetesVersion: v.kubernetesVersion || undefined }), "Upgrade"));
+}
+
+// nodeAction is what a cluster admin may do to one node: remove a
+// worker, or replace a master by a new VM (a worker is replaced by
+// removing it and scaling back up).
+function nodeAction(c, n) {
+  if (c.access !== "admin") return null;
+  if (n.role === "worker") {
+    return el("button", { type: "button", class: "secondary", "data-remove": n.name, onclick: () => removeNode(c.spec.name, n.name) }, "Remove…");
+  }
+  return el("button", { type: "button", class: "secondary", "data-replace": n.name, onclick: () => replaceNode(c.spec.name, n.name) }, "Replace…");
+}
+
+async function replaceNode(cluster, node) {
+  follow(await dialog(`Replace ${node} of ${cluster} by a new VM?`, [
+    ["Give the new VM a new, empty data disk, as a new etcd member (for a lost or damaged disk; the old disk's file is kept)", { name: "freshDisk", type: "checkbox" }],
+  ], (v) => call("POST", clusterPath(cluster, `/nodes/${encodeURIComponent(node)}/replace`), { freshDisk: v.freshDisk }), "Replace"));
 }
 
 async function removeNode(cluster, node) {
