@@ -843,14 +843,7 @@ func TestUpgradeAbortRollsBackTheNodeBeingReplaced(t *testing.T) {
 	e, fl, bad, before, oldRef := badUpgradeEnv(t, "ab", 10*time.Minute)
 
 	op := e.start("POST", v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Image: bad})
-	waitFor(t, "ab-m2's new VM waiting to get Ready", func() bool {
-		for _, n := range e.cluster("ab").Status.Nodes {
-			if n.Name == "ab-m2" && n.Upgrade == "Verifying" {
-				return true
-			}
-		}
-		return false
-	})
+	e.waitReplacementStep("ab", "ab-m2", v1.SwapVerifying) // its new VM waits to get Ready
 	abort := e.start("POST", v1.PathClusters+"/ab/upgrade", v1.UpgradeRequest{Abort: true})
 	if abort.ID != op.ID {
 		t.Errorf("the abort answered operation %s, want the upgrade's %s", abort.ID, op.ID)

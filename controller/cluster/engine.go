@@ -356,25 +356,28 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 	}
 	reset := false
 	for _, m := range machines {
-		var r stepResult
+		// The VM the machine still stands on: a replacement's old VM
+		// until its clone, else the machine's own.
+		var vm string
 		switch {
 		case m.Remove:
+		case m.Swap != nil && m.Swap.beforeClone():
+			vm = m.Swap.OldVM
+		case m.Swap == nil && m.Step != stepPending:
+			vm = m.VM
+		}
+		if vm == "" || present[vm] {
 			continue
-		case m.Swap != nil && m.Swap.beforeClone() && !present[m.Swap.OldVM]:
-			if gone, err := p.vc.Gone(ctx, vmRef(m.Swap.OldVM)); err != nil {
-				return reset, err
-			} else if !gone {
-				continue // moved out of the folder, and still the machine's
-			}
+		}
+		if gone, err := p.vc.Gone(ctx, vmRef(vm)); err != nil {
+			return reset, err
+		} else if !gone {
+			continue // moved out of the folder, and still the machine's
+		}
+		var r stepResult
+		if m.Swap != nil {
 			r = e.oldVMGone(p.rec, &m)
-		case m.Swap != nil || m.VM == "" || m.Step == stepPending || present[m.VM]:
-			continue
-		default:
-			if gone, err := p.vc.Gone(ctx, vmRef(m.VM)); err != nil {
-				return reset, err
-			} else if !gone {
-				continue
-			}
+		} else {
 			r = stepResult{typ: "Warning", msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, m.VM)}
 			m.VM, m.Step = "", stepPending
 		}
