@@ -156,8 +156,7 @@ func (ca *CA) current(certPath, keyPath string, leaf Leaf) bool {
 	if cert.CheckSignatureFrom(ca.Cert) != nil || !bytes.Equal(cert.RawIssuer, ca.Cert.RawSubject) {
 		return false
 	}
-	life := cert.NotAfter.Sub(cert.NotBefore)
-	if time.Until(cert.NotAfter) < life/3 {
+	if RenewalDue(cert, time.Now()) {
 		return false
 	}
 	if cert.Subject.CommonName != leaf.CommonName || !slices.Equal(cert.Subject.Organization, leaf.Organization) ||
@@ -175,6 +174,15 @@ func (ca *CA) current(certPath, keyPath string, leaf Leaf) bool {
 	}
 	pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
 	return ok && pub.Equal(cert.PublicKey)
+}
+
+// RenewalDue reports whether cert, at now, is in the last third of its
+// life (or past it): when the agent replaces a leaf it keeps, early
+// enough that a renewal that fails has a third of the certificate's life
+// to be noticed (the expiry metrics) and mended.
+func RenewalDue(cert *x509.Certificate, now time.Time) bool {
+	life := cert.NotAfter.Sub(cert.NotBefore)
+	return cert.NotAfter.Sub(now) < life/3
 }
 
 // WriteCACert makes path hold the CA certificate alone (no key), for

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -192,6 +193,28 @@ func TestFirstMasterInNetns(t *testing.T) {
 		t.Errorf("/readyz after the refused role: %d", code)
 	}
 
+	// A year on, the apiserver's certificate has expired (re-signed here
+	// with past dates): it is made afresh, and the apiserver restarts to
+	// serve it, which a client trusting only the cluster CA accepts.
+	crt := host.Path(path.Join(PKIDir, "apiserver.crt"))
+	now := time.Now()
+	expired := resign(t, parseCA(t, cl.clusterCA), readCertFile(t, crt), now.Add(-400*24*time.Hour), now.Add(-35*24*time.Hour))
+	if err := os.WriteFile(crt, expired, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	actions = converge(t, c, host, renamed)
+	if !slices.ContainsFunc(actions, func(a string) bool { return strings.Contains(a, "apiserver.crt and .key (expired ") }) {
+		t.Errorf("expired certificate: not renewed: %q", actions)
+	}
+	renewed := readCertFile(t, crt)
+	if served := servedCert(t, host, dial); served == nil || !served.Equal(renewed) || !renewed.NotAfter.After(now.Add(time.Hour)) {
+		t.Errorf("after the renewal the apiserver serves %v, the file holds one valid until %s", served, renewed.NotAfter)
+	}
+	third, err := sup.State(ctx, APIServerUnit)
+	if err != nil || third.PID == second.PID || !third.Running {
+		t.Errorf("the renewal did not restart the apiserver: %+v (was %+v), %v", third, second, err)
+	}
+
 	// A worker role stops the stand-in.
 	worker := cl.role(t, "w1", 40)
 	st = c.Reconcile(ctx, host, worker)
@@ -295,6 +318,27 @@ func checkMetrics(t *testing.T, c *Component) {
 type apiClient struct {
 	ca   *x509.CertPool
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// servedCert is the certificate the apiserver serves, to a client that
+// trusts only the cluster CA; nil (and the test fails) when the handshake
+// fails.
+func servedCert(t *testing.T, host *reconcile.Host, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *x509.Certificate {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := dial(ctx, "tcp", "127.0.0.1:6443")
+	if err != nil {
+		t.Errorf("dial the apiserver: %v", err)
+		return nil
+	}
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{RootCAs: testAPI(t, host, dial).ca, ServerName: "kubernetes"})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		t.Errorf("TLS handshake with the apiserver: %v", err)
+		return nil
+	}
+	return tc.ConnectionState().PeerCertificates[0]
 }
 
 func testAPI(t *testing.T, host *reconcile.Host, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *apiClient {

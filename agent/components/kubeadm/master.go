@@ -31,6 +31,16 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	if id := restorePending(role, p); id != "" {
 		return c.stopForRestore(ctx, host, st, id)
 	}
+	// What is due for renewal is decided before the configuration is
+	// rendered, since that carries the renewal's time (CertsRenewedEnv);
+	// prune removes it once kubeadm has accepted the configuration.
+	now := time.Now()
+	due := dueForRenewal(host, kubeconfigFiles(p), now)
+	renewed, err := certsRenewed(host, due, now)
+	if err != nil {
+		return fail(err)
+	}
+	p.certsRenewed = renewed
 
 	// Configurations first, join before init: when kubeadm refuses either,
 	// nothing else on the node has changed yet.
@@ -69,7 +79,7 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	if err != nil {
 		return fail(err)
 	}
-	if err := prune(host, role, p, kubeconfigFiles(p), &st); err != nil {
+	if err := prune(host, role, p, kubeconfigFiles(p), due, &st); err != nil {
 		return fail(err)
 	}
 

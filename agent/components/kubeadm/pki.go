@@ -110,8 +110,9 @@ func kubeconfigFiles(p *plan) []string {
 // prune removes what kubeadm would refuse to reuse and refuse to replace:
 // leaf certificates not signed by the role's CA (a rotated CA), an
 // apiserver certificate missing a name it must now carry, and kubeconfigs
-// trusting another CA. kubeadm then makes them afresh.
-func prune(host *reconcile.Host, role *v1.Role, p *plan, kubeconfigs []string, st *reconcile.Status) error {
+// trusting another CA; and what is due for renewal (due, from
+// dueForRenewal, by node path). kubeadm then makes them afresh.
+func prune(host *reconcile.Host, role *v1.Role, p *plan, kubeconfigs []string, due map[string]string, st *reconcile.Status) error {
 	cas := map[string]*x509.Certificate{}
 	for name, pemText := range map[string]string{"cluster": role.PKI.ClusterCA.Certificate, "front-proxy": role.PKI.FrontProxyCA.Certificate} {
 		certs, err := v1.ParseCertificatesPEM([]byte(pemText))
@@ -136,6 +137,9 @@ func prune(host *reconcile.Host, role *v1.Role, p *plan, kubeconfigs []string, s
 			why = missingName(cert, apiServerNames(role, p))
 		}
 		if why == "" {
+			why = due[path.Join(PKIDir, leaf.name+".crt")]
+		}
+		if why == "" {
 			continue
 		}
 		for _, ext := range []string{".crt", ".key"} {
@@ -156,6 +160,8 @@ func prune(host *reconcile.Host, role *v1.Role, p *plan, kubeconfigs []string, s
 			why = err.Error()
 		} else if ca, err := kc.caCert(); err != nil || !ca.Equal(cas["cluster"]) {
 			why = "it trusts another CA"
+		} else {
+			why = due[nodePath]
 		}
 		if why == "" {
 			continue

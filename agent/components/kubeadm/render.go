@@ -92,7 +92,8 @@ type clusterConfiguration struct {
 	Etcd                 etcd       `json:"etcd"`
 	APIServer            apiServer  `json:"apiServer"`
 	// ControllerManager and Scheduler are set only to restart them after
-	// an etcd restore (EtcdRestoredEnv).
+	// an etcd restore (EtcdRestoredEnv) or a renewal of their
+	// certificates (CertsRenewedEnv).
 	ControllerManager *controlPlaneComponent `json:"controllerManager,omitempty"`
 	Scheduler         *controlPlaneComponent `json:"scheduler,omitempty"`
 	// Proxy is disabled: kube-proxy runs as a unit of every node
@@ -212,6 +213,9 @@ type plan struct {
 	// etcdRestored is the newest etcd restore the local member took part
 	// in (Config.EtcdRestored); empty when none.
 	etcdRestored string
+	// certsRenewed is when this master last renewed its certificates
+	// (certsRenewed); empty when never.
+	certsRenewed string
 }
 
 // newPlan checks what the role must carry for this node and derives the
@@ -386,8 +390,7 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 		APIServer: apiServer{CertSANs: p.certSANs},
 		Proxy:     disabled{Disabled: true},
 	}
-	if p.etcdRestored != "" {
-		env := []envVar{{Name: EtcdRestoredEnv, Value: p.etcdRestored}}
+	if env := p.controlPlaneEnv(); len(env) > 0 {
 		cc.APIServer.ExtraEnvs = env
 		cc.ControllerManager = &controlPlaneComponent{ExtraEnvs: env}
 		cc.Scheduler = &controlPlaneComponent{ExtraEnvs: env}
@@ -398,6 +401,19 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 		ResolvConf:   "/etc/resolv.conf",
 	}
 	return marshalDocs(ic, cc, kc)
+}
+
+// controlPlaneEnv is what the control plane's pods carry in their
+// environment only to be restarted when it changes.
+func (p *plan) controlPlaneEnv() []envVar {
+	var env []envVar
+	if p.etcdRestored != "" {
+		env = append(env, envVar{Name: EtcdRestoredEnv, Value: p.etcdRestored})
+	}
+	if p.certsRenewed != "" {
+		env = append(env, envVar{Name: CertsRenewedEnv, Value: p.certsRenewed})
+	}
+	return env
 }
 
 // patches is the configurations' patches directory, when the node has a
