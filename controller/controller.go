@@ -92,7 +92,10 @@ type Config struct {
 	// and copy an etcd snapshot asked for by hand; zero means
 	// cluster.DefaultSnapshotTimeout.
 	EtcdSnapshotTimeout time.Duration
-	Logger              *slog.Logger
+	// ClusterResync is how often every cluster is checked against
+	// vCenter; zero means cluster.DefaultResyncInterval.
+	ClusterResync time.Duration
+	Logger        *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -192,6 +195,7 @@ func New(cfg Config) (*Controller, error) {
 		LeaveTimeout:       cfg.LeaveTimeout,
 		UpgradeNodeTimeout: cfg.UpgradeNodeTimeout,
 		SnapshotTimeout:    cfg.EtcdSnapshotTimeout,
+		ResyncInterval:     cfg.ClusterResync,
 		Copies:             c.copies,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -79,23 +80,36 @@ func TestStoredPasswordIsNeverSentElsewhere(t *testing.T) {
 // controller wrote into its VM's guestinfo, as the agent would.
 func (e *clusterEnv) enrollClusterNode(cluster, name string) *http.Client {
 	e.t.Helper()
-	encoded := extraConfig(e.vms(cluster)[name], "guestinfo.harmony.bootstrap")
+	r, cert := e.enrollWith(name, extraConfig(e.vms(cluster)[name], v1.GuestinfoKey))
+	if r.status != http.StatusOK {
+		e.t.Fatalf("enroll %s: %d %s", name, r.status, r.body)
+	}
+	return e.tc.certClient(cert)
+}
+
+// enrollWith enrolls node, as its agent would, with a bootstrap as the
+// controller encodes it into guestinfo.
+func (e *clusterEnv) enrollWith(node, encoded string) (response, tls.Certificate) {
+	e.t.Helper()
 	data, err := base64.StdEncoding.DecodeString(encoded)
 	if err != nil {
-		e.t.Fatalf("bootstrap of %s: %v", name, err)
+		e.t.Fatalf("bootstrap of %s: %v", node, err)
 	}
 	var b v1.Bootstrap
 	if err := json.Unmarshal(data, &b); err != nil {
 		e.t.Fatal(err)
 	}
+	n := e.node(node)
+	csr, key := makeCSR(e.t, csrOptions{cn: node, dnsNames: []string{node}, ips: []net.IP{net.ParseIP(n.IPs[0])}})
+	return e.tc.enroll(b.Token, csr, key)
+}
+
+// node is the controller's record of a node.
+func (e *clusterEnv) node(name string) v1.Node {
+	e.t.Helper()
 	var n v1.Node
 	doJSON(e.t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+name, nil).decode(e.t, &n)
-	csr, key := makeCSR(e.t, csrOptions{cn: name, dnsNames: []string{name}, ips: []net.IP{net.ParseIP(n.IPs[0])}})
-	r, cert := e.tc.enroll(b.Token, csr, key)
-	if r.status != http.StatusOK {
-		e.t.Fatalf("enroll %s: %d %s", name, r.status, r.body)
-	}
-	return e.tc.certClient(cert)
+	return n
 }
 
 // Watchers were told of a scale inside its transaction, before the

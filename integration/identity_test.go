@@ -337,15 +337,78 @@ func issueScraper(t *testing.T, c *ctl) tls.Certificate {
 // inside a VMware VM, which cannot run here.
 func TestAgentReadsGuestinfo(t *testing.T) {
 	c := startController(t)
-	b := c.addNode(t, v1.NodeSpec{Name: "w1"})
+	tool, store := guestinfoTool(t, c.addNode(t, v1.NodeSpec{Name: "w1"}))
+	ra := startAgent(t, agent.Config{Guestinfo: bootstrap.RPCTool{Path: tool}, StateDir: t.TempDir()})
+	ra.waitRole(t, 1)
+	// The agent wrote the document back without its token.
+	left, _ := os.ReadFile(store)
+	raw, err := base64.StdEncoding.DecodeString(string(left))
+	if err != nil {
+		t.Fatalf("guestinfo after enrollment is not base64: %q", left)
+	}
+	var doc v1.Bootstrap
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.Token != "" || doc.NodeName != "w1" {
+		t.Fatalf("guestinfo after enrollment: %v %+v", err, doc)
+	}
+}
+
+// A VM off for longer than a node certificate lives: its agent starts
+// with an expired certificate that it cannot renew, runs on from its
+// cached role, and polls its guestinfo. The new bootstrap the controller
+// writes there (the cluster engine does, for a running VM whose node's
+// certificate expired) enrolls it again, without a restart.
+func TestExpiredAgentEnrollsAgainFromGuestinfo(t *testing.T) {
+	c := startController(t, func(cfg *controller.Config) { cfg.CertLifetime = 5 * time.Second })
+	tool, store := guestinfoTool(t, c.addNode(t, v1.NodeSpec{Name: "w1"}))
+	state := t.TempDir()
+	ra := startAgent(t, agent.Config{Guestinfo: bootstrap.RPCTool{Path: tool}, StateDir: state})
+	ra.waitRole(t, 1)
+	first, err := identity.Store{Dir: state}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra.stop()
+	time.Sleep(time.Until(first.Leaf().NotAfter.Add(time.Second)))
+
+	again := startAgent(t, agent.Config{Guestinfo: bootstrap.RPCTool{Path: tool}, StateDir: state})
+	eventually(t, "the agent to find its certificate expired", func() bool {
+		return strings.Contains(again.logs.String(), "certificate expired and no bootstrap token is available")
+	})
+	var res v1.NodeWithBootstrap
+	if err := c.admin.Do(context.Background(), "POST", client.NodePath("w1", "/token"), v1.TokenRequest{}, &res); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := res.Bootstrap.EncodeGuestinfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(store, []byte(enc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second enrollment", func() bool {
+		return c.metric(t, "harmony_controller_enrollments_total{result=issued}") == 2
+	})
+	eventually(t, "a valid certificate on disk", func() bool {
+		id, err := identity.Store{Dir: state}.Load()
+		return err == nil && id.Leaf().NotAfter.After(time.Now()) && id.Leaf().SerialNumber.Cmp(first.Leaf().SerialNumber) != 0
+	})
+}
+
+// guestinfoTool is a stand-in for open-vm-tools' vmware-rpctool holding
+// the one guestinfo key the agent reads, in the file store, first with b.
+// The real tool only answers inside a VMware VM, which cannot run here.
+func guestinfoTool(t *testing.T, b v1.Bootstrap) (tool, store string) {
+	t.Helper()
 	enc, err := b.EncodeGuestinfo()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	store := filepath.Join(dir, "guestinfo.harmony.bootstrap")
-	os.WriteFile(store, []byte(enc), 0o600)
-	tool := filepath.Join(dir, "vmware-rpctool")
+	store = filepath.Join(dir, "guestinfo.harmony.bootstrap")
+	if err := os.WriteFile(store, []byte(enc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tool = filepath.Join(dir, "vmware-rpctool")
 	script := `#!/bin/sh
 # Stand-in for vmware-rpctool: one guestinfo key kept in a file.
 set -e
@@ -359,18 +422,7 @@ esac
 	if err := os.WriteFile(tool, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ra := startAgent(t, agent.Config{Guestinfo: bootstrap.RPCTool{Path: tool}, StateDir: t.TempDir()})
-	ra.waitRole(t, 1)
-	// The agent wrote the document back without its token.
-	left, _ := os.ReadFile(store)
-	raw, err := base64.StdEncoding.DecodeString(string(left))
-	if err != nil {
-		t.Fatalf("guestinfo after enrollment is not base64: %q", left)
-	}
-	var doc v1.Bootstrap
-	if err := json.Unmarshal(raw, &doc); err != nil || doc.Token != "" || doc.NodeName != "w1" {
-		t.Fatalf("guestinfo after enrollment: %v %+v", err, doc)
-	}
+	return tool, store
 }
 
 func TestAgentReadsOVFEnvironmentFile(t *testing.T) {

@@ -17,11 +17,7 @@ import (
 	"github.com/harmonykaas/harmony/controller/vsphere"
 )
 
-const (
-	maxRetryDelay = 2 * time.Minute
-	// resyncInterval re-checks settled clusters against vCenter.
-	resyncInterval = 5 * time.Minute
-)
+const maxRetryDelay = 2 * time.Minute
 
 // engine drives every cluster toward its spec: one goroutine per cluster
 // with work, each machine's steps recorded in the store as they finish,
@@ -51,7 +47,7 @@ func (e *engine) start(ctx context.Context) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		t := time.NewTicker(resyncInterval)
+		t := time.NewTicker(e.cfg.ResyncInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -328,8 +324,9 @@ func anyRunnable(machines []machine) bool {
 // the controller's back) starts again from the clone, and its data disk,
 // which outlived the VM, is attached to the new one; so does a master's
 // replacement whose old VM vanished before the clone (oldVMGone). A VM
-// merely moved out of the folder is left alone. It reports whether it
-// sent a machine back.
+// merely moved out of the folder is left alone. Then running VMs whose
+// agents' certificates expired get new bootstraps (rebootstrapExpired).
+// It reports whether it sent a machine back.
 func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (bool, error) {
 	vms, err := p.vc.VMs(ctx, p.folder)
 	if err != nil {
@@ -386,7 +383,63 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 		}
 		reset = true
 	}
+	if !reset && !p.rec.Deleting {
+		e.rebootstrapExpired(ctx, p, machines, vms)
+	}
 	return reset, nil
+}
+
+// rebootstrapExpired writes a new one-time bootstrap into the guestinfo
+// of each running VM whose agent's certificate has expired: a VM that
+// was off, or a controller that was down, for longer than a node
+// certificate lives (a day by default) leaves agents that can no longer
+// renew, and that run on from their cached roles but hear nothing. The
+// agent polls its guestinfo while its certificate is expired and enrolls
+// again with the token, as at its first boot. Once per expiry, and again
+// only after the token itself has expired unused. A failure is logged
+// and tried again on the next pass; it stops nothing else.
+func (e *engine) rebootstrapExpired(ctx context.Context, p *pass, machines []machine, vms []vsphere.VMInfo) {
+	on := map[string]bool{}
+	for _, vm := range vms {
+		on[vm.Ref.Value] = vm.Power == string(types.VirtualMachinePowerStatePoweredOn)
+	}
+	for _, m := range machines {
+		if !m.settled() || m.Remove || !on[m.VM] {
+			continue
+		}
+		if err := e.rebootstrap(ctx, p, m); err != nil {
+			e.cfg.Log.Warn("a new bootstrap for a node whose certificate expired", "cluster", p.rec.Spec.Name, "node", m.Name, "err", err)
+		}
+	}
+}
+
+// rebootstrap writes machine m's new bootstrap, if its node's
+// certificate has expired and it has none yet.
+func (e *engine) rebootstrap(ctx context.Context, p *pass, m machine) error {
+	n, err := e.cfg.Store.Node(m.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // not enrolled yet, or its record is going
+	}
+	if err != nil {
+		return err
+	}
+	now := e.cfg.Now()
+	expired := !n.CertNotAfter.IsZero() && !now.Before(n.CertNotAfter)
+	written := m.Rebootstrapped.After(n.CertNotAfter) && now.Before(m.Rebootstrapped.Add(bootstrapTTL))
+	if !expired || written {
+		return nil
+	}
+	extra, err := e.guestinfo(p, &m)
+	if err != nil {
+		return err
+	}
+	if err := p.vc.SetGuestinfo(ctx, vmRef(m.VM), extra); err != nil {
+		return err
+	}
+	m.Rebootstrapped = now.UTC()
+	return e.recordStep(p, &m, stepResult{typ: "Warning", reason: "Rebootstrap", msg: fmt.Sprintf(
+		"%s: its agent's certificate expired at %s (its VM, or the controller, was off for longer than a certificate lives); a new one-time bootstrap is in its guestinfo, valid for %s, for the agent to enroll again",
+		m.Name, n.CertNotAfter.UTC().Format(time.RFC3339), bootstrapTTL)})
 }
 
 // finishDelete removes what is left of a deleted cluster: with purge its

@@ -91,6 +91,10 @@ type machine struct {
 	// PoweredOnAt is when its workflow powered the VM on; a surge
 	// worker's node timeout counts from it.
 	PoweredOnAt time.Time `json:"poweredOnAt,omitzero"`
+	// Rebootstrapped is when the engine last wrote a new bootstrap into
+	// the VM's guestinfo because its agent's certificate had expired
+	// (rebootstrapExpired).
+	Rebootstrapped time.Time `json:"rebootstrapped,omitzero"`
 
 	// LeaveBy is the deadline of the node's leaving its cluster, set when
 	// it is marked for removal from a cluster that stays; zero when the

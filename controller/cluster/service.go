@@ -24,7 +24,10 @@ import (
 const (
 	DefaultCloneParallelism = 8
 	DefaultRetryBase        = 2 * time.Second
-	DefaultMaxAttempts      = 6
+	// DefaultResyncInterval re-checks settled clusters against vCenter
+	// (vanished VMs, expired agent certificates).
+	DefaultResyncInterval = 5 * time.Minute
+	DefaultMaxAttempts    = 6
 	// DefaultLeaveTimeout bounds how long a removed node is given to
 	// leave its cluster (etcd member removed, kubeadm reset, VIP given up)
 	// before its VM is powered off anyway.
@@ -81,6 +84,9 @@ type Config struct {
 	// SnapshotTimeout is how long the masters have to take and copy an
 	// etcd snapshot asked for by hand; default DefaultSnapshotTimeout.
 	SnapshotTimeout time.Duration
+	// ResyncInterval is how often every cluster is checked against
+	// vCenter, work or not; default DefaultResyncInterval.
+	ResyncInterval time.Duration
 }
 
 // Service creates, changes and deletes clusters.
@@ -124,6 +130,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.SnapshotTimeout == 0 {
 		cfg.SnapshotTimeout = DefaultSnapshotTimeout
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = DefaultResyncInterval
 	}
 	if cfg.UpgradeNodeTimeout < 0 {
 		return nil, fmt.Errorf("upgrade node timeout %s: want a positive duration", cfg.UpgradeNodeTimeout)

@@ -169,6 +169,17 @@ func (s *Session) Configure(ctx context.Context, ref types.ManagedObjectReferenc
 	return s.reconfigure(ctx, vm, spec)
 }
 
+// SetGuestinfo writes guestinfo keys of a VM, powered on or not, and
+// changes nothing else: a running VM's guest reads them at once.
+func (s *Session) SetGuestinfo(ctx context.Context, ref types.ManagedObjectReference, values map[string]string) error {
+	for k := range values {
+		if !strings.HasPrefix(k, "guestinfo.") {
+			return fmt.Errorf("set guestinfo of %s: %q is not a guestinfo key", ref.Value, k)
+		}
+	}
+	return s.reconfigure(ctx, s.VM(ref), types.VirtualMachineConfigSpec{ExtraConfig: optionValues(values)})
+}
+
 func (s *Session) reconfigure(ctx context.Context, vm *object.VirtualMachine, spec types.VirtualMachineConfigSpec) error {
 	s.files.RLock()
 	defer s.files.RUnlock()
