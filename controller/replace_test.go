@@ -314,9 +314,10 @@ func TestReplaceNodeFreshDiskForALostDisk(t *testing.T) {
 // the clone, nothing is left to hand over, power off or rename: the new
 // VM is cloned at once. After it, a rollback has no old VM to give the
 // disk back to: the node is cloned again from its old image. Either way
-// the data disk, which outlived the VM, is the node's again.
+// the data disk, which outlived the VM, is the node's again. A new VM
+// that leaves while it is verified is rolled back at once.
 func TestReplaceNodeGoesOnWhenTheOldVMIsGone(t *testing.T) {
-	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = time.Minute; c.UpgradeNodeTimeout = time.Minute })
+	e := newClusterEnv(t, func(c *Config) { c.LeaveTimeout = time.Minute; c.UpgradeNodeTimeout = 10 * time.Minute })
 	e.do("POST", v1.PathClusters, e.spec("rg", 3, 0))
 	fl := e.startFleet("rg", "")
 	e.waitAllReady("rg")
@@ -389,7 +390,32 @@ func TestReplaceNodeGoesOnWhenTheOldVMIsGone(t *testing.T) {
 		}
 	}
 
-	// 3. An upgrade's hand-over asks nothing of vCenter: the engine's
+	// 3. rg-m2's new VM leaves vCenter while it is verified: nothing will
+	// report from it, so the replacement is rolled back at once, not
+	// after the node timeout, and the old VM serves on with its disk.
+	old = e.vms("rg")["rg-m2"].Self
+	fl.hold("rg-m2", true)
+	op = e.start("POST", replace("rg-m2"), nil)
+	e.waitReplacementStep("rg", "rg-m2", v1.SwapVerifying)
+	newVM := e.vms("rg")["rg-m2"].Self
+	e.unregister(newVM)
+	if got := e.waitOp(op.ID); got.State != v1.OperationFailed || !strings.Contains(got.Message, "rg-m2's replacement was rolled back") {
+		t.Fatalf("replace rg-m2, its new VM gone: %s: %s", got.State, got.Message)
+	}
+	if ev := e.event("rg", "rg-m2", "the new VM "+newVM.Value+" is gone from vCenter"); ev.Type != "Warning" {
+		t.Errorf("rg-m2's new VM gone: event %+v", ev)
+	}
+	fl.hold("rg-m2", false)
+	e.waitAllReady("rg")
+	vms = e.vms("rg")
+	if vm := vms["rg-m2"]; vm.Self.Value != old.Value || dataDiskOf(vm) != before.disk["rg-m2"] {
+		t.Errorf("rg-m2 after the rollback: VM %s with disk %q; want its old VM %s with %q", vm.Self.Value, dataDiskOf(vm), old.Value, before.disk["rg-m2"])
+	}
+	if len(vms) != 3 {
+		t.Errorf("VMs after rg-m2's rollback: %v, want the 3 masters", keys(vms))
+	}
+
+	// 4. An upgrade's hand-over asks nothing of vCenter: the engine's
 	// sweep finds that rg-m1's VM is gone, and its replacement goes on.
 	newImage := e.importImage(nodeOVA(t, "1.1.0"))
 	goneWhileHandingOver("rg-m1", v1.PathClusters+"/rg/upgrade", v1.UpgradeRequest{Image: newImage}, "Upgrade")

@@ -323,7 +323,8 @@ func anyRunnable(machines []machine) bool {
 // lost) is destroyed; a machine whose VM has vanished (destroyed behind
 // the controller's back) starts again from the clone, and its data disk,
 // which outlived the VM, is attached to the new one; so does a master's
-// replacement whose old VM vanished before the clone (oldVMGone). A VM
+// replacement whose old VM vanished before the clone (oldVMGone); one
+// whose new VM vanished while it was verified is rolled back. A VM
 // merely moved out of the folder is left alone. Then running VMs whose
 // agents' certificates expired get new bootstraps (rebootstrapExpired).
 // It reports whether it sent a machine back.
@@ -354,13 +355,15 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 	reset := false
 	for _, m := range machines {
 		// The VM the machine still stands on: a replacement's old VM
-		// until its clone, else the machine's own.
+		// until its clone, the new VM while it is verified, else the
+		// machine's own.
 		var vm string
+		verifying := m.Swap != nil && m.Swap.Step == swapVerifying && !m.Swap.Rollback
 		switch {
 		case m.Remove:
 		case m.Swap != nil && m.Swap.beforeClone():
 			vm = m.Swap.OldVM
-		case m.Swap == nil && m.Step != stepPending:
+		case verifying, m.Swap == nil && m.Step != stepPending:
 			vm = m.VM
 		}
 		if vm == "" || present[vm] {
@@ -372,9 +375,14 @@ func (e *engine) sweepVMs(ctx context.Context, p *pass, machines []machine) (boo
 			continue // moved out of the folder, and still the machine's
 		}
 		var r stepResult
-		if m.Swap != nil {
+		switch {
+		case verifying:
+			// Nothing will report from it: no need to wait out the
+			// node timeout.
+			r = e.startRollback(&m, fmt.Sprintf("the new VM %s is gone from vCenter", m.VM))
+		case m.Swap != nil:
 			r = e.oldVMGone(p.rec, &m)
-		} else {
+		default:
 			r = stepResult{typ: "Warning", msg: fmt.Sprintf("%s: WARNING: its VM %s is gone from vCenter; cloning it again (the data disk stays)", m.Name, m.VM)}
 			m.VM, m.Step = "", stepPending
 		}
