@@ -355,11 +355,12 @@ func TestReplaceNodeGoesOnWhenTheOldVMIsGone(t *testing.T) {
 		t.Errorf("VMs after rg-m2's replacement: %v, want the 3 masters", keys(vms))
 	}
 
-	// 2. rg-m3's new VM does not get Ready, and its old VM, set aside,
-	// leaves vCenter before the rollback would give it its disk back.
+	// 2. rg-m3's new VM, on the fresh-disk path, does not get Ready, and
+	// its old VM, set aside, leaves vCenter before the rollback would
+	// give it its disk back: the node is cloned again on its old disk.
 	old = e.vms("rg")["rg-m3"].Self
 	fl.hold("rg-m3", true) // Converging: the new VM waits to be verified
-	op := e.start("POST", replace("rg-m3"), nil)
+	op := e.start("POST", replace("rg-m3"), v1.ReplaceNodeRequest{FreshDisk: true})
 	e.waitReplacementStep("rg", "rg-m3", v1.SwapVerifying)
 	e.unregister(old)
 	fl.refuse.Store(true) // the new VM refuses its role: rolled back at once
@@ -367,7 +368,8 @@ func TestReplaceNodeGoesOnWhenTheOldVMIsGone(t *testing.T) {
 	if got.State != v1.OperationFailed || !strings.Contains(got.Message, "rg-m3's replacement was rolled back") {
 		t.Fatalf("replace rg-m3 by a VM that refuses its role, its old VM gone: %s: %s", got.State, got.Message)
 	}
-	if ev := e.event("rg", "rg-m3", "the old VM "+old.Value+" is gone from vCenter, so rg-m3 is cloned again from its old image"); ev.Type != "Warning" || ev.Reason != "ReplaceRolledBack" {
+	if ev := e.event("rg", "rg-m3", "the old VM "+old.Value+" is gone from vCenter, so rg-m3 is cloned again from its old image"); ev.Type != "Warning" || ev.Reason != "ReplaceRolledBack" ||
+		!strings.Contains(ev.Message, "with the old VM's data disk "+before.disk["rg-m3"]+", not the fresh one") {
 		t.Errorf("rg-m3's rollback without its old VM: event %+v", ev)
 	}
 	fl.hold("rg-m3", false)

@@ -289,9 +289,19 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	}
 	// The old VM destroyed or unregistered behind the controller's back:
 	// the machine is cloned again as it was, as the sweep does.
+	oldDisk := func() vsphere.DataDisk {
+		o := *m
+		o.DataDisk = s.OldDataDisk
+		return dataDisk(p.rec, &o)
+	}
 	gone := func() stepResult {
-		r := finish("rolled back: the old VM %s is gone from vCenter, so %s is cloned again from its old image %s, with the old VM's data disk%s (%s)",
-			s.OldVM, m.Name, s.OldImage, e.rejoinNote(m), s.Why)
+		disk := "the old VM's data disk"
+		if s.FreshDisk {
+			// The fresh-disk path is undone with the rest.
+			disk = fmt.Sprintf("the old VM's data disk %s, not the fresh one (a new, empty disk is made at that path if it is missing)", oldDisk().Path())
+		}
+		r := finish("rolled back: the old VM %s is gone from vCenter, so %s is cloned again from its old image %s, with %s%s (%s)",
+			s.OldVM, m.Name, s.OldImage, disk, e.rejoinNote(m), s.Why)
 		m.VM, m.Step = "", stepPending
 		return r
 	}
@@ -321,9 +331,7 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 	}
 	disk := "its data disk again"
 	if m.Role == v1.RoleMaster {
-		oldDisk := *m
-		oldDisk.DataDisk = s.OldDataDisk
-		d := dataDisk(p.rec, &oldDisk)
+		d := oldDisk()
 		err := vc.AttachDataDisk(ctx, p.folder, old, d)
 		switch {
 		case vsphere.IsNotFound(err):
