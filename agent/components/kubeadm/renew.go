@@ -33,11 +33,6 @@ const certsRenewedRecord = StateDir + "/certificates-renewed"
 // stand-in apiserver, its certificates).
 const CertsRenewedEnv = "HARMONY_CERTIFICATES_RENEWED"
 
-// renewedNever keeps a kubelet's own kubeconfig out of renewal: the
-// kubelet rotates its client certificate itself, and kubelet-finalize
-// points kubelet.conf at the rotated file.
-var renewedNever = path.Join(KubernetesDir, "kubelet.conf")
-
 // dueForRenewal says, for each leaf certificate and kubeconfig of this
 // master that is due at now, why (by node path: the certificate's, or the
 // kubeconfig's).
@@ -51,7 +46,9 @@ func dueForRenewal(host *reconcile.Host, kubeconfigs []string, now time.Time) ma
 	}
 	for _, name := range kubeconfigs {
 		nodePath := path.Join(KubernetesDir, name)
-		if nodePath == renewedNever {
+		if nodePath == KubeletKubeconfig {
+			// The kubelet rotates its client certificate itself, and
+			// kubelet-finalize points kubelet.conf at the rotated file.
 			continue
 		}
 		kc, err := readKubeconfig(host.Path(nodePath))
