@@ -52,8 +52,7 @@ func TestAnEtcdSnapshotTakenWhenAsked(t *testing.T) {
 	reports := func(want bool) func() bool {
 		return func() bool {
 			for _, n := range e.cluster("sn").Status.Nodes {
-				var node v1.Node
-				doJSON(t, e.tc.admin, "GET", e.tc.url+v1.PathNodes+"/"+n.Name, nil).decode(t, &node)
+				node := e.node(n.Name)
 				if n.Role == v1.RoleMaster && (node.Status == nil || slices.Contains(node.Status.Capabilities, v1.CapabilityEtcdSnapshots) != want) {
 					return false
 				}

@@ -24,10 +24,10 @@ import (
 const (
 	DefaultCloneParallelism = 8
 	DefaultRetryBase        = 2 * time.Second
+	DefaultMaxAttempts      = 6
 	// DefaultResyncInterval re-checks settled clusters against vCenter
 	// (vanished VMs, expired agent certificates).
 	DefaultResyncInterval = 5 * time.Minute
-	DefaultMaxAttempts    = 6
 	// DefaultLeaveTimeout bounds how long a removed node is given to
 	// leave its cluster (etcd member removed, kubeadm reset, VIP given up)
 	// before its VM is powered off anyway.

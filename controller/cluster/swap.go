@@ -287,13 +287,14 @@ func (e *engine) rollbackStep(ctx context.Context, p *pass, m *machine) (stepRes
 		s.Step = swapRolledBack
 		return stepResult{typ: "Warning", reason: s.reason("UpgradeRolledBack"), roles: true, msg: m.Name + ": " + fmt.Sprintf(format, args...)}
 	}
-	// The old VM destroyed or unregistered behind the controller's back:
-	// the machine is cloned again as it was, as the sweep does.
+	// oldDisk is the data disk the old VM had, which a rollback gives back.
 	oldDisk := func() vsphere.DataDisk {
 		o := *m
 		o.DataDisk = s.OldDataDisk
 		return dataDisk(p.rec, &o)
 	}
+	// The old VM destroyed or unregistered behind the controller's back:
+	// the machine is cloned again as it was, as the sweep does.
 	gone := func() stepResult {
 		disk := "the old VM's data disk"
 		if s.FreshDisk {
