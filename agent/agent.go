@@ -391,6 +391,7 @@ func (a *Agent) accepted() {
 
 func (a *Agent) setIdentity(id *identity.Identity) {
 	a.current.Store(id)
+	a.metrics.CertStart.Set(float64(id.Leaf().NotBefore.Unix()))
 	a.metrics.CertExpiry.Set(float64(id.Leaf().NotAfter.Unix()))
 	if id.ValidAt(a.now()) {
 		a.metrics.SetState(metrics.StateEnrolled)

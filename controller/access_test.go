@@ -15,11 +15,11 @@ import (
 
 // routeAccess is each route's permission, as the README's security model
 // says: enrollment, the CA bundle, /healthz and the session routes are
-// open; a node reads its role, reports status and renews; /metrics takes
-// a scraper or an admin; a user sees the cluster list, the API document
-// and themselves, and a cluster's routes by their grant on it; renewing
-// an admin certificate takes that certificate; everything else is the
-// admins'.
+// open; a node reads its role, reports status and renews; /metrics and
+// the agents' metrics targets take a scraper or an admin; a user sees the
+// cluster list, the API document and themselves, and a cluster's routes
+// by their grant on it; renewing an admin certificate takes that
+// certificate; everything else is the admins'.
 func routeAccess(pattern string) string {
 	switch pattern {
 	case "GET " + v1.PathHealthz, "GET " + v1.PathCA, "POST " + v1.PathEnroll,
@@ -28,7 +28,7 @@ func routeAccess(pattern string) string {
 	case "POST " + v1.PathRenew, "GET " + v1.PathNodeRole, "POST " + v1.PathNodeStatus,
 		"GET " + v1.PathNodeEtcdSnapshots, "PUT " + v1.PathNodeEtcdSnapshots + "/{takenAt}", "GET " + v1.PathNodeEtcdSnapshots + "/{takenAt}":
 		return "node"
-	case "GET " + v1.PathMetrics:
+	case "GET " + v1.PathMetrics, "GET " + v1.PathMetricsTargets:
 		return "metrics"
 	case "POST " + v1.PathAdminCert:
 		return "admin-certificate"
@@ -275,8 +275,8 @@ func TestEveryRouteAdmitsExactlyItsCallers(t *testing.T) {
 			t.Errorf("no route with permission %q", perm)
 		}
 	}
-	if kinds["public"] != 7 || kinds["node"] != 6 || kinds["metrics"] != 1 || kinds["admin-certificate"] != 1 {
-		t.Errorf("routes by permission %v: want 7 public, 6 for nodes, 1 for metrics, 1 for an admin certificate", kinds)
+	if kinds["public"] != 7 || kinds["node"] != 6 || kinds["metrics"] != 2 || kinds["admin-certificate"] != 1 {
+		t.Errorf("routes by permission %v: want 7 public, 6 for nodes, 2 for metrics, 1 for an admin certificate", kinds)
 	}
 	// The calls changed nothing they were refused: the nodes and the
 	// scraper still work.

@@ -313,6 +313,7 @@ func (c *Controller) routes() http.Handler {
 		c.metricsHandler().ServeHTTP(w, r)
 		return nil
 	}, permMetrics)
+	c.route(mux, "GET "+v1.PathMetricsTargets, 0, c.handleMetricsTargets, permMetrics)
 
 	// The web console: static files, public like the login page they
 	// hold; what they show comes from the API above, under its checks.

@@ -226,6 +226,8 @@ var adminAPIDocs = []apiDoc{
 		answers: []answer{{200, schemaFunc(func(*schemas) map[string]any { return map[string]any{"type": "object"} }), "the OpenAPI document"}}},
 	{pattern: "GET " + v1.PathMetrics, summary: "Prometheus metrics (admin or scraper certificate)",
 		answers: []answer{{200, mediaType("text/plain"), "metrics in the Prometheus text format"}}},
+	{pattern: "GET " + v1.PathMetricsTargets, summary: "Every node's agent metrics endpoint, for Prometheus's http_sd_configs (admin or scraper certificate)",
+		answers: []answer{{200, []v1.MetricsTargetGroup{}, "one group per node with an address: its first address on port " + strconv.Itoa(v1.AgentMetricsPort) + ", labelled " + v1.MetricsLabelCluster + ", " + v1.MetricsLabelNode + " and " + v1.MetricsLabelRole}}},
 }
 
 func (c *Controller) handleOpenAPI(w http.ResponseWriter, r *http.Request, _ principal) *apiError {

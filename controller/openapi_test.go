@@ -196,6 +196,7 @@ func TestOpenAPIDocumentsRoutesInSource(t *testing.T) {
 		"PathCertificates":      v1.PathCertificates,
 		"PathHealthz":           v1.PathHealthz,
 		"PathMetrics":           v1.PathMetrics,
+		"PathMetricsTargets":    v1.PathMetricsTargets,
 		"PathProviders":         v1.PathProviders,
 		"PathImages":            v1.PathImages,
 		"PathLeftovers":         v1.PathLeftovers,

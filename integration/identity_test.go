@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,6 +316,28 @@ func TestAgentMetricsRequireScraperCertificate(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// The alert rules take the certificate's lifetime from these two.
+	leaf := nodeID.Leaf()
+	for name, want := range map[string]time.Time{
+		"harmony_agent_certificate_start_timestamp_seconds":  leaf.NotBefore,
+		"harmony_agent_certificate_expiry_timestamp_seconds": leaf.NotAfter,
+	} {
+		if got := gaugeValue(body, name); got != float64(want.Unix()) {
+			t.Errorf("%s = %v, want %d (the node certificate's)", name, got, want.Unix())
+		}
+	}
+}
+
+// gaugeValue is the value of an unlabelled metric in a scrape, or -1.
+func gaugeValue(body, name string) float64 {
+	for line := range strings.Lines(body) {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 func issueScraper(t *testing.T, c *ctl) tls.Certificate {

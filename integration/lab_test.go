@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +79,7 @@ func TestLab(t *testing.T) {
 	t.Run("a broken master replaced by a new VM on its data disk, the same etcd member", l.checkReplaceMaster)
 	// Last: the nodes it makes have new names and addresses.
 	t.Run("upgrade by reimage to the next image, nothing lost", l.checkUpgrade)
+	t.Run("prometheus follows the upgrade: it scrapes the new nodes, not the old", l.checkPrometheus)
 	seen = append(seen, l.names()...)
 	l.down(t, seen)
 }
@@ -591,46 +593,107 @@ func (l *labUnderTest) holdingCopy(t *testing.T, copied v1.EtcdSnapshotCopy, mas
 	return held
 }
 
+// checkPrometheus: Prometheus scrapes the cluster's nodes as they are now
+// (found through the controller: after scaling or an upgrade too) and the
+// controller, and evaluates the alerting rules without an error, and
+// every metric they name is exported.
 func (l *labUnderTest) checkPrometheus(t *testing.T) {
 	type target struct {
 		Labels    map[string]string `json:"labels"`
 		Health    string            `json:"health"`
 		LastError string            `json:"lastError"`
 	}
+	want := l.names()
+	slices.Sort(want)
 	var detail string
-	testutil.Eventually(t, 2*time.Minute, "Prometheus sees every agent and the controller up", func() bool {
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("Prometheus sees the controller and exactly the agents of %q up", want), func() bool {
 		var targets struct {
 			Data struct {
 				ActiveTargets []target `json:"activeTargets"`
 			} `json:"data"`
 		}
-		resp, err := http.Get(l.sum.Prometheus + "/api/v1/targets?state=active")
-		if err != nil {
-			detail = err.Error()
-			return false
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
+		if err := l.prometheus("targets?state=active", &targets); err != nil {
 			detail = err.Error()
 			return false
 		}
 		var b strings.Builder
-		agents, controllers := 0, 0
+		var agents []string
+		controllers := 0
 		for _, tg := range targets.Data.ActiveTargets {
-			fmt.Fprintf(&b, "%s %s %s %s\n", tg.Labels["job"], tg.Labels["instance"], tg.Health, tg.LastError)
+			fmt.Fprintf(&b, "%s %s %s %s %s\n", tg.Labels["job"], tg.Labels["instance"], tg.Labels["node"], tg.Health, tg.LastError)
 			if tg.Health != "up" {
 				continue
 			}
 			switch tg.Labels["job"] {
 			case "harmony-agent":
-				agents++
+				agents = append(agents, tg.Labels["node"])
 			case "harmony-controller":
 				controllers++
 			}
 		}
 		detail = b.String()
-		return agents == len(l.sum.Nodes) && controllers == 1
+		slices.Sort(agents)
+		return slices.Equal(agents, want) && controllers == 1 && len(targets.Data.ActiveTargets) == len(want)+1
 	}, func() { t.Log(detail) })
+
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := l.prometheus("rules", &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Data.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Health == "err" {
+				t.Errorf("alerting rule %s: %s", r.Name, r.LastError)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("Prometheus has no alerting rules")
+	}
+	var names struct {
+		Data []string `json:"data"`
+	}
+	if err := l.prometheus("label/__name__/values", &names); err != nil {
+		t.Fatal(err)
+	}
+	rulesText, err := os.ReadFile(filepath.Join("lab", "harmony.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`harmony_(agent|controller)_[a-z_]+`).FindAllString(string(rulesText), -1)
+	if len(named) == 0 {
+		t.Fatal("the alerting rules name no Harmony metric")
+	}
+	for _, name := range named {
+		if !slices.Contains(names.Data, name) {
+			t.Errorf("the alerting rules name %s, which no agent or controller exports", name)
+		}
+	}
+}
+
+// prometheus reads the lab's Prometheus's API at path into v.
+func (l *labUnderTest) prometheus(path string, v any) error {
+	resp, err := http.Get(l.sum.Prometheus + "/api/v1/" + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("prometheus %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // holders lists the masters whose eth0 is up and carries the VIP.

@@ -38,6 +38,7 @@ var states = []string{StateWaiting, StateEnrolling, StateEnrolled, StateRefused,
 type Agent struct {
 	Registry      *prometheus.Registry
 	state         *prometheus.GaugeVec
+	CertStart     prometheus.Gauge
 	CertExpiry    prometheus.Gauge
 	RoleRevision  prometheus.Gauge
 	RequestErrors *prometheus.CounterVec
@@ -51,6 +52,10 @@ func New() *Agent {
 			Name: "harmony_agent_enrollment_state",
 			Help: "1 for the agent's current enrollment state, 0 for the others.",
 		}, []string{"state"}),
+		CertStart: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "harmony_agent_certificate_start_timestamp_seconds",
+			Help: "NotBefore of the node certificate, as a Unix timestamp: with the expiry, its lifetime.",
+		}),
 		CertExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "harmony_agent_certificate_expiry_timestamp_seconds",
 			Help: "NotAfter of the node certificate, as a Unix timestamp.",
@@ -64,7 +69,7 @@ func New() *Agent {
 			Help: "Failed requests to the controller, by reason.",
 		}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.state, m.CertExpiry, m.RoleRevision, m.RequestErrors,
+	m.Registry.MustRegister(m.state, m.CertStart, m.CertExpiry, m.RoleRevision, m.RequestErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Collector("harmony_agent"))
 	m.SetState(StateWaiting)

@@ -40,6 +40,10 @@ const (
 	PathHealthz     = "/healthz"
 	PathMetrics     = "/metrics"
 
+	// PathMetricsTargets lists every agent's /metrics in Prometheus's
+	// HTTP service discovery format (MetricsTargetGroup).
+	PathMetricsTargets = "/api/v1/metrics/targets"
+
 	// PathNodeEtcdSnapshots: GET lists the copies the controller keeps of
 	// the node's cluster's etcd snapshots; PUT
 	// PathNodeEtcdSnapshots/{takenAt} sends one (a master's), GET

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/harmonykaas/harmony/agent/bootstrap"
 	"github.com/harmonykaas/harmony/agent/checks"
 	"github.com/harmonykaas/harmony/agent/sdnotify"
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/buildinfo"
 )
 
@@ -67,7 +69,7 @@ its life; and watches its role over mutual TLS.`,
 	f.StringSliceVar(&cfg.Addresses, "address", nil, "IP address for the node certificate (repeatable; default: the primary interface's)")
 	f.DurationVar(&cfg.AddressWait, "address-wait", 0, "how long enrollment waits for the primary interface's address when --address is not given (default 2m)")
 	f.StringSliceVar(&cfg.DNSNames, "dns-name", nil, "extra DNS name for the node certificate (repeatable; must be in the node's inventory)")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", ":9101", "mutual-TLS /metrics listener; empty disables it")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", ":"+strconv.Itoa(v1.AgentMetricsPort), "mutual-TLS /metrics listener; empty disables it")
 	f.StringVar(&cfg.MetricsLocalListen, "metrics-local-listen", "", "optional plain-HTTP /metrics listener on loopback, e.g. 127.0.0.1:9102")
 	f.BoolVar(&cfg.NodeStack, "node-stack", false, "act on the role: network, keepalived, HAProxy, etcd, kubeadm and the CNI")
 	f.StringVar(&cfg.Root, "root", "/", "prefix for every path the node stack writes (a per-host directory in the lab)")

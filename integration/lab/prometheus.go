@@ -15,6 +15,7 @@ import (
 	"text/template"
 	"time"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/internal/atomicfile"
 )
@@ -27,66 +28,73 @@ var prometheusConfig string
 
 var prometheusTemplate = template.Must(template.New("prometheus.yml").Parse(prometheusConfig))
 
-type scrapeTarget struct{ Target, Node, Role string }
+// alertRules are Harmony's Prometheus alerting rules, which the lab's
+// Prometheus loads; harmony.rules_test.yml tests them.
+//
+//go:embed harmony.rules.yml
+var alertRules []byte
+
+// alertRulesFile is the rules' name beside the scrape config.
+const alertRulesFile = "harmony.rules.yml"
 
 type prometheusParams struct {
-	Cluster, CA, Cert, Key, Controller string
-	Agents                             []scrapeTarget
+	CA, Cert, Key, Controller, Targets, Rules string
 }
 
-// startPrometheus issues a scraper certificate, writes the scrape config,
-// checks it with promtool and starts Debian's Prometheus on the lab's .1.
-// Its targets are the cluster's nodes, at the addresses the controller
+// startPrometheus writes the scrape config for the lab's controller and
+// starts Debian's Prometheus on the lab's .1. It finds the cluster's
+// nodes through the controller, at the addresses the controller
 // allocated.
-func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Client, nodes []NodeSummary) error {
+func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Client) error {
 	dir := filepath.Join(cfg.StateDir, "prometheus")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("lab: %w", err)
-	}
-	cred, err := ctl.IssueScraperCert(ctx, "lab-prometheus")
+	confPath, err := writeScrapeConfig(ctx, dir, ctl, netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort))
 	if err != nil {
-		return fmt.Errorf("lab: scraper certificate: %w", err)
-	}
-	params := prometheusParams{
-		Cluster:    ClusterName,
-		CA:         filepath.Join(dir, "ca.crt"),
-		Cert:       filepath.Join(dir, "scraper.crt"),
-		Key:        filepath.Join(dir, "scraper.key"),
-		Controller: netip.AddrPortFrom(addr(cfg.Subnet, 1), controllerPort).String(),
-	}
-	for _, f := range []struct {
-		path string
-		data []byte
-		perm os.FileMode
-	}{{params.CA, cred.CABundle, 0o644}, {params.Cert, cred.Certificate, 0o644}, {params.Key, cred.Key, 0o600}} {
-		if err := atomicfile.Write(f.path, f.data, f.perm); err != nil {
-			return fmt.Errorf("lab: %w", err)
-		}
-	}
-	for _, n := range nodes {
-		ip, err := netip.ParseAddr(n.IP)
-		if err != nil {
-			return fmt.Errorf("lab: node %s: address %q: %w", n.Name, n.IP, err)
-		}
-		params.Agents = append(params.Agents, scrapeTarget{
-			Target: netip.AddrPortFrom(ip, agentMetricPort).String(), Node: n.Name, Role: n.Role,
-		})
-	}
-	var buf bytes.Buffer
-	if err := prometheusTemplate.Execute(&buf, params); err != nil {
 		return err
-	}
-	confPath := filepath.Join(dir, "prometheus.yml")
-	if err := atomicfile.Write(confPath, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	if out, err := exec.CommandContext(ctx, "promtool", "check", "config", confPath).CombinedOutput(); err != nil {
-		return fmt.Errorf("lab: promtool check config: %w: %s", err, out)
 	}
 	listen := netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort)
 	cfg.Log.Info("lab: prometheus", "listen", listen)
 	_, err = launchPrometheus(ctx, r, confPath, filepath.Join(dir, "data"), listen)
 	return err
+}
+
+// writeScrapeConfig issues a scraper certificate from the controller at
+// controller and writes it into dir, with the scrape config and the
+// alerting rules, which promtool checks. It returns the config's path.
+func writeScrapeConfig(ctx context.Context, dir string, ctl *client.Client, controller netip.AddrPort) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("lab: %w", err)
+	}
+	cred, err := ctl.IssueScraperCert(ctx, "lab-prometheus")
+	if err != nil {
+		return "", fmt.Errorf("lab: scraper certificate: %w", err)
+	}
+	params := prometheusParams{
+		CA:         filepath.Join(dir, "ca.crt"),
+		Cert:       filepath.Join(dir, "scraper.crt"),
+		Key:        filepath.Join(dir, "scraper.key"),
+		Controller: controller.String(),
+		Targets:    "https://" + controller.String() + v1.PathMetricsTargets,
+		Rules:      filepath.Join(dir, alertRulesFile),
+	}
+	var conf bytes.Buffer
+	if err := prometheusTemplate.Execute(&conf, params); err != nil {
+		return "", err
+	}
+	confPath := filepath.Join(dir, "prometheus.yml")
+	for _, f := range []struct {
+		path string
+		data []byte
+		perm os.FileMode
+	}{{params.CA, cred.CABundle, 0o644}, {params.Cert, cred.Certificate, 0o644}, {params.Key, cred.Key, 0o600},
+		{params.Rules, alertRules, 0o644}, {confPath, conf.Bytes(), 0o644}} {
+		if err := atomicfile.Write(f.path, f.data, f.perm); err != nil {
+			return "", fmt.Errorf("lab: %w", err)
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "promtool", "check", "config", confPath).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("lab: promtool check config: %w: %s", err, out)
+	}
+	return confPath, nil
 }
 
 // launchPrometheus starts Prometheus detached, records it in r, and waits

@@ -33,9 +33,8 @@ import (
 
 // Ports on the machine's lab address (.1) and on each node.
 const (
-	controllerPort  = 9443
-	prometheusPort  = 9090
-	agentMetricPort = 9101
+	controllerPort = 9443
+	prometheusPort = 9090
 )
 
 // kubeconfigLifetime is the lab user's kubeconfig's, the longest the
@@ -151,7 +150,7 @@ func Up(ctx context.Context, cfg Config) (*Summary, error) {
 		sum.Nodes = append(sum.Nodes, NodeSummary{Name: n.Name, Role: string(n.Role), IP: n.IP,
 			Netns: vmNetns(r.ID, n.Name), Body: filepath.Join(r.vmDir(n.Name), bodyDirName)})
 	}
-	if err := startPrometheus(ctx, &cfg, r, ctl, sum.Nodes); err != nil {
+	if err := startPrometheus(ctx, &cfg, r, ctl); err != nil {
 		return nil, err
 	}
 	sum.Prometheus = "http://" + netip.AddrPortFrom(addr(cfg.Subnet, 1), prometheusPort).String()

@@ -236,7 +236,7 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 			}
 		}
 	}
-	c.metrics.set(obs, s.name)
+	c.metrics.set(obs, s.name, s.snapshots)
 	return st
 }
 

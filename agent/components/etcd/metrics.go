@@ -16,7 +16,7 @@ import (
 type metrics struct {
 	info, leader, learner, hasLeader          *prometheus.Desc
 	snapshotNewest, snapshotCount, snapFailed *prometheus.Desc
-	copyFailures                              *prometheus.Desc
+	copyFailures, snapshotInterval            *prometheus.Desc
 
 	mu      sync.Mutex
 	enabled bool
@@ -26,6 +26,8 @@ type metrics struct {
 	isLead  bool
 	isLearn bool
 	hasLead bool
+	// interval is the snapshot schedule's; 0 when snapshots are off.
+	interval time.Duration
 	// snaps is what the snapshot directory held after the last pass that
 	// looked; snapFailures counts failed snapshots since the agent started.
 	snaps        snapshotState
@@ -56,6 +58,8 @@ func newMetrics() *metrics {
 			"Snapshots this node's etcd member was due for and could not take, since the agent started.", nil, nil),
 		copyFailures: prometheus.NewDesc("harmony_agent_etcd_snapshot_copy_failures_total",
 			"Copies of this node's newest etcd snapshot to the controller that failed, since the agent started.", nil, nil),
+		snapshotInterval: prometheus.NewDesc("harmony_agent_etcd_snapshot_interval_seconds",
+			"How often this node's etcd member is to be snapshotted, from its role; absent while snapshots are off.", nil, nil),
 	}
 }
 
@@ -75,10 +79,14 @@ func (m *metrics) setSnapshots(s snapshotState, err error) {
 	}
 }
 
-func (m *metrics) set(o observation, name string) {
+func (m *metrics) set(o observation, name string, sched v1.EtcdSnapshotSchedule) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.enabled = true
+	m.interval = 0
+	if sched.Enabled {
+		m.interval = sched.Interval
+	}
 	m.known = o.statusErr == nil
 	m.id, m.name = o.status.MemberID, name
 	m.isLead = m.known && o.status.Leader != 0 && o.status.Leader == o.status.MemberID
@@ -90,7 +98,7 @@ func (m *metrics) disable() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.enabled, m.known, m.id, m.name = false, false, 0, ""
-	m.isLead, m.isLearn, m.hasLead = false, false, false
+	m.isLead, m.isLearn, m.hasLead, m.interval = false, false, false, 0
 	m.snaps, m.snapsKnown = snapshotState{}, false
 	m.restored = ""
 }
@@ -98,7 +106,7 @@ func (m *metrics) disable() {
 // Describe implements prometheus.Collector.
 func (c *Component) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.metrics.info, c.metrics.leader, c.metrics.learner, c.metrics.hasLeader,
-		c.metrics.snapshotNewest, c.metrics.snapshotCount, c.metrics.snapFailed, c.metrics.copyFailures} {
+		c.metrics.snapshotNewest, c.metrics.snapshotCount, c.metrics.snapFailed, c.metrics.copyFailures, c.metrics.snapshotInterval} {
 		ch <- d
 	}
 }
@@ -120,6 +128,9 @@ func (c *Component) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.hasLeader, prometheus.GaugeValue, boolValue(m.hasLead))
 	ch <- prometheus.MustNewConstMetric(m.snapFailed, prometheus.CounterValue, float64(m.snapFailures))
 	ch <- prometheus.MustNewConstMetric(m.copyFailures, prometheus.CounterValue, float64(m.copyFails))
+	if m.interval > 0 {
+		ch <- prometheus.MustNewConstMetric(m.snapshotInterval, prometheus.GaugeValue, m.interval.Seconds())
+	}
 	if m.snapsKnown {
 		ch <- prometheus.MustNewConstMetric(m.snapshotCount, prometheus.GaugeValue, float64(len(m.snaps.taken)))
 		if newest := m.snaps.newest(); !newest.IsZero() {

@@ -97,7 +97,8 @@ func TestSnapshotsOfARealMember(t *testing.T) {
 		t.Fatalf("stored %q, want %q", got, want)
 	}
 	m := gather(t, h)
-	if m["harmony_agent_etcd_snapshots"].value != 2 || m["harmony_agent_etcd_snapshot_newest_timestamp_seconds"].value != float64(now.Unix()) {
+	if m["harmony_agent_etcd_snapshots"].value != 2 || m["harmony_agent_etcd_snapshot_newest_timestamp_seconds"].value != float64(now.Unix()) ||
+		m["harmony_agent_etcd_snapshot_interval_seconds"].value != 3600 {
 		t.Errorf("metrics %+v", m)
 	}
 	// The newest, last, is the status's etcdSnapshotAt.
@@ -165,6 +166,10 @@ func TestSnapshotsOfARealMember(t *testing.T) {
 	pass() // nor when asked
 	if got := stored(); len(got) != 2 {
 		t.Fatalf("stored %q after snapshots were turned off, want the two taken", got)
+	}
+	// No schedule, so no staleness alert: the interval goes.
+	if m, ok := gather(t, h)["harmony_agent_etcd_snapshot_interval_seconds"]; ok {
+		t.Errorf("snapshots off, yet the interval is exported: %+v", m)
 	}
 
 	// The newest restores with etcdctl, which checks the hash, and holds

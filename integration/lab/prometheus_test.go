@@ -1,0 +1,168 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/harmonykaas/harmony/api/v1"
+	"github.com/harmonykaas/harmony/controller/controllertest"
+	"github.com/harmonykaas/harmony/internal/testutil"
+)
+
+// Each alert fires on the series that should raise it and not on a
+// healthy neighbour: promtool's own evaluation of the rules.
+func TestAlertRules(t *testing.T) {
+	for _, args := range [][]string{{"check", "rules", alertRulesFile}, {"test", "rules", "harmony.rules_test.yml"}} {
+		if out, err := exec.Command("promtool", args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// The lab's scrape config finds the agents through the controller: a
+// real Prometheus scrapes the nodes the controller has, with their
+// labels, drops a deleted one, scrapes the controller with the scraper
+// certificate, and loads the alerting rules, whose controller metrics
+// exist.
+func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
+	ctx := context.Background()
+	tc := controllertest.Start(t)
+	// Loopback addresses: a scrape of a node that is not there fails at
+	// once, on this machine.
+	for _, spec := range []v1.NodeSpec{
+		{Name: "sd-m1", Cluster: "sd", Role: v1.RoleMaster, IPs: []string{"127.0.0.21", "127.0.0.22"}},
+		{Name: "sd-w1", Cluster: "sd", Role: v1.RoleWorker, IPs: []string{"127.0.0.31"}},
+	} {
+		if _, err := tc.Admin.AddNode(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controller := netip.MustParseAddrPort(strings.TrimPrefix(tc.URL(), "https://"))
+	r, _, data := prometheusScratch(t, "sd")
+	conf, err := writeScrapeConfig(ctx, filepath.Join(r.dir(), "prometheus"), tc.Admin, controller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := freeLoopbackPort(t)
+	proc, err := launchPrometheus(ctx, r, conf, data, listen)
+	if proc.PID > 0 {
+		t.Cleanup(func() { killAll(ctx, []int{proc.PID}, 5*time.Second) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://" + listen.String() + "/api/v1/"
+
+	type target struct {
+		Labels map[string]string `json:"labels"`
+		Health string            `json:"health"`
+	}
+	agents := func(t *testing.T, want []string) {
+		t.Helper()
+		var got []string
+		testutil.Eventually(t, 90*time.Second, fmt.Sprintf("Prometheus's agent targets are %q", want), func() bool {
+			var body struct {
+				Data struct {
+					ActiveTargets []target `json:"activeTargets"`
+				} `json:"data"`
+			}
+			if err := getJSON(ctx, api+"targets?state=active", &body); err != nil {
+				return false
+			}
+			got = nil
+			for _, tg := range body.Data.ActiveTargets {
+				l := tg.Labels
+				switch l["job"] {
+				case "harmony-agent":
+					got = append(got, fmt.Sprintf("%s cluster=%s node=%s role=%s", l["instance"], l["cluster"], l["node"], l["role"]))
+				case "harmony-controller":
+					if tg.Health != "up" {
+						return false
+					}
+				}
+			}
+			slices.Sort(got)
+			return slices.Equal(got, want)
+		}, func() { t.Logf("agent targets: %q", got) })
+	}
+	agents(t, []string{"127.0.0.21:9101 cluster=sd node=sd-m1 role=master", "127.0.0.31:9101 cluster=sd node=sd-w1 role=worker"})
+	if err := tc.Admin.DeleteNode(ctx, "sd-w1"); err != nil {
+		t.Fatal(err)
+	}
+	agents(t, []string{"127.0.0.21:9101 cluster=sd node=sd-m1 role=master"})
+
+	// Every rule loaded and evaluated without an error.
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	testutil.Eventually(t, time.Minute, "every alerting rule evaluated", func() bool {
+		if err := getJSON(ctx, api+"rules", &rules); err != nil {
+			return false
+		}
+		n := 0
+		for _, g := range rules.Data.Groups {
+			for _, rule := range g.Rules {
+				if rule.Health != "ok" {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0 && n == strings.Count(string(alertRules), "- alert: ")
+	}, func() { t.Logf("rules: %+v", rules.Data.Groups) })
+
+	// The controller's metrics the rules name are the controller's.
+	var names struct {
+		Data []string `json:"data"`
+	}
+	if err := getJSON(ctx, api+"label/__name__/values", &names); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ruleMetrics(string(alertRules), "harmony_controller_") {
+		if !slices.Contains(names.Data, name) {
+			t.Errorf("the rules name %s, which the controller does not export", name)
+		}
+	}
+}
+
+// ruleMetrics are the metric names with prefix that rules name.
+func ruleMetrics(rules, prefix string) []string {
+	names := regexp.MustCompile(regexp.QuoteMeta(prefix)+`[a-z_]+`).FindAllString(rules, -1)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func getJSON(ctx context.Context, url string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}
