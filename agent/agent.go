@@ -79,7 +79,7 @@ type Config struct {
 	// takes its fleet back without anyone touching a VM. Default 5m.
 	RefusedRetryMax time.Duration
 	BootstrapPoll   time.Duration // re-check for a bootstrap; default 30s
-	StatusInterval  time.Duration // status heartbeat; default 5m
+	StatusInterval  time.Duration // status heartbeat; default v1.StatusHeartbeat, which the controller expects
 
 	// NodeStack makes the agent act on its role: the network, keepalived,
 	// HAProxy, etcd, kubeadm and the CNI. Root prefixes every path it
@@ -155,7 +155,7 @@ func New(cfg Config) (*Agent, error) {
 	setDefault(&cfg.AddressWait, 2*time.Minute)
 	setDefault(&cfg.RetryMax, time.Minute)
 	setDefault(&cfg.BootstrapPoll, 30*time.Second)
-	setDefault(&cfg.StatusInterval, 5*time.Minute)
+	setDefault(&cfg.StatusInterval, v1.StatusHeartbeat)
 	setDefault(&cfg.RefusedRetryMax, 5*time.Minute)
 	if cfg.StateDir == "" {
 		return nil, errors.New("a state directory is required")

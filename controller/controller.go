@@ -203,6 +203,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.metrics = newMetrics()
+	c.metrics.registry.MustRegister(newFleetCollector(c.clusters, c.store))
 	c.removeStaleSpool()
 	c.access = access.New(access.Config{Store: c.store, DataDir: cfg.DataDir, Now: c.now, Log: c.log})
 	c.audit = newAuditLog(c.store, cfg.DataDir)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -668,15 +667,7 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 	if err := l.prometheus("label/__name__/values", &names); err != nil {
 		t.Fatal(err)
 	}
-	rulesText, err := os.ReadFile(filepath.Join("lab", "harmony.rules.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	named := regexp.MustCompile(`harmony_(agent|controller)_[a-z_]+`).FindAllString(string(rulesText), -1)
-	if len(named) == 0 {
-		t.Fatal("the alerting rules name no Harmony metric")
-	}
-	for _, name := range named {
+	for _, name := range append(testutil.RuleMetrics(t, "harmony_agent_"), testutil.RuleMetrics(t, "harmony_controller_")...) {
 		if !slices.Contains(names.Data, name) {
 			t.Errorf("the alerting rules name %s, which no agent or controller exports", name)
 		}

@@ -477,8 +477,9 @@ type ClusterNode struct {
 	Name string   `json:"name"`
 	Role NodeRole `json:"role"`
 	IP   string   `json:"ip,omitempty"`
-	// Phase: Pending, Provisioning, Booting, Enrolled, Ready, Removing,
-	// Kept (powered off for troubleshooting) or Failed.
+	// Phase: Pending, Provisioning, Booting, Enrolled, Ready,
+	// Unresponsive (its agent has not reported for StatusStaleAfter),
+	// Removing, Kept (powered off for troubleshooting) or Failed.
 	Phase string `json:"phase"`
 	// Step is the last workflow step done.
 	Step      string `json:"step"`
@@ -490,6 +491,8 @@ type ClusterNode struct {
 	LastError string `json:"lastError,omitempty"`
 	// AgentPhase is the agent's own report, when it has reported.
 	AgentPhase string `json:"agentPhase,omitempty"`
+	// LastReport is when the agent last reported.
+	LastReport *time.Time `json:"lastReport,omitempty"`
 	// Kubernetes is the node's Kubernetes Node as its agent last saw it:
 	// Ready, NotReady or Unknown; empty before the node has joined.
 	Kubernetes     string `json:"kubernetes,omitempty"`

@@ -11,6 +11,15 @@ import (
 	"github.com/harmonykaas/harmony/internal/lazyregexp"
 )
 
+// An agent reports its status on every change and at least every
+// StatusHeartbeat. The controller shows a node whose agent has been silent
+// for StatusStaleAfter, three heartbeats, as Unresponsive, whatever it
+// last said.
+const (
+	StatusHeartbeat  = 5 * time.Minute
+	StatusStaleAfter = 3 * StatusHeartbeat
+)
+
 // Status is what an agent observes of its node and reports. The controller
 // sets NodeName from the client certificate and ReportedAt on receipt.
 type Status struct {

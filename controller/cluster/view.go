@@ -30,7 +30,7 @@ func (s *Service) List() ([]v1.Cluster, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, clusterView(tx, &recs[i], machines, nil, 0))
+			out = append(out, clusterView(tx, &recs[i], machines, nil, 0, s.cfg.Now()))
 		}
 		return nil
 	})
@@ -60,7 +60,7 @@ func (s *Service) Get(ctx context.Context, name string) (v1.Cluster, error) {
 		if err != nil {
 			return err
 		}
-		view = clusterView(tx, rec, machines, vms, eventsInView)
+		view = clusterView(tx, rec, machines, vms, eventsInView, s.cfg.Now())
 		return nil
 	})
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *Service) Operation(id string, since int64) (*v1.Operation, error) {
 		if err != nil {
 			return err
 		}
-		op.Nodes = nodeViews(tx, rec, machines, nil)
+		op.Nodes = nodeViews(tx, rec, machines, nil, s.cfg.Now())
 		return nil
 	})
 	return &op, err
@@ -164,21 +164,23 @@ func (s *Service) clusterVMs(ctx context.Context, rec *record) (map[string]vsphe
 	return out, nil
 }
 
-func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, nEvents int) v1.Cluster {
+func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, nEvents int, now time.Time) v1.Cluster {
 	spec := rec.Spec
 	view := v1.Cluster{Spec: spec, Status: v1.ClusterStatus{
 		Generation: rec.Generation, ObservedGeneration: rec.ObservedGeneration,
 		Conditions: rec.Conditions, CreatedAt: rec.CreatedAt,
-		Nodes: nodeViews(tx, rec, machines, vms),
+		Nodes: nodeViews(tx, rec, machines, vms, now),
 	}}
 	failed, pending, ready, live, kubeReady := false, false, 0, 0, 0
-	var refused []string
+	var refused, silent []string
 	for _, n := range view.Status.Nodes {
 		switch n.Phase {
 		case "Failed":
 			failed = true
 		case "Ready":
 			ready++
+		case "Unresponsive":
+			silent = append(silent, fmt.Sprintf("%s (since %s)", n.Name, n.LastReport.Format(time.RFC3339)))
 		}
 		if n.Phase == "Kept" || n.Phase == "Removing" {
 			continue
@@ -215,7 +217,7 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 	default:
 		view.Status.Phase = v1.PhaseRunning
 	}
-	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), nodesReady(ready, live, refused))
+	view.Status.Conditions = append(append([]v1.Condition{}, view.Status.Conditions...), nodesReady(ready, live, refused, silent))
 	view.Status.Conditions = append(view.Status.Conditions, v1.Condition{
 		Type: v1.ConditionKubernetesNodesReady, Status: allOf(kubeReady, live), Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d Kubernetes Nodes Ready", kubeReady, live)}, podNetwork(&spec))
@@ -226,14 +228,18 @@ func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]v
 }
 
 // nodesReady is the NodesReady condition: how many of the live nodes
-// report Ready, and which refuse their role for good (their image lacks
-// what it asks for), since waiting will not make those Ready.
-func nodesReady(ready, live int, refused []string) v1.Condition {
+// report Ready, which refuse their role for good (their image lacks what
+// it asks for), since waiting will not make those Ready, and which have
+// gone silent.
+func nodesReady(ready, live int, refused, silent []string) v1.Condition {
 	c := v1.Condition{Type: v1.ConditionNodesReady, Status: allOf(ready, live), Reason: "AgentReports",
 		Message: fmt.Sprintf("%d of %d nodes report Ready", ready, live)}
 	if len(refused) > 0 {
 		c.Reason = "RoleRefused"
 		c.Message += "; refusing their role for good, their image lacking what it asks for: " + strings.Join(refused, "; ")
+	}
+	if len(silent) > 0 {
+		c.Message += fmt.Sprintf("; no report for over %s: %s", v1.StatusStaleAfter, strings.Join(silent, ", "))
 	}
 	return c
 }
@@ -274,7 +280,7 @@ func podNetwork(spec *v1.ClusterSpec) v1.Condition {
 		Message: msg + "; kube-proxy mode " + spec.KubeProxyMode()}
 }
 
-func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo) []v1.ClusterNode {
+func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, now time.Time) []v1.ClusterNode {
 	out := make([]v1.ClusterNode, 0, len(machines))
 	replaces := map[string]string{} // surge worker → the worker it replaces
 	for _, m := range machines {
@@ -305,6 +311,9 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		st, reported := tx.Status(m.Name)
 		if reported {
 			n.AgentPhase, n.Components = st.Phase, st.Components
+			if !st.ReportedAt.IsZero() {
+				n.LastReport = &st.ReportedAt
+			}
 			n.EtcdSnapshotAt, n.EtcdSnapshots, n.EtcdRestored = st.EtcdSnapshotAt, st.EtcdSnapshots, st.EtcdRestored
 			if k := st.KubernetesNode; k != nil {
 				n.Kubernetes, n.KubeletVersion = kubernetesReady(k.Ready), k.KubeletVersion
@@ -320,6 +329,8 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 			n.Phase = "Failed"
 		case m.Step != stepPoweredOn:
 			n.Phase = "Provisioning"
+		case reported && now.Sub(st.ReportedAt) > v1.StatusStaleAfter:
+			n.Phase = "Unresponsive"
 		case reported && st.Phase == v1.PhaseReady:
 			n.Phase = "Ready"
 		case nodeErr == nil && !node.EnrolledAt.IsZero():

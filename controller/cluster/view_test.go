@@ -51,7 +51,7 @@ func TestReadinessWords(t *testing.T) {
 // NodesReady names the nodes that refuse their role for good, with what
 // each component said, and only then changes its reason.
 func TestNodesReadyNamesRefusals(t *testing.T) {
-	if c := nodesReady(3, 3, nil); c.Status != "True" || c.Reason != "AgentReports" || c.Message != "3 of 3 nodes report Ready" {
+	if c := nodesReady(3, 3, nil, nil); c.Status != "True" || c.Reason != "AgentReports" || c.Message != "3 of 3 nodes report Ready" {
 		t.Errorf("all Ready: %+v", c)
 	}
 	lacks := refusedComponents([]v1.ComponentStatus{
@@ -62,7 +62,7 @@ func TestNodesReadyNamesRefusals(t *testing.T) {
 	if lacks != "kubelet: kubernetesVersion v1.34.99: this image carries no kubelet of that version" {
 		t.Errorf("refusedComponents = %q: want the Refused component alone, with its message", lacks)
 	}
-	c := nodesReady(2, 3, []string{"c-m2 (" + lacks + ")"})
+	c := nodesReady(2, 3, []string{"c-m2 (" + lacks + ")"}, nil)
 	if c.Status != "False" || c.Reason != "RoleRefused" ||
 		c.Message != "2 of 3 nodes report Ready; refusing their role for good, their image lacking what it asks for: c-m2 (kubelet: kubernetesVersion v1.34.99: this image carries no kubelet of that version)" {
 		t.Errorf("a refusal: %+v", c)
