@@ -45,6 +45,7 @@ type results struct {
 	stackInuse             float64
 	fdsController          int
 	fanout                 fanoutResult
+	scrapes                []scrapeResult
 	disturbed              []string // phases during which other work took CPU
 }
 
@@ -124,6 +125,7 @@ func run(ctx context.Context, cfg *config, w io.Writer) (err error) {
 		{"enrollment of the rest", b.enrollRest},
 		{"watches", b.watch},
 		{"fan-out", b.fanout},
+		{"scrape", b.scrape},
 	}
 	for _, s := range steps {
 		if err := s.run(ctx); err != nil {
@@ -375,6 +377,9 @@ func (b *bench) summary(m machine) {
 		o.f("fan-out           %6d roles in one PUT: p50 %s, p99 %s, max %s   p99 < 1 s: %s\n",
 			cfg.fanout, ms(r.fanout.latency.p50), ms(r.fanout.latency.p99), ms(r.fanout.latency.max),
 			verdict(r.fanout.latency.p99 < targetFanoutP99))
+	}
+	for _, sc := range r.scrapes {
+		o.f("scrape            %-24s p50 %s, max %s, %d kB\n", sc.path, ms(sc.latency.p50), ms(sc.latency.max), sc.bytes/1000)
 	}
 	if len(r.disturbed) > 0 {
 		o.f("WARNING: other work took more than %.0f%% of a core during: %s; rerun on an idle machine before trusting those figures\n",
