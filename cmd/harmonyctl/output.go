@@ -163,10 +163,10 @@ func watchOperation(ctx context.Context, c *client.Client, id string, progress i
 }
 
 func printClusterNodes(w io.Writer, nodes []v1.ClusterNode, now time.Time) {
-	fmt.Fprintln(w, "NODE\tROLE\tIP\tPHASE\tSTEP\tVM\tPOWER\tAGENT\tKUBERNETES\tETCD SNAPSHOT\tIMAGE\tREPLACEMENT\tLAST ERROR")
+	fmt.Fprintln(w, "NODE\tROLE\tIP\tPHASE\tSTEP\tVM\tPOWER\tAGENT\tREPORTED\tKUBERNETES\tETCD SNAPSHOT\tIMAGE\tREPLACEMENT\tLAST ERROR")
 	for _, n := range nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step), dash(n.VM),
-			dash(n.Power), dash(n.AgentPhase), dash(strings.TrimSpace(n.Kubernetes+" "+n.KubeletVersion)), ago(n.EtcdSnapshotAt, now),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, n.IP, n.Phase, dash(n.Step), dash(n.VM),
+			dash(n.Power), dash(n.AgentPhase), ago(n.LastReport, now), dash(strings.TrimSpace(n.Kubernetes+" "+n.KubeletVersion)), ago(n.EtcdSnapshotAt, now),
 			dash(n.Image), dash(n.Upgrade), dash(n.LastError))
 	}
 }

@@ -289,7 +289,7 @@ async function showCluster(name) {
     el("tbody", {}, (s.nodes || []).map((n) => el("tr", { "data-node": n.name },
       el("td", {}, n.name), el("td", {}, n.role), el("td", {}, n.ip || n.guestIP || ""),
       el("td", { class: `phase-${n.phase}` }, n.phase, n.lastError ? el("div", { class: "muted" }, n.lastError) : null),
-      el("td", {}, n.step || ""), el("td", {}, n.agentPhase || "", components(n.components)), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
+      el("td", {}, n.step || ""), el("td", {}, n.agentPhase || "", n.lastReport ? el("div", { class: "muted" }, `reported ${new Date(n.lastReport).toLocaleTimeString()}`) : null, components(n.components)), el("td", {}, n.kubernetes || ""), el("td", {}, n.kubeletVersion || ""),
       el("td", {}, n.image || ""), el("td", {}, n.upgrade || ""),
       el("td", {}, nodeAction(c, n))))));
   const conditions = el("table", { "aria-label": "Conditions" },
