@@ -611,7 +611,7 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 				ActiveTargets []target `json:"activeTargets"`
 			} `json:"data"`
 		}
-		if err := l.prometheus("targets?state=active", &targets); err != nil {
+		if err := testutil.PrometheusAPI(context.Background(), l.sum.Prometheus, "targets?state=active", &targets); err != nil {
 			detail = err.Error()
 			return false
 		}
@@ -646,7 +646,7 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 			} `json:"groups"`
 		} `json:"data"`
 	}
-	if err := l.prometheus("rules", &rules); err != nil {
+	if err := testutil.PrometheusAPI(context.Background(), l.sum.Prometheus, "rules", &rules); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
@@ -664,7 +664,7 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 	var names struct {
 		Data []string `json:"data"`
 	}
-	if err := l.prometheus("label/__name__/values", &names); err != nil {
+	if err := testutil.PrometheusAPI(context.Background(), l.sum.Prometheus, "label/__name__/values", &names); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range append(testutil.RuleMetrics(t, "harmony_agent_"), testutil.RuleMetrics(t, "harmony_controller_")...) {
@@ -672,19 +672,6 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 			t.Errorf("the alerting rules name %s, which no agent or controller exports", name)
 		}
 	}
-}
-
-// prometheus reads the lab's Prometheus's API at path into v.
-func (l *labUnderTest) prometheus(path string, v any) error {
-	resp, err := http.Get(l.sum.Prometheus + "/api/v1/" + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("prometheus %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // holders lists the masters whose eth0 is up and carries the VIP.

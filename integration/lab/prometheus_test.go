@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +57,7 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := "http://" + listen.String() + "/api/v1/"
+	prom := "http://" + listen.String()
 
 	type target struct {
 		Labels map[string]string `json:"labels"`
@@ -74,7 +72,7 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 					ActiveTargets []target `json:"activeTargets"`
 				} `json:"data"`
 			}
-			if err := getJSON(ctx, api+"targets?state=active", &body); err != nil {
+			if err := testutil.PrometheusAPI(ctx, prom, "targets?state=active", &body); err != nil {
 				return false
 			}
 			got = nil
@@ -113,7 +111,7 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 		} `json:"data"`
 	}
 	testutil.Eventually(t, time.Minute, "every alerting rule evaluated", func() bool {
-		if err := getJSON(ctx, api+"rules", &rules); err != nil {
+		if err := testutil.PrometheusAPI(ctx, prom, "rules", &rules); err != nil {
 			return false
 		}
 		n := 0
@@ -127,20 +125,4 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 		}
 		return n > 0 && n == strings.Count(string(alertRules), "- alert: ")
 	}, func() { t.Logf("rules: %+v", rules.Data.Groups) })
-}
-
-func getJSON(ctx context.Context, url string, into any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(into)
 }
