@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
+	htest "github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // A node whose agent stops reporting shows as Unresponsive once it has
@@ -17,18 +18,7 @@ import (
 func TestASilentNodeIsUnresponsive(t *testing.T) {
 	e := newClusterEnv(t)
 	e.do("POST", v1.PathClusters, e.spec("si", 1, 1))
-	nodes := map[string]*http.Client{}
-	report := func(name string) {
-		t.Helper()
-		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady}
-		if r := doJSON(t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
-			t.Fatalf("status of %s: %d %s", name, r.status, r.body)
-		}
-	}
-	for _, name := range []string{"si-m1", "si-w1"} {
-		nodes[name] = e.enrollClusterNode("si", name)
-		report(name)
-	}
+	report := e.readyNodes("si", "si-m1", "si-w1")
 	check := func(when string, want map[string]string, nodesReady string) {
 		t.Helper()
 		cl := e.cluster("si")
@@ -79,4 +69,56 @@ func TestASilentNodeIsUnresponsive(t *testing.T) {
 
 	report("si-w1")
 	check("si-w1 reports again", map[string]string{"si-m1": "Ready", "si-w1": "Ready"}, "True")
+}
+
+// A controller that was down heard no report meanwhile: once it starts
+// again, no node is Unresponsive for longer than it has been up, and a
+// node that stays silent is after that.
+func TestARestartedControllerGivesTheAgentsTheirTime(t *testing.T) {
+	// The reports are made 20 minutes back in time, on a clock of their
+	// own: every certificate stays valid to the real one.
+	before := &htest.Clock{}
+	before.Advance(-20 * time.Minute)
+	e := newClusterEnv(t, func(c *Config) { c.Now = before.Now })
+	e.do("POST", v1.PathClusters, e.spec("rs", 1, 1))
+	report := e.readyNodes("rs", "rs-m1", "rs-w1")
+	clock := &htest.Clock{}
+	e.mutate = append(e.mutate, func(c *Config) { c.Now = clock.Now })
+	e.restart() // 20 minutes after the reports
+	phases := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range e.cluster("rs").Status.Nodes {
+			out[n.Name] = n.Phase
+		}
+		return out
+	}
+	if got := phases(); got["rs-m1"] != "Ready" || got["rs-w1"] != "Ready" {
+		t.Errorf("just after the restart, with reports of 20 minutes ago: %v, want both Ready", got)
+	}
+	clock.Advance(10 * time.Minute)
+	report("rs-m1")
+	clock.Advance(6 * time.Minute)
+	if got := phases(); got["rs-m1"] != "Ready" || got["rs-w1"] != "Unresponsive" {
+		t.Errorf("16 minutes after the restart, rs-w1 silent all along: %v, want rs-m1 Ready and rs-w1 Unresponsive", got)
+	}
+}
+
+// readyNodes enrolls the named nodes of cluster, each reporting Ready,
+// and returns how to report one Ready again, to the controller running
+// then.
+func (e *clusterEnv) readyNodes(cluster string, names ...string) func(name string) {
+	e.t.Helper()
+	nodes := map[string]*http.Client{}
+	report := func(name string) {
+		e.t.Helper()
+		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady}
+		if r := doJSON(e.t, nodes[name], "POST", e.tc.url+v1.PathNodeStatus, st); r.status != http.StatusNoContent {
+			e.t.Fatalf("status of %s: %d %s", name, r.status, r.body)
+		}
+	}
+	for _, name := range names {
+		nodes[name] = e.enrollClusterNode(cluster, name)
+		report(name)
+	}
+	return report
 }

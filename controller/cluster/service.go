@@ -94,6 +94,9 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	engine *engine
+	// started is when this controller began to hear agents: none is
+	// silent for longer than it has been up.
+	started time.Time
 }
 
 // New returns the service; Start runs its engine.
@@ -140,7 +143,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.LeaveTimeout < 0 {
 		return nil, fmt.Errorf("leave timeout %s: want a positive duration", cfg.LeaveTimeout)
 	}
-	s := &Service{cfg: cfg, log: cfg.Log}
+	s := &Service{cfg: cfg, log: cfg.Log, started: cfg.Now()}
 	s.engine = newEngine(&s.cfg)
 	return s, nil
 }

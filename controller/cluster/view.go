@@ -17,6 +17,17 @@ const (
 	eventsInView         = 30
 )
 
+// staleBefore is when a node's agent must have reported since not to be
+// Unresponsive: StatusStaleAfter ago, once this controller has been up
+// that long (one that was down heard nothing meanwhile); zero before.
+func (s *Service) staleBefore() time.Time {
+	now := s.cfg.Now()
+	if now.Sub(s.started) < v1.StatusStaleAfter {
+		return time.Time{}
+	}
+	return now.Add(-v1.StatusStaleAfter)
+}
+
 // List returns every cluster from the store, without asking vCenter.
 func (s *Service) List() ([]v1.Cluster, error) {
 	out := []v1.Cluster{}
@@ -30,7 +41,7 @@ func (s *Service) List() ([]v1.Cluster, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, clusterView(tx, &recs[i], machines, nil, 0, s.cfg.Now()))
+			out = append(out, clusterView(tx, &recs[i], machines, nil, 0, s.staleBefore()))
 		}
 		return nil
 	})
@@ -60,7 +71,7 @@ func (s *Service) Get(ctx context.Context, name string) (v1.Cluster, error) {
 		if err != nil {
 			return err
 		}
-		view = clusterView(tx, rec, machines, vms, eventsInView, s.cfg.Now())
+		view = clusterView(tx, rec, machines, vms, eventsInView, s.staleBefore())
 		return nil
 	})
 	if err != nil {
@@ -110,7 +121,7 @@ func (s *Service) Operation(id string, since int64) (*v1.Operation, error) {
 		if err != nil {
 			return err
 		}
-		op.Nodes = nodeViews(tx, rec, machines, nil, s.cfg.Now())
+		op.Nodes = nodeViews(tx, rec, machines, nil, s.staleBefore())
 		return nil
 	})
 	return &op, err
@@ -164,12 +175,12 @@ func (s *Service) clusterVMs(ctx context.Context, rec *record) (map[string]vsphe
 	return out, nil
 }
 
-func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, nEvents int, now time.Time) v1.Cluster {
+func clusterView(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, nEvents int, staleBefore time.Time) v1.Cluster {
 	spec := rec.Spec
 	view := v1.Cluster{Spec: spec, Status: v1.ClusterStatus{
 		Generation: rec.Generation, ObservedGeneration: rec.ObservedGeneration,
 		Conditions: rec.Conditions, CreatedAt: rec.CreatedAt,
-		Nodes: nodeViews(tx, rec, machines, vms, now),
+		Nodes: nodeViews(tx, rec, machines, vms, staleBefore),
 	}}
 	failed, pending, ready, live, kubeReady := false, false, 0, 0, 0
 	var refused, silent []string
@@ -280,7 +291,7 @@ func podNetwork(spec *v1.ClusterSpec) v1.Condition {
 		Message: msg + "; kube-proxy mode " + spec.KubeProxyMode()}
 }
 
-func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, now time.Time) []v1.ClusterNode {
+func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsphere.VMInfo, staleBefore time.Time) []v1.ClusterNode {
 	out := make([]v1.ClusterNode, 0, len(machines))
 	replaces := map[string]string{} // surge worker → the worker it replaces
 	for _, m := range machines {
@@ -329,7 +340,7 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 			n.Phase = "Failed"
 		case m.Step != stepPoweredOn:
 			n.Phase = "Provisioning"
-		case reported && now.Sub(st.ReportedAt) > v1.StatusStaleAfter:
+		case reported && st.ReportedAt.Before(staleBefore):
 			n.Phase = "Unresponsive"
 		case reported && st.Phase == v1.PhaseReady:
 			n.Phase = "Ready"
