@@ -31,7 +31,7 @@ import (
 	"github.com/harmonykaas/harmony/internal/vcsim"
 )
 
-// Ports on the machine's lab address (.1) and on each node.
+// Ports on the machine's lab address (.1); the agents' is v1.AgentMetricsPort.
 const (
 	controllerPort = 9443
 	prometheusPort = 9090
