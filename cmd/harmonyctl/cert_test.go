@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
 	"github.com/harmonykaas/harmony/controller/clientconfig"
+	"github.com/harmonykaas/harmony/internal/promconfig"
 )
 
 func runCommand(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
@@ -79,5 +84,48 @@ func TestCertRenewAdminRewritesConfigAndRevokesTheOld(t *testing.T) {
 	}
 	if len(list.Items) != 2 || current != 1 || revoked != 1 {
 		t.Fatalf("certificates after renew-admin: %+v", list.Items)
+	}
+}
+
+// cert scraper --prometheus-config leaves a Prometheus configuration that
+// promtool accepts, aimed at this controller, beside a certificate that
+// scrapes it.
+func TestCertScraperWritesAPrometheusConfig(t *testing.T) {
+	g, _ := startTestController(t)
+	dir := filepath.Join(t.TempDir(), "prom")
+	if out, err := runCommand(t, certScraperCommand(g), "prometheus", "--out-dir", dir, "--prometheus-config"); err != nil {
+		t.Fatalf("cert scraper: %v\n%s", err, out)
+	}
+	conf := filepath.Join(dir, promconfig.ConfigFile)
+	if out, err := exec.Command("promtool", "check", "config", conf).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "url: " + g.server + v1.PathMetricsTargets; !strings.Contains(string(data), want) {
+		t.Errorf("prometheus.yml lacks %q:\n%s", want, data)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "prometheus.crt"), filepath.Join(dir, "prometheus.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, promconfig.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	scraper := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+	resp, err := scraper.Get(g.server + v1.PathMetricsTargets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the written certificate reads the service discovery: %s, want 200", resp.Status)
 	}
 }

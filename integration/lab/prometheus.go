@@ -1,45 +1,21 @@
 package lab
 
 import (
-	"bytes"
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"text/template"
 	"time"
 
-	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
-	"github.com/harmonykaas/harmony/internal/atomicfile"
+	"github.com/harmonykaas/harmony/internal/promconfig"
 )
-
-// prometheusConfig is the scrape config the lab generates; it is also
-// the reference for scraping Harmony anywhere.
-//
-//go:embed prometheus.yml.tmpl
-var prometheusConfig string
-
-var prometheusTemplate = template.Must(template.New("prometheus.yml").Parse(prometheusConfig))
-
-// alertRules are Harmony's Prometheus alerting rules, which the lab's
-// Prometheus loads; harmony.rules_test.yml tests them.
-//
-//go:embed harmony.rules.yml
-var alertRules []byte
-
-// alertRulesFile is the rules' name beside the scrape config.
-const alertRulesFile = "harmony.rules.yml"
-
-type prometheusParams struct {
-	CA, Cert, Key, Controller, Targets, Rules string
-}
 
 // startPrometheus writes the scrape config for the lab's controller and
 // starts Debian's Prometheus on the lab's .1. It finds the cluster's
@@ -58,38 +34,24 @@ func startPrometheus(ctx context.Context, cfg *Config, r *record, ctl *client.Cl
 }
 
 // writeScrapeConfig issues a scraper certificate from the controller at
-// controller and writes it into dir, with the scrape config and the
-// alerting rules, which promtool checks. It returns the config's path.
+// controller and writes it into dir, with Harmony's scrape config and
+// alerting rules (promconfig), which promtool checks. It returns the
+// config's path.
 func writeScrapeConfig(ctx context.Context, dir string, ctl *client.Client, controller netip.AddrPort) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("lab: %w", err)
 	}
-	cred, err := ctl.IssueScraperCert(ctx, "lab-prometheus")
+	const name = "lab-prometheus"
+	cred, err := ctl.IssueScraperCert(ctx, name)
 	if err != nil {
 		return "", fmt.Errorf("lab: scraper certificate: %w", err)
 	}
-	params := prometheusParams{
-		CA:         filepath.Join(dir, "ca.crt"),
-		Cert:       filepath.Join(dir, "scraper.crt"),
-		Key:        filepath.Join(dir, "scraper.key"),
-		Controller: controller.String(),
-		Targets:    "https://" + controller.String() + v1.PathMetricsTargets,
-		Rules:      filepath.Join(dir, alertRulesFile),
+	if _, _, _, err := promconfig.WriteCredential(dir, name, promconfig.Credential{Key: cred.Key, Certificate: cred.Certificate, CA: cred.CABundle}); err != nil {
+		return "", fmt.Errorf("lab: %w", err)
 	}
-	var conf bytes.Buffer
-	if err := prometheusTemplate.Execute(&conf, params); err != nil {
-		return "", err
-	}
-	confPath := filepath.Join(dir, "prometheus.yml")
-	for _, f := range []struct {
-		path string
-		data []byte
-		perm os.FileMode
-	}{{params.CA, cred.CABundle, 0o644}, {params.Cert, cred.Certificate, 0o644}, {params.Key, cred.Key, 0o600},
-		{params.Rules, alertRules, 0o644}, {confPath, conf.Bytes(), 0o644}} {
-		if err := atomicfile.Write(f.path, f.data, f.perm); err != nil {
-			return "", fmt.Errorf("lab: %w", err)
-		}
+	confPath, err := promconfig.WriteConfig(dir, name, &url.URL{Scheme: "https", Host: controller.String()})
+	if err != nil {
+		return "", fmt.Errorf("lab: %w", err)
 	}
 	if out, err := exec.CommandContext(ctx, "promtool", "check", "config", confPath).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("lab: promtool check config: %w: %s", err, out)

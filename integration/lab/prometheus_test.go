@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,18 +12,9 @@ import (
 
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/controllertest"
+	"github.com/harmonykaas/harmony/internal/promconfig"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
-
-// Each alert fires on the series that should raise it and not on a
-// healthy neighbour: promtool's own evaluation of the rules.
-func TestAlertRules(t *testing.T) {
-	for _, args := range [][]string{{"check", "rules", alertRulesFile}, {"test", "rules", "harmony.rules_test.yml"}} {
-		if out, err := exec.Command("promtool", args...).CombinedOutput(); err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-}
 
 // The lab's scrape config finds the agents through the controller: a
 // real Prometheus scrapes the nodes the controller has, with their
@@ -123,6 +113,6 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 				n++
 			}
 		}
-		return n > 0 && n == strings.Count(string(alertRules), "- alert: ")
+		return n > 0 && n == strings.Count(string(promconfig.Rules), "- alert: ")
 	}, func() { t.Logf("rules: %+v", rules.Data.Groups) })
 }

@@ -13,7 +13,7 @@ import (
 
 // AlertRulesFile is Harmony's Prometheus alerting rules, from the module
 // root.
-const AlertRulesFile = "integration/lab/harmony.rules.yml"
+const AlertRulesFile = "internal/promconfig/harmony.rules.yml"
 
 // RuleMetrics are the metric names starting with prefix that the
 // alerting rules name, found from the test's package directory up.
