@@ -635,31 +635,12 @@ func (l *labUnderTest) checkPrometheus(t *testing.T) {
 		return slices.Equal(agents, want) && controllers == 1 && len(targets.Data.ActiveTargets) == len(want)+1
 	}, func() { t.Log(detail) })
 
-	var rules struct {
-		Data struct {
-			Groups []struct {
-				Rules []struct {
-					Name      string `json:"name"`
-					Health    string `json:"health"`
-					LastError string `json:"lastError"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"data"`
-	}
-	if err := testutil.PrometheusAPI(context.Background(), l.sum.Prometheus, "rules", &rules); err != nil {
+	n, unhealthy, err := testutil.PrometheusRules(context.Background(), l.sum.Prometheus)
+	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, g := range rules.Data.Groups {
-		for _, r := range g.Rules {
-			n++
-			if r.Health == "err" {
-				t.Errorf("alerting rule %s: %s", r.Name, r.LastError)
-			}
-		}
-	}
-	if n == 0 {
-		t.Error("Prometheus has no alerting rules")
+	if n == 0 || len(unhealthy) > 0 {
+		t.Errorf("Prometheus has %d alerting rules, these not evaluated healthy: %q", n, unhealthy)
 	}
 	var names struct {
 		Data []string `json:"data"`

@@ -88,31 +88,10 @@ func TestPrometheusFindsTheNodesThroughTheController(t *testing.T) {
 	agents(t, []string{"127.0.0.21:9101 cluster=sd node=sd-m1 role=master"})
 
 	// Every rule loaded and evaluated without an error.
-	var rules struct {
-		Data struct {
-			Groups []struct {
-				Name  string `json:"name"`
-				Rules []struct {
-					Name      string `json:"name"`
-					Health    string `json:"health"`
-					LastError string `json:"lastError"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"data"`
-	}
+	var unhealthy []string
 	testutil.Eventually(t, time.Minute, "every alerting rule evaluated", func() bool {
-		if err := testutil.PrometheusAPI(ctx, prom, "rules", &rules); err != nil {
-			return false
-		}
-		n := 0
-		for _, g := range rules.Data.Groups {
-			for _, rule := range g.Rules {
-				if rule.Health != "ok" {
-					return false
-				}
-				n++
-			}
-		}
-		return n > 0 && n == strings.Count(string(promconfig.Rules), "- alert: ")
-	}, func() { t.Logf("rules: %+v", rules.Data.Groups) })
+		n, bad, err := testutil.PrometheusRules(ctx, prom)
+		unhealthy = bad
+		return err == nil && len(bad) == 0 && n == strings.Count(string(promconfig.Rules), "- alert: ")
+	}, func() { t.Logf("rules not evaluated healthy: %q", unhealthy) })
 }
