@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 )
 
@@ -131,7 +132,7 @@ func unmarshalStrict(data []byte, v any) error {
 	if err := dec.Decode(&extra); err != io.EOF {
 		return &FieldError{Problem: "trailing data after the JSON document"}
 	}
-	return nil
+	return exactNames(data, reflect.TypeOf(v), "")
 }
 
 func jsonFieldError(err error) error {
