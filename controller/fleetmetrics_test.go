@@ -103,12 +103,12 @@ func TestARestartedControllerGivesTheAgentsTheirTime(t *testing.T) {
 	}
 }
 
-// readyNodes enrolls the named nodes of cluster, each reporting Ready,
-// and returns how to report one Ready again, to the controller running
-// then.
+// readyNodes enrolls the named nodes of cluster (reportingNodes), each
+// reporting Ready, and returns how to report one Ready again, to the
+// controller running then.
 func (e *clusterEnv) readyNodes(cluster string, names ...string) func(name string) {
 	e.t.Helper()
-	nodes := map[string]*http.Client{}
+	nodes, _ := e.reportingNodes(cluster, names...)
 	report := func(name string) {
 		e.t.Helper()
 		st := v1.Status{APIVersion: v1.APIVersion, Kind: "Status", Phase: v1.PhaseReady}
@@ -117,7 +117,6 @@ func (e *clusterEnv) readyNodes(cluster string, names ...string) func(name strin
 		}
 	}
 	for _, name := range names {
-		nodes[name] = e.enrollClusterNode(cluster, name)
 		report(name)
 	}
 	return report

@@ -31,6 +31,7 @@ func (s *Service) staleBefore() time.Time {
 // List returns every cluster from the store, without asking vCenter.
 func (s *Service) List() ([]v1.Cluster, error) {
 	out := []v1.Cluster{}
+	staleBefore := s.staleBefore()
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		recs, err := store.ListJSON[record](tx, store.Clusters, "")
 		if err != nil {
@@ -41,7 +42,7 @@ func (s *Service) List() ([]v1.Cluster, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, clusterView(tx, &recs[i], machines, nil, 0, s.staleBefore()))
+			out = append(out, clusterView(tx, &recs[i], machines, nil, 0, staleBefore))
 		}
 		return nil
 	})
