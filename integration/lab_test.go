@@ -68,6 +68,7 @@ func TestLab(t *testing.T) {
 	t.Run("each master snapshots etcd onto its data disk", l.checkEtcdSnapshots)
 	t.Run("prometheus scrapes every agent and the controller", l.checkPrometheus)
 	t.Run("five Ready Kubernetes nodes", l.checkKubernetesNodes)
+	t.Run("kubelets serve certificates from the cluster CA, which the apiserver checks", l.checkKubeletServing)
 	t.Run("pod network: pod to pod over VXLAN, a Service by name", l.checkPodNetwork)
 	t.Run("a user with a view grant: kubectl reads, RBAC refuses a delete", l.checkUserAccess)
 	t.Run("an LDAP group's grant: kubectl reads, RBAC refuses, leaving the group ends it", l.checkDirectoryAccess)
@@ -79,6 +80,7 @@ func TestLab(t *testing.T) {
 	// Last: the nodes it makes have new names and addresses.
 	t.Run("upgrade by reimage to the next image, nothing lost", l.checkUpgrade)
 	t.Run("prometheus follows the upgrade: it scrapes the new nodes, not the old", l.checkPrometheus)
+	t.Run("the new nodes' kubelets serve certificates from the cluster CA", l.checkKubeletServing)
 	seen = append(seen, l.names()...)
 	l.down(t, seen)
 }

@@ -130,6 +130,7 @@ func TestFirstMasterInNetns(t *testing.T) {
 	checkMetrics(t, c)
 	checkDrain(t, host, dial, cl, role, api, superAdmin)
 	checkPruneNodes(t, c, host, role, api, superAdmin)
+	checkServingRequests(t, c, host, cl, role, api, superAdmin)
 
 	// The same role: nothing to do, the same process.
 	st := c.Reconcile(ctx, host, role)
@@ -281,6 +282,25 @@ func startEtcd(t *testing.T, sup *service.Supervisor, root string, caPair *v1.Ke
 // phases' time, as a scrape sees them.
 func checkMetrics(t *testing.T, c *Component) {
 	t.Helper()
+	got := gathered(t, c)
+	now := float64(time.Now().Unix())
+	for _, cert := range []string{"apiserver", "apiserver-kubelet-client", "front-proxy-client", "apiserver-etcd-client", "admin.conf", "super-admin.conf"} {
+		if v := got["harmony_agent_kubernetes_certificate_expiry_timestamp_seconds/"+cert]; v < now {
+			t.Errorf("expiry of %s: %v", cert, v)
+		}
+	}
+	if got["harmony_agent_kubernetes_apiserver_ready"] != 1 {
+		t.Errorf("apiserver_ready: %v", got)
+	}
+	if v := got["harmony_agent_kubeadm_cluster_phases_timestamp_seconds"]; v < now-600 || v > now+1 {
+		t.Errorf("cluster phases time %v, now %v", v, now)
+	}
+}
+
+// gathered is what a scrape of c gives, by name and label values
+// ("name/value1/value2").
+func gathered(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)
@@ -296,21 +316,10 @@ func checkMetrics(t *testing.T, c *Component) {
 			for _, l := range m.GetLabel() {
 				name += "/" + l.GetValue()
 			}
-			got[name] = m.GetGauge().GetValue()
+			got[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	now := float64(time.Now().Unix())
-	for _, cert := range []string{"apiserver", "apiserver-kubelet-client", "front-proxy-client", "apiserver-etcd-client", "admin.conf", "super-admin.conf"} {
-		if v := got["harmony_agent_kubernetes_certificate_expiry_timestamp_seconds/"+cert]; v < now {
-			t.Errorf("expiry of %s: %v", cert, v)
-		}
-	}
-	if got["harmony_agent_kubernetes_apiserver_ready"] != 1 {
-		t.Errorf("apiserver_ready: %v", got)
-	}
-	if v := got["harmony_agent_kubeadm_cluster_phases_timestamp_seconds"]; v < now-600 || v > now+1 {
-		t.Errorf("cluster phases time %v, now %v", v, now)
-	}
+	return got
 }
 
 // testAPI asks the apiserver in the namespace, verifying it with the
@@ -423,26 +432,12 @@ func checkGrantRBAC(t *testing.T, api *apiClient, cl *testCluster, superAdmin *t
 			time.Sleep(time.Second)
 		}
 	}
-	clusterCA, err := pki.LoadCA(cl.clusterCA)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userCert := func(group string) *tls.Certificate {
 		var org []string
 		if group != "" {
 			org = []string{group}
 		}
-		dir := t.TempDir()
-		cert, key := filepath.Join(dir, "user.crt"), filepath.Join(dir, "user.key")
-		if _, err := clusterCA.Ensure(cert, key, pki.Leaf{CommonName: v1.KubernetesUser("alice"), Organization: org,
-			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: v1.DefaultCredentialLifetime}); err != nil {
-			t.Fatal(err)
-		}
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &pair
+		return clusterClientCert(t, cl, v1.KubernetesUser("alice"), org...)
 	}
 	configMap := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"grant-test"}}`
 	for _, tc := range []struct {
@@ -477,6 +472,27 @@ func checkGrantRBAC(t *testing.T, api *apiClient, cl *testCluster, superAdmin *t
 			t.Errorf("%s lists nodes: %d %s", tc.group, code, tail(body, 200))
 		}
 	}
+}
+
+// clusterClientCert is a client certificate from the cluster CA for user
+// cn in groups org, as the apiserver authenticates them.
+func clusterClientCert(t *testing.T, cl *testCluster, cn string, org ...string) *tls.Certificate {
+	t.Helper()
+	clusterCA, err := pki.LoadCA(cl.clusterCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "user.crt"), filepath.Join(dir, "user.key")
+	if _, err := clusterCA.Ensure(cert, key, pki.Leaf{CommonName: cn, Organization: org,
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, Validity: v1.DefaultCredentialLifetime}); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pair
 }
 
 // startRoleAggregation runs kube-controller-manager with only its

@@ -104,6 +104,18 @@ func TestConfigsPerRole(t *testing.T) {
 					cc.KubernetesVersion != c.version || !slices.Contains(cc.APIServer.CertSANs, "198.18.0.10") {
 					t.Errorf("ClusterConfiguration: %+v", cc)
 				}
+				// The kubelets ask the cluster CA for their serving
+				// certificates, and the apiserver verifies them.
+				var kc kubeletConfiguration
+				if err := yaml.Unmarshal(document(t, init, "KubeletConfiguration"), &kc); err != nil {
+					t.Fatal(err)
+				}
+				if !kc.ServerTLSBootstrap || !kc.RotateCertificates {
+					t.Errorf("KubeletConfiguration: %+v", kc)
+				}
+				if flag := "--kubelet-certificate-authority=" + CACertFile; !bytes.Contains(readFile(t, host.Path(APIServerManifest)), []byte(flag)) {
+					t.Errorf("the apiserver's manifest lacks %s", flag)
+				}
 			} else if !st.Healthy || !strings.Contains(st.Message, "does not join") || len(rec.TakeCalls()) != 0 {
 				t.Errorf("worker without a kubelet: %+v", st)
 			}

@@ -172,6 +172,16 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	}
 	c.metrics.setClusterPhases(clusterDone)
 	c.metrics.snapshot(host, kubeconfigFiles(p))
+	if readyErr == nil {
+		// Every master, so that a kubelet's request waits for no one
+		// master in particular; after the first master's cluster phases,
+		// which bind admin.conf's group.
+		decided, err := c.judgeServingRequests(ctx, host, role)
+		st.Actions = append(st.Actions, decided...)
+		if err != nil {
+			msg = append(msg, "kubelet serving certificate requests not decided: "+err.Error())
+		}
+	}
 
 	st.Phase = reconcile.PhaseConverged
 	st.Healthy = readyErr == nil && kubeletErr == nil

@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ type metricsState struct {
 	certExpiry    *prometheus.Desc
 	apiReady      *prometheus.Desc
 	clusterPhases *prometheus.Desc
+	servingCSRs   *prometheus.Desc
 
 	mu sync.Mutex
 	// expiry of each leaf certificate kubeadm (or the agent) made on this
@@ -24,6 +26,9 @@ type metricsState struct {
 	// ready is 1 or 0 for a master, -1 when there is nothing to report.
 	ready       float64
 	clusterDone time.Time
+	// servingCSRs counts the kubelet serving certificate requests this
+	// master decided, by decision ("approved", "denied").
+	servingDecisions map[string]float64
 }
 
 func newMetricsState() metricsState {
@@ -35,7 +40,11 @@ func newMetricsState() metricsState {
 			"1 if this master's kube-apiserver answered /readyz with 200 on the last pass, 0 if not.", nil, nil),
 		clusterPhases: prometheus.NewDesc("harmony_agent_kubeadm_cluster_phases_timestamp_seconds",
 			"When the first master last completed kubeadm's cluster-wide phases (Unix time).", nil, nil),
-		ready: -1,
+		servingCSRs: prometheus.NewDesc("harmony_agent_kubelet_serving_certificate_requests_total",
+			"Kubelet serving certificate requests this master's agent decided since it started, by decision (approved, denied).",
+			[]string{"decision"}, nil),
+		ready:            -1,
+		servingDecisions: map[string]float64{"approved": 0, "denied": 0},
 	}
 }
 
@@ -44,6 +53,7 @@ func (c *Component) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.metrics.certExpiry
 	ch <- c.metrics.apiReady
 	ch <- c.metrics.clusterPhases
+	ch <- c.metrics.servingCSRs
 }
 
 // Collect implements prometheus.Collector.
@@ -60,6 +70,19 @@ func (c *Component) Collect(ch chan<- prometheus.Metric) {
 	if !m.clusterDone.IsZero() {
 		ch <- prometheus.MustNewConstMetric(m.clusterPhases, prometheus.GaugeValue, float64(m.clusterDone.Unix()))
 	}
+	if m.ready >= 0 { // a master
+		for decision, n := range m.servingDecisions {
+			ch <- prometheus.MustNewConstMetric(m.servingCSRs, prometheus.CounterValue, n, decision)
+		}
+	}
+}
+
+// countServingRequest counts one decision of a kubelet serving
+// certificate request (the condition type, Approved or Denied).
+func (m *metricsState) countServingRequest(condition string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.servingDecisions[strings.ToLower(condition)]++
 }
 
 // snapshot reads the expiry of every leaf certificate on the master.

@@ -84,15 +84,21 @@ func silentSince(n listedNode, before time.Time) bool {
 }
 
 // adminAPI reaches this master's apiserver with the super-admin
-// credential.
+// credential, which only the first master has.
 func (c *Component) adminAPI(host *reconcile.Host) (*kubeapi.Client, error) {
-	kc, err := readKubeconfig(host.Path(SuperAdminKubeconfig))
+	return c.kubeAPI(host, SuperAdminKubeconfig)
+}
+
+// kubeAPI reaches this master's apiserver with the client certificate of
+// the kubeconfig at node path kubeconfig.
+func (c *Component) kubeAPI(host *reconcile.Host, kubeconfig string) (*kubeapi.Client, error) {
+	kc, err := readKubeconfig(host.Path(kubeconfig))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", SuperAdminKubeconfig, err)
+		return nil, fmt.Errorf("read %s: %w", kubeconfig, err)
 	}
 	cert, err := kc.keyPair()
 	if err != nil {
-		return nil, fmt.Errorf("%s client certificate: %w", SuperAdminKubeconfig, err)
+		return nil, fmt.Errorf("%s client certificate: %w", kubeconfig, err)
 	}
 	client, err := c.apiClient(host, &cert)
 	if err != nil {

@@ -75,6 +75,13 @@ type kubeletConfiguration struct {
 	// among them) get: the one the agent writes from guestinfo, the image
 	// having no systemd-resolved.
 	ResolvConf string `json:"resolvConf"`
+	// ServerTLSBootstrap: the kubelet asks the cluster CA for its serving
+	// certificate, and again before it expires, instead of signing one
+	// itself for a year; the masters' agents approve the requests
+	// (servingcerts.go), and the apiserver verifies it
+	// (KubeletCertificateAuthority).
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap"`
+	RotateCertificates bool `json:"rotateCertificates"`
 }
 
 type apiEndpoint struct {
@@ -126,6 +133,7 @@ type externalEtcd struct {
 
 type apiServer struct {
 	CertSANs  []string `json:"certSANs"`
+	ExtraArgs []arg    `json:"extraArgs,omitempty"`
 	ExtraEnvs []envVar `json:"extraEnvs,omitempty"`
 }
 
@@ -387,8 +395,12 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 			CertFile:  EtcdClientCertFile,
 			KeyFile:   EtcdClientKeyFile,
 		}},
-		APIServer: apiServer{CertSANs: p.certSANs},
-		Proxy:     disabled{Disabled: true},
+		APIServer: apiServer{CertSANs: p.certSANs, ExtraArgs: []arg{
+			// The kubelets' serving certificates are the cluster CA's
+			// (ServerTLSBootstrap): logs, exec and port-forward check them.
+			{Name: "kubelet-certificate-authority", Value: CACertFile},
+		}},
+		Proxy: disabled{Disabled: true},
 	}
 	if env := p.controlPlaneEnv(); len(env) > 0 {
 		cc.APIServer.ExtraEnvs = env
@@ -396,9 +408,11 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 		cc.Scheduler = &controlPlaneComponent{ExtraEnvs: env}
 	}
 	kc := kubeletConfiguration{
-		typeMeta:     typeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
-		CgroupDriver: "systemd",
-		ResolvConf:   "/etc/resolv.conf",
+		typeMeta:           typeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		CgroupDriver:       "systemd",
+		ResolvConf:         "/etc/resolv.conf",
+		ServerTLSBootstrap: true,
+		RotateCertificates: true,
 	}
 	return marshalDocs(ic, cc, kc)
 }
