@@ -70,6 +70,7 @@ func TestLab(t *testing.T) {
 	t.Run("five Ready Kubernetes nodes", l.checkKubernetesNodes)
 	t.Run("kubelets serve certificates from the cluster CA, which the apiserver checks", l.checkKubeletServing)
 	t.Run("pod network: pod to pod over VXLAN, a Service by name", l.checkPodNetwork)
+	t.Run("every master keeps an audit log; the workload's creation is in it", l.checkAuditLog)
 	t.Run("a user with a view grant: kubectl reads, RBAC refuses a delete", l.checkUserAccess)
 	t.Run("an LDAP group's grant: kubectl reads, RBAC refuses, leaving the group ends it", l.checkDirectoryAccess)
 	t.Run("VIP failover when its holder is powered off", l.checkFailover)

@@ -90,6 +90,9 @@ type Component struct {
 	copied    time.Time
 	copyRetry time.Time
 	copyErr   error
+	// orphansSeen is when each learner that never started, of no master
+	// of the role, was first seen so (removeOrphanLearners).
+	orphansSeen map[uint64]time.Time
 }
 
 var _ reconcile.Component = (*Component)(nil)
@@ -210,6 +213,14 @@ func (c *Component) Reconcile(ctx context.Context, host *reconcile.Host, role *v
 		if err != nil {
 			logger(host).Warn("removing the members of lost masters failed", "err", err)
 			st.Message += "; removing lost members: " + err.Error()
+		}
+	}
+	if obs.healthy() {
+		actions, err := c.removeOrphanLearners(ctx, host, cl, s, obs.status.MemberID)
+		st.Actions = append(st.Actions, actions...)
+		if err != nil {
+			logger(host).Warn("removing learners that never started failed", "err", err)
+			st.Message += "; removing learners that never started: " + err.Error()
 		}
 	}
 	// Only a healthy voting member snapshots: a learner may lag.

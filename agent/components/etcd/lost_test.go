@@ -4,9 +4,12 @@ package etcd
 
 import (
 	"context"
+	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/harmonykaas/harmony/agent/reconcile"
 	v1 "github.com/harmonykaas/harmony/api/v1"
@@ -151,4 +154,82 @@ func TestHandOverSkipsAMemberThatIsDown(t *testing.T) {
 	if err != nil || st.Leader != st.MemberID {
 		t.Errorf("%s after the hand-over: %+v, %v; want it to lead", up.name, st, err)
 	}
+}
+
+// A master that added itself as a learner and was gone before it started
+// etcd (and before its agent reported the member, so the controller cannot
+// name it lost) leaves a learner that would refuse every later join: etcd
+// takes one learner at a time. A healthy member removes it once it has
+// seen it, with no name and no master of the role at its peer URL, for
+// orphanLearnerAfter; never while the role has a master there.
+func TestALearnerThatNeverStartedIsRemoved(t *testing.T) {
+	ctx := context.Background()
+	hosts, masters, caPair, ca, _, _ := threeMembers(t, "198.18.30.%d")
+	m1 := hosts["m1"]
+	now := time.Now()
+	m1.comp.cfg.Now = func() time.Time { return now }
+	cl := m1.client(t, ca)
+	const gone = "198.18.30.99"
+	var orphan Member
+	// etcd refuses a member change until its members have been
+	// connected for a few seconds.
+	eventually(t, 60*time.Second, "the learner added", func() (err error) {
+		orphan, _, err = cl.MemberAddLearner(ctx, m1.endpoint(), peerURL(netip.MustParseAddr(gone), 2380))
+		return err
+	})
+	removed := "removed learner " + hexID(orphan.ID) + " (https://" + gone + ":2380): never started, and no master of the role"
+	pass := func(peers map[string]string) reconcile.Status {
+		t.Helper()
+		st := m1.comp.Reconcile(ctx, m1.host, testRole(t, "m1", peers, caPair))
+		if !st.Healthy {
+			t.Fatalf("m1's pass: %+v", st)
+		}
+		return st
+	}
+	hasLearner := func() bool {
+		t.Helper()
+		members, err := cl.MemberList(ctx, m1.endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(members, func(m Member) bool { return m.ID == orphan.ID })
+	}
+
+	// 1. While the role has a master at its address (one still on its
+	// way), it stays, however long.
+	withM4 := maps.Clone(masters)
+	withM4["m4"] = gone
+	for _, after := range []time.Duration{0, time.Hour} {
+		now = now.Add(after)
+		if st := pass(withM4); len(st.Actions) != 0 {
+			t.Errorf("pass with m4 in the role, %s on: %q", after, st.Actions)
+		}
+	}
+	// 2. The role no longer has it: it stays until it has been seen so
+	// for orphanLearnerAfter, then goes, and only it.
+	for _, after := range []time.Duration{0, orphanLearnerAfter - time.Second} {
+		now = now.Add(after)
+		if st := pass(masters); len(st.Actions) != 0 || !hasLearner() {
+			t.Fatalf("pass without m4, %s after it was first seen: %q", after, st.Actions)
+		}
+	}
+	now = now.Add(time.Second)
+	if st := pass(masters); !slices.Equal(st.Actions, []string{removed}) {
+		t.Errorf("pass %s after it was first seen: %q, want %q", orphanLearnerAfter, st.Actions, removed)
+	}
+	if hasLearner() {
+		t.Error("the learner is still a member")
+	}
+	members, err := cl.MemberList(ctx, m1.endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := votingMembers(members, "m1", "m2", "m3"); err != nil {
+		t.Error(err)
+	}
+	// A new learner can join now: etcd takes one at a time.
+	eventually(t, 60*time.Second, "a learner after the orphan went", func() error {
+		_, _, err := cl.MemberAddLearner(ctx, m1.endpoint(), peerURL(netip.MustParseAddr("198.18.30.98"), 2380))
+		return err
+	})
 }

@@ -435,6 +435,52 @@ func (c *Component) removeLost(ctx context.Context, host *reconcile.Host, cl *Cl
 	return actions, errors.Join(errs...)
 }
 
+// orphanLearnerAfter is how long a learner that never started, and is no
+// master of the role, must have been seen so before it is removed: far
+// longer than a role lags behind the scale-out that added its master.
+const orphanLearnerAfter = 2 * time.Minute
+
+// removeOrphanLearners removes the learners left by masters that added
+// themselves and were gone before they started etcd, and before their
+// agent reported the member (so the controller cannot name it lost): a
+// learner with no name, whose peer URL is no master's of the role, seen so
+// on passes orphanLearnerAfter apart. etcd takes one learner at a time, so
+// such a member would refuse every later master's join. Called by a
+// healthy voting member.
+func (c *Component) removeOrphanLearners(ctx context.Context, host *reconcile.Host, cl *Client, s settings, self uint64) ([]string, error) {
+	members, err := cl.MemberList(ctx, c.localClientURL())
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	now := c.cfg.Now()
+	seen := map[uint64]time.Time{}
+	var actions []string
+	var errs []error
+	for _, m := range members {
+		if !m.IsLearner || m.Name != "" || m.ID == self || s.peerOf(m, c.cfg.PeerPort) != "" {
+			continue
+		}
+		first, ok := c.orphansSeen[m.ID]
+		if !ok {
+			first = now
+		}
+		if now.Sub(first) < orphanLearnerAfter {
+			seen[m.ID] = first
+			continue
+		}
+		err := c.retryReconfig(ctx, func() error { return cl.MemberRemove(ctx, c.localClientURL(), m.ID) })
+		if err != nil && !isMemberNotFound(err) {
+			seen[m.ID] = first
+			errs = append(errs, fmt.Errorf("remove learner %x: %w", m.ID, err))
+			continue
+		}
+		actions = append(actions, fmt.Sprintf("removed learner %x (%s): never started, and no master of the role", m.ID, strings.Join(m.PeerURLs, ",")))
+		logger(host).Warn("removed a learner that never started, of no master of the role", "id", fmt.Sprintf("%x", m.ID), "peerURLs", m.PeerURLs, "seen_since", first)
+	}
+	c.orphansSeen = seen
+	return actions, errors.Join(errs...)
+}
+
 // promote asks the voting members to promote learner id. The leader
 // decides, and refuses while the learner lags (isLearnerNotReady); any
 // member forwards the request to it.

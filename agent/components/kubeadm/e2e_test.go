@@ -131,6 +131,7 @@ func TestFirstMasterInNetns(t *testing.T) {
 	checkDrain(t, host, dial, cl, role, api, superAdmin)
 	checkPruneNodes(t, c, host, role, api, superAdmin)
 	checkServingRequests(t, c, host, cl, role, api, superAdmin)
+	checkAuditLog(t, host, api, superAdmin)
 
 	// The same role: nothing to do, the same process.
 	st := c.Reconcile(ctx, host, role)

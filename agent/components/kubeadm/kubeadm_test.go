@@ -113,8 +113,16 @@ func TestConfigsPerRole(t *testing.T) {
 				if !kc.ServerTLSBootstrap || !kc.RotateCertificates {
 					t.Errorf("KubeletConfiguration: %+v", kc)
 				}
-				if flag := "--kubelet-certificate-authority=" + CACertFile; !bytes.Contains(readFile(t, host.Path(APIServerManifest)), []byte(flag)) {
-					t.Errorf("the apiserver's manifest lacks %s", flag)
+				// It keeps an audit log, from the policy and into the
+				// directory its pod mounts.
+				manifest := readFile(t, host.Path(APIServerManifest))
+				for _, want := range []string{"--kubelet-certificate-authority=" + CACertFile,
+					"--audit-policy-file=" + AuditPolicyFile, "--audit-log-path=" + AuditLogFile, "--audit-log-maxbackup=10",
+					"path: " + AuditLogDir + "\n      type: DirectoryOrCreate", "path: " + AuditPolicyFile + "\n      type: File",
+					"name: " + AuditPolicyEnv} {
+					if !bytes.Contains(manifest, []byte(want)) {
+						t.Errorf("the apiserver's manifest lacks %q:\n%s", want, manifest)
+					}
 				}
 			} else if !st.Healthy || !strings.Contains(st.Message, "does not join") || len(rec.TakeCalls()) != 0 {
 				t.Errorf("worker without a kubelet: %+v", st)

@@ -79,6 +79,9 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 	if err != nil {
 		return fail(err)
 	}
+	if err := writeAuditPolicy(host, owe, &st); err != nil {
+		return fail(err)
+	}
 	if err := prune(host, role, p, kubeconfigFiles(p), due, &st); err != nil {
 		return fail(err)
 	}

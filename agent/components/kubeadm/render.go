@@ -132,9 +132,20 @@ type externalEtcd struct {
 }
 
 type apiServer struct {
-	CertSANs  []string `json:"certSANs"`
-	ExtraArgs []arg    `json:"extraArgs,omitempty"`
-	ExtraEnvs []envVar `json:"extraEnvs,omitempty"`
+	CertSANs     []string        `json:"certSANs"`
+	ExtraArgs    []arg           `json:"extraArgs,omitempty"`
+	ExtraEnvs    []envVar        `json:"extraEnvs,omitempty"`
+	ExtraVolumes []hostPathMount `json:"extraVolumes,omitempty"`
+}
+
+// hostPathMount is a file or directory of the master mounted into a
+// control-plane pod.
+type hostPathMount struct {
+	Name      string `json:"name"`
+	HostPath  string `json:"hostPath"`
+	MountPath string `json:"mountPath"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+	PathType  string `json:"pathType,omitempty"`
 }
 
 // controlPlaneComponent is the controller manager's or the scheduler's
@@ -395,15 +406,19 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 			CertFile:  EtcdClientCertFile,
 			KeyFile:   EtcdClientKeyFile,
 		}},
-		APIServer: apiServer{CertSANs: p.certSANs, ExtraArgs: []arg{
-			// The kubelets' serving certificates are the cluster CA's
-			// (ServerTLSBootstrap): logs, exec and port-forward check them.
-			{Name: "kubelet-certificate-authority", Value: CACertFile},
-		}},
+		APIServer: apiServer{CertSANs: p.certSANs,
+			ExtraArgs: append([]arg{
+				// The kubelets' serving certificates are the cluster CA's
+				// (ServerTLSBootstrap): logs, exec and port-forward check them.
+				{Name: "kubelet-certificate-authority", Value: CACertFile},
+			}, auditLogArgs...),
+			ExtraEnvs:    []envVar{{Name: AuditPolicyEnv, Value: auditPolicyDigest()}},
+			ExtraVolumes: auditVolumes,
+		},
 		Proxy: disabled{Disabled: true},
 	}
 	if env := p.controlPlaneEnv(); len(env) > 0 {
-		cc.APIServer.ExtraEnvs = env
+		cc.APIServer.ExtraEnvs = append(cc.APIServer.ExtraEnvs, env...)
 		cc.ControllerManager = &controlPlaneComponent{ExtraEnvs: env}
 		cc.Scheduler = &controlPlaneComponent{ExtraEnvs: env}
 	}
