@@ -9,13 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/harmonykaas/harmony/internal/kubeconfig"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
@@ -25,19 +23,7 @@ import (
 // the apiserver reaches every kubelet through it (it verifies kubelets
 // against the cluster CA), and no kubelet's request was denied.
 func (l *labUnderTest) checkKubeletServing(t *testing.T) {
-	data, err := os.ReadFile(l.sum.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubeconfig.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf, err := kc.TLSConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clusterCA := conf.RootCAs
+	clusterCA := l.kubeTLS(t).RootCAs
 	for _, n := range l.cluster(t).Status.Nodes {
 		var last string
 		testutil.Eventually(t, 3*time.Minute, "the kubelet of "+n.Name+" to serve the cluster CA's certificate", func() bool {

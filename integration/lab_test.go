@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -340,6 +341,13 @@ func (l *labUnderTest) kubeNodes(t *testing.T) []kubeNode {
 // kubeClient calls the apiserver with the kubeconfig `lab up` wrote.
 func (l *labUnderTest) kubeClient(t *testing.T, timeout time.Duration) *http.Client {
 	t.Helper()
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: l.kubeTLS(t), DisableKeepAlives: true}}
+}
+
+// kubeTLS is the TLS configuration of the kubeconfig `lab up` wrote: the
+// cluster CA, and the user's certificate.
+func (l *labUnderTest) kubeTLS(t *testing.T) *tls.Config {
+	t.Helper()
 	data, err := os.ReadFile(l.sum.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +360,7 @@ func (l *labUnderTest) kubeClient(t *testing.T, timeout time.Duration) *http.Cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true}}
+	return conf
 }
 
 // kubeGet returns the status of GET path through the VIP. A request that

@@ -79,7 +79,7 @@ type kubeletConfiguration struct {
 	// certificate, and again before it expires, instead of signing one
 	// itself for a year; the masters' agents approve the requests
 	// (servingcerts.go), and the apiserver verifies it
-	// (KubeletCertificateAuthority).
+	// (--kubelet-certificate-authority).
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap"`
 	RotateCertificates bool `json:"rotateCertificates"`
 }

@@ -174,8 +174,10 @@ func (c *Component) judgeServingRequests(ctx context.Context, host *reconcile.Ho
 		}
 		var spec csrSpec
 		if err := json.Unmarshal(o.Spec, &spec); err != nil {
-			return actions, fmt.Errorf("CertificateSigningRequest %s: spec: %w", o.Metadata.Name, err)
+			log.Warn("a CertificateSigningRequest this agent cannot read", "csr", o.Metadata.Name, "err", err)
+			continue
 		}
+		o.APIVersion, o.Kind = "certificates.k8s.io/v1", "CertificateSigningRequest" // a list's items lack them
 		cond := csrCondition{Type: "Approved", Status: "True", Reason: approvedReason,
 			Message:        "the requester is this cluster's node, and asks for its own name and address only",
 			LastUpdateTime: time.Now().UTC().Format(time.RFC3339)}
