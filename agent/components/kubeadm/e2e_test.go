@@ -119,6 +119,10 @@ func TestFirstMasterInNetns(t *testing.T) {
 	if code, body := api.get(t, kubeconfigCert(t, host, "admin.conf"), "/api/v1/namespaces"); code != http.StatusOK {
 		t.Errorf("admin.conf lists namespaces: %d %s", code, tail(body, 300))
 	}
+	// Not even a cluster admin gets the apiserver's profiles.
+	if code, _ := api.get(t, superAdmin, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ as the super-admin: %d, want 404", code)
+	}
 
 	startRoleAggregation(t, ns, bin, host)
 	checkGrantRBAC(t, api, cl, superAdmin)

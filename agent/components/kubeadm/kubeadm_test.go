@@ -113,6 +113,12 @@ func TestConfigsPerRole(t *testing.T) {
 				if !kc.ServerTLSBootstrap || !kc.RotateCertificates {
 					t.Errorf("KubeletConfiguration: %+v", kc)
 				}
+				// No control-plane component serves profiling.
+				for _, m := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+					if !bytes.Contains(readFile(t, host.Path(ManifestsDir+"/"+m+".yaml")), []byte("--profiling=false")) {
+						t.Errorf("%s serves profiling", m)
+					}
+				}
 				// It keeps an audit log, from the policy and into the
 				// directory its pod mounts.
 				manifest := readFile(t, host.Path(APIServerManifest))
@@ -618,9 +624,10 @@ func TestAnEtcdRestoreRestartsTheControlPlaneOnce(t *testing.T) {
 	carries := func(id string) {
 		t.Helper()
 		for _, name := range manifests {
-			got := bytes.Contains(readFile(t, host.Path(ManifestsDir+"/"+name)), []byte("value: "+id))
-			if got != (id != "") || (id == "" && bytes.Contains(readFile(t, host.Path(ManifestsDir+"/"+name)), []byte(EtcdRestoredEnv))) {
-				t.Errorf("%s carries restore %q: %v", name, id, got)
+			data := readFile(t, host.Path(ManifestsDir+"/"+name))
+			_, after, has := bytes.Cut(data, []byte("name: "+EtcdRestoredEnv+"\n"))
+			if has != (id != "") || has && !bytes.HasPrefix(bytes.TrimSpace(after), []byte("value: "+id+"\n")) {
+				t.Errorf("%s carries restore %q: %v", name, id, has)
 			}
 		}
 		u, _ := rec.Unit(APIServerUnit)

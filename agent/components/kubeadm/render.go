@@ -98,11 +98,12 @@ type clusterConfiguration struct {
 	Networking           networking `json:"networking"`
 	Etcd                 etcd       `json:"etcd"`
 	APIServer            apiServer  `json:"apiServer"`
-	// ControllerManager and Scheduler are set only to restart them after
-	// an etcd restore (EtcdRestoredEnv) or a renewal of their
-	// certificates (CertsRenewedEnv).
-	ControllerManager *controlPlaneComponent `json:"controllerManager,omitempty"`
-	Scheduler         *controlPlaneComponent `json:"scheduler,omitempty"`
+	// ControllerManager and Scheduler serve no profiling, and carry in
+	// their environment what restarts them after an etcd restore
+	// (EtcdRestoredEnv) or a renewal of their certificates
+	// (CertsRenewedEnv).
+	ControllerManager controlPlaneComponent `json:"controllerManager"`
+	Scheduler         controlPlaneComponent `json:"scheduler"`
 	// Proxy is disabled: kube-proxy runs as a unit of every node
 	// (agent/components/kubeproxy). Said here, in the configuration
 	// kubeadm uploads, so that a join's preflight does not look for
@@ -151,8 +152,14 @@ type hostPathMount struct {
 // controlPlaneComponent is the controller manager's or the scheduler's
 // part of the ClusterConfiguration.
 type controlPlaneComponent struct {
+	ExtraArgs []arg    `json:"extraArgs,omitempty"`
 	ExtraEnvs []envVar `json:"extraEnvs,omitempty"`
 }
+
+// noProfiling turns off a control-plane component's /debug/pprof, which
+// kubeadm leaves on (the CIS benchmark's --profiling=false): it tells
+// anyone allowed to read it much about the process, and costs to serve.
+var noProfiling = arg{Name: "profiling", Value: "false"}
 
 type envVar struct {
 	Name  string `json:"name"`
@@ -411,17 +418,19 @@ func renderInit(role *v1.Role, p *plan, apiPort int) ([]byte, error) {
 				// The kubelets' serving certificates are the cluster CA's
 				// (ServerTLSBootstrap): logs, exec and port-forward check them.
 				{Name: "kubelet-certificate-authority", Value: CACertFile},
+				noProfiling,
 			}, auditLogArgs...),
 			ExtraEnvs:    []envVar{{Name: AuditPolicyEnv, Value: auditPolicyDigest()}},
 			ExtraVolumes: auditVolumes,
 		},
-		Proxy: disabled{Disabled: true},
+		ControllerManager: controlPlaneComponent{ExtraArgs: []arg{noProfiling}},
+		Scheduler:         controlPlaneComponent{ExtraArgs: []arg{noProfiling}},
+		Proxy:             disabled{Disabled: true},
 	}
-	if env := p.controlPlaneEnv(); len(env) > 0 {
-		cc.APIServer.ExtraEnvs = append(cc.APIServer.ExtraEnvs, env...)
-		cc.ControllerManager = &controlPlaneComponent{ExtraEnvs: env}
-		cc.Scheduler = &controlPlaneComponent{ExtraEnvs: env}
-	}
+	env := p.controlPlaneEnv()
+	cc.APIServer.ExtraEnvs = append(cc.APIServer.ExtraEnvs, env...)
+	cc.ControllerManager.ExtraEnvs = env
+	cc.Scheduler.ExtraEnvs = env
 	kc := kubeletConfiguration{
 		typeMeta:           typeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		CgroupDriver:       "systemd",
