@@ -920,7 +920,7 @@ func TestHelperAgentSandbox(t *testing.T) {
 		return nil
 	}())
 	for _, dir := range []string{"/etc/harmony", "/etc/keepalived", "/etc/haproxy", "/etc/kubernetes", "/etc/cni/net.d",
-		"/etc/systemd/system", "/var/lib/harmony", "/var/lib/etcd", "/var/lib/kubelet", "/run"} {
+		"/etc/systemd/system", "/var/lib/harmony", "/var/lib/etcd", "/var/lib/kubelet", "/var/log/kubernetes/audit", "/run"} {
 		check("write in "+dir, func() error {
 			f := filepath.Join(dir, ".harmony-sandbox-probe")
 			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
@@ -1164,7 +1164,7 @@ func TestAgentDirectoriesExistAtBoot(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 		t.Fatalf("systemd-tmpfiles --create %s: %v\n%s", agentTmpfiles, err, out)
 	}
-	private := map[string]bool{"/var/lib/etcd": true, "/var/contiv": true, "/var/lib/contiv": true}
+	private := map[string]bool{"/var/lib/etcd": true, "/var/contiv": true, "/var/lib/contiv": true, "/var/log/kubernetes/audit": true}
 	for _, p := range optional {
 		fi, err := os.Stat(filepath.Join(root, p))
 		want := os.FileMode(0o755)

@@ -101,3 +101,24 @@ func checkAuditLog(t *testing.T, host *reconcile.Host, api *apiClient, admin *tl
 	}
 	t.Logf("audit log: %d events, %d bytes", len(events), len(data))
 }
+
+// The agent writes the audit log's directory under ProtectSystem=strict:
+// its unit must let it, and the image must make the directory at boot,
+// root's alone (a CI run once found every master stuck on "read-only
+// file system" here).
+func TestAgentUnitMayWriteTheAuditLog(t *testing.T) {
+	unit, err := os.ReadFile("../../../systemd/harmony-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ReadWritePaths=-" + AuditLogDir + "\n"; !strings.Contains(string(unit), want) {
+		t.Errorf("harmony-agent.service lacks %q", want)
+	}
+	tmpfiles, err := os.ReadFile("../../../images/rootfs/etc/tmpfiles.d/harmony-agent.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "d " + AuditLogDir + " 0700 root root -\n"; !strings.Contains(string(tmpfiles), want) {
+		t.Errorf("the images' tmpfiles configuration lacks %q", want)
+	}
+}
