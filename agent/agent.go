@@ -243,7 +243,8 @@ func (a *Agent) currentPool() *x509.CertPool {
 	return nil
 }
 
-// Run works until ctx is done.
+// Run works until ctx is done, or until the node stack cannot start (no
+// service manager), which it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -263,11 +264,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	// A node stack that cannot start ends the run with its error.
+	stackErr := make(chan error, 1)
+	stopped := func() error {
+		select {
+		case err := <-stackErr:
+			return err
+		default:
+			return nil
+		}
+	}
 	if a.stack != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.stack.run(ctx, a.log)
+			if err := a.stack.run(ctx, a.log); err != nil {
+				stackErr <- err
+				cancel()
+			}
 		}()
 	}
 
@@ -296,7 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		id, err := a.ensureIdentity(ctx)
 		if err != nil {
-			return nil // ctx done
+			return stopped() // ctx done
 		}
 		if a.stack == nil {
 			a.ready("enrolled as " + id.NodeName)
@@ -304,14 +318,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		started := time.Now()
 		reason := a.session(ctx, id)
 		if ctx.Err() != nil {
-			return nil
+			return stopped()
 		}
 		a.log.Info("re-checking identity", "reason", reason)
 		if time.Since(started) > time.Minute {
 			pause.Reset()
 		}
 		if err := controlclient.Sleep(ctx, pause.Next()); err != nil {
-			return nil
+			return stopped()
 		}
 	}
 }

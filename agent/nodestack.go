@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,7 +30,9 @@ import (
 // nodeStack acts on the role: it feeds each new role to the reconcile
 // runner and keeps the components' latest statuses for the status report.
 type nodeStack struct {
-	runner *reconcile.Runner
+	root     string
+	services service.Manager
+	runner   *reconcile.Runner
 	// members are the components that know the local etcd member.
 	members []etcdMember
 	// nodes are the components that observe the Kubernetes Node.
@@ -90,16 +93,11 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 			}
 			services, closeServices = sup, sup.Close
 		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			var err error
-			services, closeServices, err = service.Detect(ctx, supCfg, a.log)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("service manager: %w", err)
-			}
+			// Found while the agent enrolls; the first pass waits for it.
+			pending := service.DetectInBackground(supCfg, a.log, 30*time.Second)
+			services, closeServices = pending, pending.Close
 		}
 	}
-	a.log.Info("node stack enabled", "root", root, "service_manager", services.Kind())
 
 	facts := func(ctx context.Context) (reconcile.Facts, error) {
 		link, err := netinfo.PrimaryLink(ctx)
@@ -119,7 +117,7 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 			return nil, err
 		}
 	}
-	ns := &nodeStack{roles: make(chan v1.Role, 1), closeServices: closeServices}
+	ns := &nodeStack{root: root, services: services, roles: make(chan v1.Role, 1), closeServices: closeServices}
 	for _, c := range components {
 		if m, ok := c.(etcdMember); ok {
 			ns.members = append(ns.members, m)
@@ -248,14 +246,26 @@ func (ns *nodeStack) offer(role v1.Role) {
 }
 
 // run reconciles until ctx is done, then stops supervising; the daemons
-// keep running, and the next agent adopts them.
-func (ns *nodeStack) run(ctx context.Context, log interface{ Warn(string, ...any) }) {
+// keep running, and the next agent adopts them. It fails only when no
+// service manager can be had (systemd runs the machine but does not
+// answer): the agent then exits, and systemd starts it again.
+func (ns *nodeStack) run(ctx context.Context, log *slog.Logger) error {
+	if ns.closeServices != nil {
+		defer ns.closeServices()
+	}
+	if p, ok := ns.services.(*service.Pending); ok {
+		if _, err := p.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("service manager: %w", err)
+		}
+	}
+	log.Info("node stack enabled", "root", ns.root, "service_manager", ns.services.Kind())
 	go ns.watchLinks(ctx, log)
 	go watchInputs(ctx, ns.inputs, ns.runner.Kick, log)
 	ns.runner.Run(ctx, ns.roles)
-	if ns.closeServices != nil {
-		ns.closeServices()
-	}
+	return nil
 }
 
 // snapshotCopies sends etcd snapshots to the controller through the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 )
 
 // systemdBooted is sd_booted(3)'s test: systemd creates this directory
@@ -47,4 +48,12 @@ func detect(ctx context.Context, booted string, sdCfg SystemdConfig, cfg Supervi
 		return nil, nil, err
 	}
 	return s, s.Close, nil
+}
+
+// DetectInBackground is Detect, run in the background for at most
+// timeout: the agent enrolls while it connects to systemd.
+func DetectInBackground(cfg SupervisorConfig, log *slog.Logger, timeout time.Duration) *Pending {
+	return NewPending(func(ctx context.Context) (Manager, func() error, error) {
+		return Detect(ctx, cfg, log)
+	}, timeout)
 }
