@@ -980,9 +980,16 @@ func dumpLabLogs(t *testing.T, stateDir string) {
 		if err != nil || !b.Running() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, _ := b.Output(ctx, "journalctl", "-u", "harmony-agent", "-n", "30", "--no-pager")
-		cancel()
 		t.Logf("--- %s: journalctl -u harmony-agent (tail)\n%s", filepath.Base(dir), out)
+		// A master whose apiserver is down: the kubelet and the
+		// apiserver's own log say why (CI once had one stay down
+		// after a restore, with only the agent's word for it).
+		out, _ = b.Output(ctx, "journalctl", "-u", "kubelet", "-n", "20", "--no-pager")
+		t.Logf("--- %s: journalctl -u kubelet (tail)\n%s", filepath.Base(dir), out)
+		out, _ = b.Output(ctx, "sh", "-c", "tail -n 15 /var/log/pods/kube-system_kube-apiserver-*/kube-apiserver/*.log 2>&1")
+		t.Logf("--- %s: kube-apiserver's container log (tail)\n%s", filepath.Base(dir), out)
+		cancel()
 	}
 }
