@@ -962,6 +962,19 @@ func checkNothingLeft(t *testing.T, stateDir, netnsPrefix string, vms []string) 
 	}
 }
 
+// bodyLogs are what dumpLabLogs reads in each running body: the agent's
+// journal, and for a master whose apiserver is down the kubelet's and
+// the apiserver's own log, which say why (CI once had one stay down
+// after a restore, with only the agent's word for it).
+var bodyLogs = []struct {
+	title string
+	argv  []string
+}{
+	{"journalctl -u harmony-agent", []string{"journalctl", "-u", "harmony-agent", "-n", "30", "--no-pager"}},
+	{"journalctl -u kubelet", []string{"journalctl", "-u", "kubelet", "-n", "20", "--no-pager"}},
+	{"kube-apiserver's container log", []string{"sh", "-c", "tail -n 15 /var/log/pods/kube-system_kube-apiserver-*/kube-apiserver/*.log 2>&1"}},
+}
+
 func dumpLabLogs(t *testing.T, stateDir string) {
 	files, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
 	consoles, _ := filepath.Glob(filepath.Join(stateDir, "vms", "*", "body", "console.log"))
@@ -980,16 +993,11 @@ func dumpLabLogs(t *testing.T, stateDir string) {
 		if err != nil || !b.Running() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, _ := b.Output(ctx, "journalctl", "-u", "harmony-agent", "-n", "30", "--no-pager")
-		t.Logf("--- %s: journalctl -u harmony-agent (tail)\n%s", filepath.Base(dir), out)
-		// A master whose apiserver is down: the kubelet and the
-		// apiserver's own log say why (CI once had one stay down
-		// after a restore, with only the agent's word for it).
-		out, _ = b.Output(ctx, "journalctl", "-u", "kubelet", "-n", "20", "--no-pager")
-		t.Logf("--- %s: journalctl -u kubelet (tail)\n%s", filepath.Base(dir), out)
-		out, _ = b.Output(ctx, "sh", "-c", "tail -n 15 /var/log/pods/kube-system_kube-apiserver-*/kube-apiserver/*.log 2>&1")
-		t.Logf("--- %s: kube-apiserver's container log (tail)\n%s", filepath.Base(dir), out)
-		cancel()
+		for _, l := range bodyLogs {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			out, _ := b.Output(ctx, l.argv...)
+			cancel()
+			t.Logf("--- %s: %s (tail)\n%s", filepath.Base(dir), l.title, out)
+		}
 	}
 }
