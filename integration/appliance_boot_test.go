@@ -91,11 +91,12 @@ func TestApplianceBoot(t *testing.T) {
 // powers it off, and returns the controller's CA certificate.
 func bootAppliance(ctx context.Context, t *testing.T, opts imageboot.Options, url string) []byte {
 	t.Helper()
-	vm, err := imageboot.Start(ctx, opts)
+	vm, early, err := imageboot.Boot(ctx, opts, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer vm.Stop()
+	t.Logf("%s: kernel %.1f s, systemd %.1f s after QEMU started", filepath.Base(opts.Disk), early.Kernel.Seconds(), early.Systemd.Seconds())
 	for {
 		ca, err := applianceHealthy(ctx, url)
 		if err == nil {

@@ -1,6 +1,7 @@
 package imageboot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,8 @@ type Options struct {
 	// Forwards are host ports on 127.0.0.1 that QEMU forwards to guest
 	// ports (its hostfwd), for a test that talks to a service in the VM.
 	Forwards []Forward
+	// EarlyStall, when set, replaces DefaultEarlyStall (Boot).
+	EarlyStall time.Duration
 }
 
 // Forward is one TCP port forwarded from the host's loopback into the VM.
@@ -135,6 +138,90 @@ func Start(ctx context.Context, o Options) (*VM, error) {
 		close(vm.done)
 	}()
 	return vm, nil
+}
+
+// The console's milestones on the way to userspace: the kernel's banner
+// and systemd's.
+var (
+	KernelMark  = regexp.MustCompile(`Linux version`)
+	SystemdMark = regexp.MustCompile(`Welcome to .*Debian`)
+)
+
+// DefaultEarlyStall is how long the console may stay silent before systemd
+// starts. Under TCG the kernel prints every few hundred milliseconds until
+// then, and the initrd's quietest step takes seconds.
+const DefaultEarlyStall = 2 * time.Minute
+
+// errStalled marks a guest that went silent before systemd started.
+var errStalled = errors.New("the guest's console went silent before systemd started")
+
+// EarlyBoot is when the console first showed the kernel's and systemd's
+// banners, after QEMU started (as seen by polling, every 100 ms).
+type EarlyBoot struct{ Kernel, Systemd time.Duration }
+
+// Boot starts the VM and waits until systemd starts in it. Under TCG a
+// guest kernel has been seen to stop for good in its first two seconds
+// (CI, 2026-12-02: nothing more on the console for 15 minutes after
+// "IP idents hash table entries"), an emulator hang that no image change
+// causes or cures. Nothing has written the data disk by then, and a
+// reset is what a vSphere VM must survive anyway, so when the console is
+// silent for Options.EarlyStall before systemd, Boot powers the VM off and boots
+// it once more, keeping the stalled console beside the new one
+// (SerialLog + ".stalled") and saying so through logf. A second stall is
+// an error, as is any other failure before systemd.
+func Boot(ctx context.Context, o Options, logf func(format string, args ...any)) (*VM, EarlyBoot, error) {
+	for attempt := 1; ; attempt++ {
+		vm, err := Start(ctx, o)
+		if err != nil {
+			return nil, EarlyBoot{}, err
+		}
+		early, err := vm.waitSystemd(ctx)
+		if err == nil {
+			return vm, early, nil
+		}
+		vm.Stop()
+		err = fmt.Errorf("boot %s: %w; serial console (tail):\n%s", filepath.Base(o.Disk), err, vm.SerialTail(3000))
+		if !errors.Is(err, errStalled) || attempt == 2 {
+			return nil, EarlyBoot{}, err
+		}
+		if rerr := os.Rename(o.SerialLog, o.SerialLog+".stalled"); rerr != nil {
+			return nil, EarlyBoot{}, fmt.Errorf("%w (and keeping its console: %v)", err, rerr)
+		}
+		logf("%s: QEMU's guest stalled before systemd, booting it once more: %v", filepath.Base(o.Disk), err)
+	}
+}
+
+// waitSystemd waits for SystemdMark on the console, noting when the
+// kernel's banner came, and fails with errStalled when the console stops
+// growing for the options' EarlyStall.
+func (vm *VM) waitSystemd(ctx context.Context) (EarlyBoot, error) {
+	var early EarlyBoot
+	stall := cmp.Or(vm.opts.EarlyStall, DefaultEarlyStall)
+	size, grew := 0, time.Now()
+	for {
+		data, _ := os.ReadFile(vm.opts.SerialLog)
+		now := time.Now()
+		if len(data) > size {
+			size, grew = len(data), now
+		}
+		if early.Kernel == 0 && KernelMark.Match(data) {
+			early.Kernel = now.Sub(vm.started)
+		}
+		if SystemdMark.Match(data) {
+			early.Systemd = now.Sub(vm.started)
+			return early, nil
+		}
+		if silent := now.Sub(grew); silent > stall {
+			return early, fmt.Errorf("%w: nothing new for %s", errStalled, silent.Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return early, fmt.Errorf("serial console never matched %q: %w", SystemdMark, ctx.Err())
+		case <-vm.done:
+			return early, fmt.Errorf("qemu exited (%v) before the serial console matched %q", vm.err, SystemdMark)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Started is when QEMU was started.
