@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/harmonykaas/harmony/agent/components/etcd"
+	"github.com/harmonykaas/harmony/agent/components/kubeadm"
 	"github.com/harmonykaas/harmony/agent/staticnet"
 	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/controller/client"
@@ -770,6 +771,9 @@ func (l *labUnderTest) checkFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.waitComponent(t, holder.Name, "etcd", "Converged", on, 4*time.Minute)
+	// Its apiserver and kubelet too, or a later test meets a master
+	// that never came back, far from the power cycle that broke it.
+	l.waitComponent(t, holder.Name, kubeadm.Name, "Converged", on, 4*time.Minute)
 	if got := l.memberID(t, other, holder.Name); got != id {
 		t.Errorf("%s came back as etcd member %x, was %x", holder.Name, got, id)
 	}

@@ -176,4 +176,9 @@ func (l *labUnderTest) checkRestore(t *testing.T) {
 		}
 		return len(nodes) == len(l.names()) && ready == len(nodes)
 	})
+	// Every master's own apiserver serves again, not only the one behind
+	// the VIP: each restarted its control plane for the restore.
+	for _, m := range l.masters(t) {
+		l.waitComponent(t, m.Name, kubeadm.Name, "Converged", start, 3*time.Minute)
+	}
 }
