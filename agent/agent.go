@@ -190,18 +190,26 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	// What New made so far is released when a later step fails: the
+	// service manager's connection (or its search) and the listeners.
+	fail := func(err error) (*Agent, error) {
+		a.closeMetrics()
+		if a.stack != nil && a.stack.closeServices != nil {
+			a.stack.closeServices()
+		}
+		return nil, err
+	}
 	if cfg.MetricsListen != "" {
 		s, err := metrics.ListenTLS(cfg.MetricsListen, a.metrics.Handler(), a.currentCert, a.currentPool)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		a.metricsServers = append(a.metricsServers, s)
 	}
 	if cfg.MetricsLocalListen != "" {
 		s, err := metrics.ListenLocal(cfg.MetricsLocalListen, a.metrics.Handler())
 		if err != nil {
-			a.closeMetrics()
-			return nil, err
+			return fail(err)
 		}
 		a.metricsServers = append(a.metricsServers, s)
 	}

@@ -99,6 +99,14 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		}
 	}
 
+	// A failure below releases the manager made above.
+	built := false
+	defer func() {
+		if !built && closeServices != nil {
+			closeServices()
+		}
+	}()
+
 	facts := func(ctx context.Context) (reconcile.Facts, error) {
 		link, err := netinfo.PrimaryLink(ctx)
 		if err != nil {
@@ -159,6 +167,7 @@ func (a *Agent) newNodeStack() (*nodeStack, error) {
 		return nil, err
 	}
 	ns.runner = runner
+	built = true
 	return ns, nil
 }
 

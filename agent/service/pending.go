@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -16,6 +17,9 @@ type Pending struct {
 	m       Manager
 	release func() error
 	err     error
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ Manager = (*Pending)(nil)
@@ -104,13 +108,15 @@ func (p *Pending) with(ctx context.Context, f func(Manager) error) error {
 	return f(m)
 }
 
-// Close gives up a search still under way and releases what it found;
-// the units keep running.
+// Close gives up a search still under way and releases what it found,
+// once however often it is called; the units keep running.
 func (p *Pending) Close() error {
 	p.cancel()
 	<-p.done
-	if p.release == nil {
-		return nil
-	}
-	return p.release()
+	p.closeOnce.Do(func() {
+		if p.release != nil {
+			p.closeErr = p.release()
+		}
+	})
+	return p.closeErr
 }
