@@ -165,8 +165,8 @@ type EarlyBoot struct{ Kernel, Systemd time.Duration }
 // "IP idents hash table entries"), an emulator hang that no image change
 // causes or cures. Nothing has written the data disk by then, and a
 // reset is what a vSphere VM must survive anyway, so when the console is
-// silent for Options.EarlyStall before systemd, Boot powers the VM off and boots
-// it once more, keeping the stalled console beside the new one
+// silent for Options.EarlyStall before systemd, Boot powers the VM off
+// and boots it once more, keeping the stalled console beside the new one
 // (SerialLog + ".stalled") and saying so through logf. A second stall is
 // an error, as is any other failure before systemd.
 func Boot(ctx context.Context, o Options, logf func(format string, args ...any)) (*VM, EarlyBoot, error) {
