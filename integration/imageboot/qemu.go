@@ -198,9 +198,7 @@ func (vm *VM) waitSystemd(ctx context.Context) (EarlyBoot, error) {
 	var early EarlyBoot
 	stall := cmp.Or(vm.opts.EarlyStall, DefaultEarlyStall)
 	size, grew := 0, time.Now()
-	for {
-		data, _ := os.ReadFile(vm.opts.SerialLog)
-		now := time.Now()
+	err := vm.poll(ctx, SystemdMark, func(data []byte, now time.Time) (bool, error) {
 		if len(data) > size {
 			size, grew = len(data), now
 		}
@@ -209,19 +207,14 @@ func (vm *VM) waitSystemd(ctx context.Context) (EarlyBoot, error) {
 		}
 		if SystemdMark.Match(data) {
 			early.Systemd = now.Sub(vm.started)
-			return early, nil
+			return true, nil
 		}
 		if silent := now.Sub(grew); silent > stall {
-			return early, fmt.Errorf("%w: nothing new for %s", errStalled, silent.Round(time.Second))
+			return false, fmt.Errorf("%w: nothing new for %s", errStalled, silent.Round(time.Second))
 		}
-		select {
-		case <-ctx.Done():
-			return early, fmt.Errorf("serial console never matched %q: %w", SystemdMark, ctx.Err())
-		case <-vm.done:
-			return early, fmt.Errorf("qemu exited (%v) before the serial console matched %q", vm.err, SystemdMark)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return false, nil
+	})
+	return early, err
 }
 
 // Started is when QEMU was started.
@@ -230,16 +223,31 @@ func (vm *VM) Started() time.Time { return vm.started }
 // WaitSerial waits until the serial log matches re and returns when it
 // first did (as seen by polling, every 100 ms).
 func (vm *VM) WaitSerial(ctx context.Context, re *regexp.Regexp) (time.Time, error) {
+	var at time.Time
+	err := vm.poll(ctx, re, func(data []byte, now time.Time) (bool, error) {
+		at = now
+		return re.Match(data), nil
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return at, nil
+}
+
+// poll hands the console log to check every 100 ms until check says it
+// is done or fails, ctx ends, or QEMU exits; want, the pattern waited
+// for, names the wait in the last two errors.
+func (vm *VM) poll(ctx context.Context, want *regexp.Regexp, check func(serial []byte, now time.Time) (bool, error)) error {
 	for {
 		data, _ := os.ReadFile(vm.opts.SerialLog)
-		if re.Match(data) {
-			return time.Now(), nil
+		if done, err := check(data, time.Now()); done || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("serial console never matched %q: %w", re, ctx.Err())
+			return fmt.Errorf("serial console never matched %q: %w", want, ctx.Err())
 		case <-vm.done:
-			return time.Time{}, fmt.Errorf("qemu exited (%v) before the serial console matched %q", vm.err, re)
+			return fmt.Errorf("qemu exited (%v) before the serial console matched %q", vm.err, want)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
