@@ -674,7 +674,7 @@ func TestUpgradeRollsBackASurgeWorkerThatIsNotReady(t *testing.T) {
 					for _, n := range e.cluster(tc.cluster).Status.Nodes {
 						upgrade[n.Name] = n.Upgrade
 					}
-					return upgrade[surge] == "Replaces "+tc.cluster+"-w1" && upgrade[tc.cluster+"-w1"] == "ReplacedBy "+surge
+					return upgrade[surge] == v1.UpgradeReplaces+tc.cluster+"-w1" && upgrade[tc.cluster+"-w1"] == v1.UpgradeReplacedBy+surge
 				})
 			}
 			got := e.waitOp(op.ID)

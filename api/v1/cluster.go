@@ -518,6 +518,13 @@ type ClusterNode struct {
 	Upgrade string `json:"upgrade,omitempty"`
 }
 
+// The prefixes of ClusterNode.Upgrade that are not a Swap step.
+const (
+	UpgradeRollingBack = "RollingBack from "
+	UpgradeReplacedBy  = "ReplacedBy "
+	UpgradeReplaces    = "Replaces "
+)
+
 // Event is one thing that happened to a cluster.
 type Event struct {
 	Seq     int64     `json:"seq"`

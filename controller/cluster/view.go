@@ -309,13 +309,13 @@ func nodeViews(tx *store.Tx, rec *record, machines []machine, vms map[string]vsp
 		n.Image, _, _ = m.source(rec)
 		switch {
 		case m.Swap != nil && m.Swap.Rollback:
-			n.Upgrade = "RollingBack from " + m.Swap.Step
+			n.Upgrade = v1.UpgradeRollingBack + m.Swap.Step
 		case m.Swap != nil:
 			n.Upgrade = m.Swap.Step
 		case m.ReplacedBy != "":
-			n.Upgrade = "ReplacedBy " + m.ReplacedBy
+			n.Upgrade = v1.UpgradeReplacedBy + m.ReplacedBy
 		case replaces[m.Name] != "":
-			n.Upgrade = "Replaces " + replaces[m.Name]
+			n.Upgrade = v1.UpgradeReplaces + replaces[m.Name]
 		}
 		if vm, ok := vms[m.Name]; ok {
 			n.Power, n.GuestIP = vm.Power, vm.GuestIP

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,14 +189,15 @@ func (w *Watch) deployment(t Target, now time.Time) {
 
 // nodes notes when each node's replacement shows and when it is over: a
 // master's while the controller shows its step, an old worker's from its
-// surge worker's creation until it is gone.
+// surge worker's creation until it is gone. The surge worker, which shows
+// "Replaces" for the same time, is not a replacement of its own.
 func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	present := map[string]bool{}
 	for _, n := range nodes {
 		present[n.Name] = true
-		if n.Upgrade != "" && w.swapStart[n.Name].IsZero() {
+		if n.Upgrade != "" && !strings.HasPrefix(n.Upgrade, v1.UpgradeReplaces) && w.swapStart[n.Name].IsZero() {
 			w.swapStart[n.Name] = now
 		}
 	}

@@ -13,8 +13,8 @@ import (
 func TestReplacementsAreTimedUntilGoneOrStopped(t *testing.T) {
 	w := &Watch{cancel: func() {}, res: Result{Replaced: map[string]time.Duration{}}, swapStart: map[string]time.Time{}}
 	t0 := time.Now().Add(-time.Minute)
-	w.nodes([]v1.ClusterNode{{Name: "w1", Upgrade: "ReplacedBy w3"}, {Name: "w2"}}, t0)
-	w.nodes([]v1.ClusterNode{{Name: "w2", Upgrade: "ReplacedBy w4"}, {Name: "w3"}}, t0.Add(20*time.Second))
+	w.nodes([]v1.ClusterNode{{Name: "w1", Upgrade: v1.UpgradeReplacedBy + "w3"}, {Name: "w2"}, {Name: "w3", Upgrade: v1.UpgradeReplaces + "w1"}}, t0)
+	w.nodes([]v1.ClusterNode{{Name: "w2", Upgrade: v1.UpgradeReplacedBy + "w4"}, {Name: "w3"}, {Name: "w4", Upgrade: v1.UpgradeReplaces + "w2"}}, t0.Add(20*time.Second))
 	if got := w.res.Replaced["w1"]; got != 20*time.Second {
 		t.Errorf("w1 replaced in %s, want 20s: from when it showed until it was gone", got)
 	}
@@ -27,5 +27,15 @@ func TestReplacementsAreTimedUntilGoneOrStopped(t *testing.T) {
 	}
 	if got := res.Replaced["w1"]; got != 20*time.Second {
 		t.Errorf("the stop changed w1's time to %s", got)
+	}
+	// The surge workers show "Replaces" for as long as the workers they
+	// replace: timing them too would list each replacement twice.
+	for _, surge := range []string{"w3", "w4"} {
+		if got, timed := res.Replaced[surge]; timed {
+			t.Errorf("surge worker %s timed as a replacement (%s)", surge, got)
+		}
+	}
+	if len(res.Replaced) != 2 {
+		t.Errorf("replacements timed: %v, want only w1 and w2", res.Replaced)
 	}
 }
