@@ -38,7 +38,7 @@ var ErrLastAdmin = errors.New("the last valid admin certificate")
 // records that expired more than a week ago, so the bucket does not grow
 // with every renewal.
 func (s *Store) RecordCert(c Cert, now time.Time) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+	return s.batch.do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketCerts)
 		if b.Get([]byte(c.Serial)) != nil {
 			return fmt.Errorf("certificate %s: %w", c.Serial, ErrExists)

@@ -77,6 +77,8 @@ type Store struct {
 	db   *bolt.DB
 	path string
 	opts Options
+	// batch commits concurrent writes together (Batch).
+	batch batcher
 }
 
 // Options say how to open the store.
@@ -123,6 +125,7 @@ func Open(path string, opts Options) (*Store, error) {
 			return err
 		}
 		s.db = db
+		s.batch.db = db
 		// One read checks every page, then whether the store needs its
 		// buckets made: a store that needs nothing is not written to, so a
 		// start that is then refused (a CA that does not match) leaves the
@@ -220,7 +223,7 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) CreateNode(n Node, role v1.Role, tok Token) (int64, error) {
 	var rev int64
 	// Batch: concurrent creations share one commit (and one fsync).
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.batch.do(func(tx *bolt.Tx) error {
 		nodes := tx.Bucket(bucketNodes)
 		if nodes.Get([]byte(n.Name)) != nil {
 			return fmt.Errorf("node %q: %w", n.Name, ErrExists)
@@ -354,7 +357,7 @@ type Issued struct {
 // it, in one transaction. If a concurrent request used the token first, it
 // returns ErrUsed and the caller must discard its certificate.
 func (s *Store) ConsumeToken(id string, issued Issued, now time.Time) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+	return s.batch.do(func(tx *bolt.Tx) error {
 		tokens := tx.Bucket(bucketTokens)
 		var t Token
 		if err := getJSON(tokens, id, &t); err != nil {
@@ -378,7 +381,7 @@ func (s *Store) ConsumeToken(id string, issued Issued, now time.Time) error {
 
 // RecordRenewal stores a renewed certificate of a node that still exists.
 func (s *Store) RecordRenewal(issued Issued, now time.Time) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+	return s.batch.do(func(tx *bolt.Tx) error {
 		return recordCert(tx, issued, now, false)
 	})
 }
@@ -472,7 +475,7 @@ func (s *Store) putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
 
 // SetStatus stores a node's latest status report.
 func (s *Store) SetStatus(st v1.Status) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+	return s.batch.do(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketNodes).Get([]byte(st.NodeName)) == nil {
 			return fmt.Errorf("node %q: %w", st.NodeName, ErrNotFound)
 		}

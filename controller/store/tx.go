@@ -70,11 +70,11 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, s: s}) })
 }
 
-// Batch runs fn in a read-write transaction that bbolt may share with
-// other concurrent Batch calls (one commit, one fsync, for all); fn may run
-// more than once, so it must be idempotent.
+// Batch runs fn in a read-write transaction that it may share with other
+// concurrent Batch calls (one commit, one fsync, for all; see batcher);
+// fn may run more than once, so it must be idempotent.
 func (s *Store) Batch(fn func(*Tx) error) error {
-	return s.db.Batch(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, s: s}) })
+	return s.batch.do(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx, s: s}) })
 }
 
 // View runs fn in a read-only transaction.
