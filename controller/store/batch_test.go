@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/harmonykaas/harmony/internal/testutil"
 )
 
 // batchRun holds a store's commits open: the first Batch call blocks
@@ -49,19 +51,11 @@ func (r *batchRun) put(tx *Tx, key string) error {
 // waitPending waits until n calls queue behind the held commit.
 func (r *batchRun) waitPending(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d calls pending", n), func() bool {
 		r.s.batch.mu.Lock()
-		got := len(r.s.batch.pending)
-		r.s.batch.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls pending, want %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer r.s.batch.mu.Unlock()
+		return len(r.s.batch.pending) == n
+	})
 }
 
 func (r *batchRun) has(t *testing.T, key string) bool {
@@ -135,7 +129,7 @@ func TestBatchFailureIsTheFailingCallersAlone(t *testing.T) {
 	r := holdCommits(t)
 	refused := errors.New("refused")
 	errs := make(chan error, 3)
-	for _, key := range []string{"a", "bad", "b"} {
+	for i, key := range []string{"a", "bad", "b"} {
 		go func() {
 			errs <- r.s.Batch(func(tx *Tx) error {
 				if err := r.put(tx, key); err != nil {
@@ -147,7 +141,7 @@ func TestBatchFailureIsTheFailingCallersAlone(t *testing.T) {
 				return nil
 			})
 		}()
-		r.waitPending(t, map[string]int{"a": 1, "bad": 2, "b": 3}[key])
+		r.waitPending(t, i+1)
 	}
 	close(r.release)
 	<-r.first
