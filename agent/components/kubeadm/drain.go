@@ -2,6 +2,7 @@ package kubeadm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,7 +35,61 @@ type drainStep struct {
 
 func (drainStep) Name() string { return "drain" }
 
+// Leave drains once per leave: the sequence runs again from its first
+// step on every pass, and once kubeadm reset has removed kubelet.conf the
+// node would look as if it had never joined. What the drain did is
+// recorded for the leave (its deadline) and reported again instead.
 func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
+	record := drainRecord{host.LeftMarker(d.Name())}
+	if st, ok := record.recall(role); ok {
+		return st
+	}
+	st := d.drain(ctx, host, role)
+	// Only a node that had joined has a drain worth recalling; a
+	// hand-over keeps its own mark (handOverDrained).
+	if st.Phase == reconcile.PhaseLeft && !handingOver(role) && exists(host.Path(KubeletKubeconfig)) {
+		if err := record.keep(role, st); err != nil {
+			return st.Failed(err)
+		}
+	}
+	return st
+}
+
+// drainRecord is what a plain leave's drain did, kept on disk for that
+// leave, which its deadline names.
+type drainRecord struct{ marker reconcile.LeftMarker }
+
+type drainOutcome struct {
+	Deadline time.Time `json:"deadline"`
+	Healthy  bool      `json:"healthy"`
+	Message  string    `json:"message"`
+}
+
+// recall is the recorded outcome of this leave's drain, if there is one.
+func (r drainRecord) recall(role *v1.Role) (reconcile.Status, bool) {
+	if role.Leave == nil || role.Leave.Deadline.IsZero() || handingOver(role) {
+		return reconcile.Status{}, false
+	}
+	note, ok := r.marker.Left()
+	var o drainOutcome
+	if !ok || json.Unmarshal([]byte(note), &o) != nil || !o.Deadline.Equal(role.Leave.Deadline) {
+		return reconcile.Status{}, false // another leave's, or none: drain
+	}
+	return reconcile.Status{Component: "drain", Phase: reconcile.PhaseLeft, Healthy: o.Healthy, Message: o.Message}, true
+}
+
+func (r drainRecord) keep(role *v1.Role, st reconcile.Status) error {
+	if role.Leave == nil || role.Leave.Deadline.IsZero() {
+		return nil
+	}
+	note, err := json.Marshal(drainOutcome{Deadline: role.Leave.Deadline, Healthy: st.Healthy, Message: st.Message})
+	if err != nil {
+		return err
+	}
+	return r.marker.Set(string(note))
+}
+
+func (d drainStep) drain(ctx context.Context, host *reconcile.Host, role *v1.Role) reconcile.Status {
 	st := reconcile.Status{Component: "drain", Phase: reconcile.PhaseLeft, Healthy: true}
 	switch {
 	case role.Role != v1.RoleMaster && role.Role != v1.RoleWorker:

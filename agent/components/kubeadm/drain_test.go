@@ -110,10 +110,17 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	}
 
 	// Past its share of the window: the node leaves with the pods on it.
+	// (A leave of its own: what a leave's drain did is kept for it.)
+	gaveUp := leave
+	gaveUp.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline.Add(time.Minute)}
 	late := d
-	late.now = func() time.Time { return leave.Leave.Deadline.Add(-drainReserve + time.Second) }
-	if st := late.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || st.Healthy || !strings.Contains(st.Message, "drain given up") {
+	late.now = func() time.Time { return gaveUp.Leave.Deadline.Add(-drainReserve + time.Second) }
+	if st := late.Leave(context.Background(), host, &gaveUp); st.Phase != reconcile.PhaseLeft || st.Healthy || !strings.Contains(st.Message, "drain given up") {
 		t.Errorf("drain past its share of the window: %+v", st)
+	}
+	// The next pass of the same leave says so again, without draining.
+	if st := d.Leave(context.Background(), host, &gaveUp); st.Phase != reconcile.PhaseLeft || st.Healthy || len(st.Actions) != 0 || !strings.Contains(st.Message, "drain given up") {
+		t.Errorf("the given-up drain's leave, next pass: %+v", st)
 	}
 	// A worker an upgrade replaces keeps its pods: its drain never gives
 	// up (the controller stops the upgrade at the deadline instead).
@@ -162,7 +169,9 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if st := d.Leave(context.Background(), host, &handOver); st.Phase != reconcile.PhaseLeft || len(st.Actions) != 0 || st.Message != "cordoned and drained for the hand-over" {
 		t.Errorf("hand-over drain again: %+v", st)
 	}
-	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft {
+	again := leave
+	again.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline.Add(2 * time.Minute)}
+	if st := d.Leave(context.Background(), host, &again); st.Phase != reconcile.PhaseLeft || st.Message != "cordoned and drained" {
 		t.Errorf("plain drain: %+v", st)
 	}
 	getJSON(t, api, admin, "/api/v1/nodes/"+node, &obj)
@@ -172,11 +181,20 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 
 	// Another node's credential cannot drain this one: NodeRestriction.
 	writeNodeKubeconfig(t, host, cl, "other", "https://"+net.JoinHostPort(role.Addresses.IPs[0], "6443"))
-	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "403") {
+	other := leave
+	other.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline.Add(3 * time.Minute)}
+	if st := d.Leave(context.Background(), host, &other); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "403") {
 		t.Errorf("drain of %s with another node's credential: %+v", node, st)
 	}
+	// kubeadm reset, a later step, removes kubelet.conf; the sequence's
+	// next pass starts again with the drain, which reports what it did.
 	os.Remove(host.Path(KubeletKubeconfig))
-	if st := d.Leave(context.Background(), host, &leave); st.Phase != reconcile.PhaseLeft || !strings.Contains(st.Message, "never joined") {
+	if st := d.Leave(context.Background(), host, &again); st.Phase != reconcile.PhaseLeft || !st.Healthy || st.Message != "cordoned and drained" {
+		t.Errorf("drain after kubeadm reset, same leave: %+v", st)
+	}
+	never := leave
+	never.Leave = &v1.LeaveSettings{Deadline: leave.Leave.Deadline.Add(4 * time.Minute)}
+	if st := d.Leave(context.Background(), host, &never); st.Phase != reconcile.PhaseLeft || !strings.Contains(st.Message, "never joined") {
 		t.Errorf("drain of a node that never joined: %+v", st)
 	}
 }
