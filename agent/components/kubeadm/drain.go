@@ -45,9 +45,8 @@ func (d drainStep) Leave(ctx context.Context, host *reconcile.Host, role *v1.Rol
 		return st
 	}
 	st := d.drain(ctx, host, role)
-	// Only a node that had joined has a drain worth recalling; a
-	// hand-over keeps its own mark (handOverDrained).
-	if st.Phase == reconcile.PhaseLeft && !handingOver(role) && exists(host.Path(KubeletKubeconfig)) {
+	// Only a node that had joined has a drain worth recalling.
+	if st.Phase == reconcile.PhaseLeft && recordedLeave(role) && exists(host.Path(KubeletKubeconfig)) {
 		if err := record.keep(role, st); err != nil {
 			return st.Failed(err)
 		}
@@ -65,9 +64,16 @@ type drainOutcome struct {
 	Message  string    `json:"message"`
 }
 
+// recordedLeave reports whether role's leave has its drain recorded: a
+// plain leave, named by its deadline; a hand-over keeps its own mark
+// (handOverDrained).
+func recordedLeave(role *v1.Role) bool {
+	return role.Leave != nil && !role.Leave.Deadline.IsZero() && !handingOver(role)
+}
+
 // recall is the recorded outcome of this leave's drain, if there is one.
 func (r drainRecord) recall(role *v1.Role) (reconcile.Status, bool) {
-	if role.Leave == nil || role.Leave.Deadline.IsZero() || handingOver(role) {
+	if !recordedLeave(role) {
 		return reconcile.Status{}, false
 	}
 	note, ok := r.marker.Left()
@@ -78,10 +84,8 @@ func (r drainRecord) recall(role *v1.Role) (reconcile.Status, bool) {
 	return reconcile.Status{Component: "drain", Phase: reconcile.PhaseLeft, Healthy: o.Healthy, Message: o.Message}, true
 }
 
+// keep records st as the outcome of role's leave (recordedLeave).
 func (r drainRecord) keep(role *v1.Role, st reconcile.Status) error {
-	if role.Leave == nil || role.Leave.Deadline.IsZero() {
-		return nil
-	}
 	note, err := json.Marshal(drainOutcome{Deadline: role.Leave.Deadline, Healthy: st.Healthy, Message: st.Message})
 	if err != nil {
 		return err
