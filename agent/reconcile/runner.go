@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -14,12 +15,17 @@ var phases = []string{PhaseDisabled, PhaseConverged, PhaseFailed, PhaseRefused, 
 
 // Runner runs every component on each new role and again every Interval,
 // so that drift (a crashed daemon, an edited file) is repaired without a
-// new role: level-triggered, as Talos's controllers are.
+// new role: level-triggered, as Talos's controllers are. A pass that
+// leaves a component unsettled (failed, unhealthy or still leaving) is
+// followed sooner, after RetryBase doubling up to Interval: a replacement
+// master whose etcd or kubelet needs one more pass is Ready seconds after
+// they are, not at the next 30 s tick.
 type Runner struct {
 	host       *Host
 	components []Component
 	leavers    []Leaver
 	interval   time.Duration
+	retryBase  time.Duration
 	onStatus   func(role *v1.Role, statuses []Status)
 	onPass     func()
 	facts      func(ctx context.Context) (Facts, error)
@@ -38,6 +44,9 @@ type RunnerConfig struct {
 	Components []Component
 	// Interval between passes without a new role; default 30s.
 	Interval time.Duration
+	// RetryBase is the wait after the first unsettled pass; it doubles
+	// with each further one, up to Interval. Default 1s.
+	RetryBase time.Duration
 	// Registerer receives the runner's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Leavers are the leave sequence, in order, run instead of the
@@ -59,8 +68,11 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = time.Second
+	}
 	r := &Runner{
-		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, onStatus: cfg.OnStatus,
+		host: cfg.Host, components: cfg.Components, interval: cfg.Interval, retryBase: cfg.RetryBase, onStatus: cfg.OnStatus,
 		facts: cfg.Facts, kick: make(chan struct{}, 1), onPass: cfg.OnPass, leavers: cfg.Leavers,
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "harmony_agent_reconcile_runs_total",
@@ -107,29 +119,59 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	return r, nil
 }
 
-// Run reconciles on every role from roles and every interval, until ctx is
-// done. Nothing runs before the first role.
+// Run reconciles on every role from roles, on every kick, and after each
+// pass's wait (see nextWait), until ctx is done. Nothing runs before the
+// first role.
 func (r *Runner) Run(ctx context.Context, roles <-chan v1.Role) {
 	var current *v1.Role
-	ticker := time.NewTicker(r.interval)
-	defer ticker.Stop()
+	timer := time.NewTimer(r.interval)
+	defer timer.Stop()
+	var retry time.Duration // the wait after the last unsettled pass; 0 once settled
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case role := <-roles:
 			current = &role
-		case <-ticker.C:
-			if current == nil {
-				continue
-			}
+			retry = 0 // a new role's retries start again from the base
+		case <-timer.C:
 		case <-r.kick:
-			if current == nil {
-				continue
-			}
 		}
-		r.Pass(ctx, current)
+		if current == nil {
+			timer.Reset(r.interval)
+			continue
+		}
+		retry = r.nextRetry(retry, r.Pass(ctx, current))
+		timer.Reset(cmp.Or(retry, r.interval))
 	}
+}
+
+// nextRetry is the wait before the pass after one that ended with
+// statuses, when that wait is shorter than the interval: 0 when every
+// component is settled, else the base and then double the last wait, up
+// to the interval.
+func (r *Runner) nextRetry(last time.Duration, statuses []Status) time.Duration {
+	if !slices.ContainsFunc(statuses, unsettled) {
+		return 0
+	}
+	if last == 0 {
+		return min(r.retryBase, r.interval)
+	}
+	return min(2*last, r.interval)
+}
+
+// unsettled is a status that another pass may still change soon: a
+// failure, a component converged but not healthy yet (a kubelet that has
+// not registered, an etcd member catching up), or a step still leaving. A
+// refusal waits for a new role; Disabled and Left are final.
+func unsettled(st Status) bool {
+	switch st.Phase {
+	case PhaseFailed, PhaseLeaving:
+		return true
+	case PhaseConverged:
+		return !st.Healthy
+	}
+	return false
 }
 
 // Kick asks Run for a pass now, with the current role: the host changed

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -202,4 +203,100 @@ type restartsManager struct {
 
 func (m *restartsManager) State(context.Context, string) (service.State, error) {
 	return service.State{Running: true, Restarts: m.restarts}, nil
+}
+
+// scriptedComponent reports the statuses it is given, one per pass, and
+// the last one from then on.
+type scriptedComponent struct {
+	mu     sync.Mutex
+	script []Status
+	passes int
+}
+
+func (c *scriptedComponent) Name() string { return "scripted" }
+
+func (c *scriptedComponent) Reconcile(context.Context, *Host, *v1.Role) Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.script[min(c.passes, len(c.script)-1)]
+	c.passes++
+	return st
+}
+
+func (c *scriptedComponent) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.passes
+}
+
+func TestRunnerRetriesUnsettledPassesBeforeTheInterval(t *testing.T) {
+	unhealthy := Status{Phase: PhaseConverged, Message: "the kubelet has not registered the Node yet"}
+	healthy := Status{Phase: PhaseConverged, Healthy: true}
+	comp := &scriptedComponent{script: []Status{unhealthy, {Phase: PhaseFailed}, unhealthy, healthy}}
+	r, err := NewRunner(RunnerConfig{
+		Host:       &Host{Log: slog.New(slog.DiscardHandler)},
+		Components: []Component{comp},
+		Interval:   time.Hour, // only retries, roles and kicks cause passes
+		RetryBase:  5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := make(chan v1.Role, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx, roles)
+	roles <- v1.Role{Revision: 1}
+	waitFor(t, func() bool { return comp.count() == 4 })
+	// Settled: the next pass waits for the interval again.
+	time.Sleep(300 * time.Millisecond)
+	if n := comp.count(); n != 4 {
+		t.Fatalf("%d passes after the component settled on the 4th", n)
+	}
+
+	// A refusal waits for a new role, however soon it could retry.
+	comp.mu.Lock()
+	comp.script, comp.passes = []Status{{Phase: PhaseRefused}}, 0
+	comp.mu.Unlock()
+	roles <- v1.Role{Revision: 2}
+	waitFor(t, func() bool { return comp.count() == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := comp.count(); n != 1 {
+		t.Fatalf("%d passes of a refused role", n)
+	}
+}
+
+func TestRunnerRetryDoublesUpToTheInterval(t *testing.T) {
+	r, err := NewRunner(RunnerConfig{Interval: 30 * time.Second, RetryBase: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := Status{Phase: PhaseConverged, Healthy: true}
+	waits := func(st Status) []time.Duration {
+		var got []time.Duration
+		var last time.Duration
+		for range 7 {
+			last = r.nextRetry(last, []Status{ok, st})
+			got = append(got, last)
+		}
+		return got
+	}
+	s := time.Second
+	retried := []time.Duration{s, 2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s}
+	for _, tc := range []struct {
+		st   Status
+		want []time.Duration
+	}{
+		{Status{Phase: PhaseFailed}, retried},
+		{Status{Phase: PhaseConverged}, retried},
+		{Status{Phase: PhaseLeaving, Healthy: true}, retried},
+		{ok, make([]time.Duration, 7)},
+		{Status{Phase: PhaseDisabled, Healthy: true}, make([]time.Duration, 7)},
+		{Status{Phase: PhaseRefused}, make([]time.Duration, 7)},
+		{Status{Phase: PhaseLeft}, make([]time.Duration, 7)}, // a given-up drain stays given up
+	} {
+		if got := waits(tc.st); !slices.Equal(got, tc.want) {
+			t.Errorf("%s (healthy %v): waits %v, want %v", tc.st.Phase, tc.st.Healthy, got, tc.want)
+		}
+	}
 }
