@@ -81,12 +81,18 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request, who pr
 	}
 	st.NodeName = who.name
 	st.ReportedAt = c.now().UTC()
+	prev, _ := c.store.Status(who.name) // none yet: every phase is new
 	if err := c.store.SetStatus(*st); err != nil {
 		return storeError(err, "node")
 	}
 	// The report is stored either way; roles that depend on it follow.
 	if err := c.clusters.StatusReported(who.name); err != nil {
 		c.log.Error("roles after a status report", "node", who.name, "err", err)
+	}
+	if prev.Phase != st.Phase {
+		if err := c.clusters.NodePhaseChanged(who.name); err != nil {
+			c.log.Error("waking the cluster after a new phase", "node", who.name, "phase", st.Phase, "err", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -95,7 +95,11 @@ type Config struct {
 	// ClusterResync is how often every cluster is checked against
 	// vCenter; zero means cluster.DefaultResyncInterval.
 	ClusterResync time.Duration
-	Logger        *slog.Logger
+	// ClusterStatusPoll is how often a cluster at work looks again at the
+	// node reports it waits on, besides at once on a report that changes
+	// a node's phase; zero means cluster.DefaultStatusPoll.
+	ClusterStatusPoll time.Duration
+	Logger            *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -196,6 +200,7 @@ func New(cfg Config) (*Controller, error) {
 		UpgradeNodeTimeout: cfg.UpgradeNodeTimeout,
 		SnapshotTimeout:    cfg.EtcdSnapshotTimeout,
 		ResyncInterval:     cfg.ClusterResync,
+		StatusPoll:         cfg.ClusterStatusPoll,
 		Copies:             c.copies,
 	})
 	if err != nil {

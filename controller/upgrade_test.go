@@ -1103,3 +1103,31 @@ func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 	fl.halt()
 	e.assertUpgraded(fl, "sv", newImage, before, []string{"sv-m1", "sv-m2", "sv-m3"}, 3)
 }
+
+// A cluster at work moves on at the report it waits for, not at its next
+// look: with that look an hour apart, an upgrade of a master and a worker
+// still ends within minutes, each hand-over, new VM's Ready and leave
+// seen when the node reports it (a report that changes its phase).
+func TestUpgradeMovesOnAtTheReportsItWaitsFor(t *testing.T) {
+	e := newClusterEnv(t, func(c *Config) {
+		c.ClusterStatusPoll = time.Hour
+		c.LeaveTimeout, c.UpgradeNodeTimeout = 10*time.Minute, 10*time.Minute // past waitOp's 3 minutes
+	})
+	newImage := e.importImage(nodeOVA(t, "1.1.0"))
+	e.do("POST", v1.PathClusters, e.spec("wake", 1, 1))
+	fl := e.startFleet("wake", "")
+	e.waitAllReady("wake")
+	op := e.start("POST", v1.PathClusters+"/wake/upgrade", v1.UpgradeRequest{Image: newImage})
+	if got := e.waitOp(op.ID); got.State != v1.OperationSucceeded {
+		t.Fatalf("upgrade: %s: %s", got.State, got.Message)
+	}
+	fl.halt()
+	if !fl.handOvers["wake-m1"] {
+		t.Error("wake-m1's role never said HandOver")
+	}
+	for name, vm := range e.vms("wake") {
+		if extraConfig(vm, vsphere.TagImage) != newImage {
+			t.Errorf("%s runs image %q after the upgrade", name, extraConfig(vm, vsphere.TagImage))
+		}
+	}
+}

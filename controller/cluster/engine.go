@@ -97,6 +97,71 @@ func (e *engine) kick(name string) {
 	go e.run(name, ch)
 }
 
+// kickBusy is kick for a cluster whose worker is at work; a cluster at
+// rest stays at rest.
+func (e *engine) kickBusy(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.workers[name]; ok {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// NodePhaseChanged is told of a report that changed a node's phase
+// (Ready, Leaving, Left): what a hand-over, a leave, a new VM's check or
+// an upgrade waits for. The node's machine, if it waits, and its cluster,
+// if at work, look again now rather than at their next StatusPoll. A
+// failed step's backoff is left alone.
+func (s *Service) NodePhaseChanged(node string) error {
+	waiting := func(tx *store.Tx) (*machine, string, error) {
+		n, err := tx.Node(node)
+		if errors.Is(err, store.ErrNotFound) || err == nil && n.Cluster == "" {
+			return nil, "", nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		var m machine
+		switch err := tx.Get(store.Machines, machineKey(n.Cluster, node), &m); {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, n.Cluster, nil
+		case err != nil:
+			return nil, "", err
+		}
+		if m.settled() || m.Failed || m.Attempts > 0 || !m.NextTry.After(time.Now()) {
+			return nil, n.Cluster, nil
+		}
+		return &m, n.Cluster, nil
+	}
+	var m *machine
+	var cluster string
+	err := s.cfg.Store.View(func(tx *store.Tx) error {
+		var err error
+		m, cluster, err = waiting(tx)
+		return err
+	})
+	if err == nil && m != nil {
+		err = s.cfg.Store.Update(func(tx *store.Tx) error {
+			m, _, err := waiting(tx)
+			if err != nil || m == nil {
+				return err
+			}
+			m.NextTry = time.Time{}
+			return putMachine(tx, m)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	if cluster != "" {
+		s.engine.kickBusy(cluster)
+	}
+	return nil
+}
+
 func (e *engine) run(name string, kicked chan struct{}) {
 	defer e.wg.Done()
 	for {

@@ -186,7 +186,7 @@ func TestSurgeAfterADeleteLeavesTheClusterDeleted(t *testing.T) {
 	if _, err := e.s.Delete("c1", false, "admin"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.engine.advanceSurge(e.ctx, e.p, machines, old, 0); err != nil {
+	if _, _, err := e.s.engine.advanceSurge(e.ctx, e.p, machines, old, 0); err != nil {
 		t.Fatalf("advanceSurge: %v", err)
 	}
 	for _, m := range e.all() {
@@ -207,7 +207,7 @@ func TestAbortSurgeAfterADeleteLeavesTheClusterDeleted(t *testing.T) {
 			old = append(old, m)
 		}
 	}
-	if _, err := e.s.engine.advanceSurge(e.ctx, e.p, machines, old, 0); err != nil {
+	if _, _, err := e.s.engine.advanceSurge(e.ctx, e.p, machines, old, 0); err != nil {
 		t.Fatalf("advanceSurge: %v", err)
 	}
 	machines = e.load()

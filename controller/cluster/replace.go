@@ -207,7 +207,7 @@ func (e *engine) repairHandOver(ctx context.Context, p *pass, m *machine) (stepR
 	if !answered {
 		wait = silence
 	}
-	return stepResult{wait: min(wait.Sub(now), leavePoll)}, nil
+	return stepResult{wait: min(wait.Sub(now), e.cfg.StatusPoll)}, nil
 }
 
 // endRepairs clears the replacements that were rolled back, and says

@@ -325,7 +325,7 @@ func (e *engine) driveRestore(p *pass, machines []machine) (time.Duration, error
 		msg += " (its etcd: " + v1.ClipMessage(sourceSays) + ")"
 	}
 	e.condition(name, v1.Condition{Type: v1.ConditionRestoring, Status: "True", Reason: "Waiting", Message: msg})
-	return leavePoll, nil
+	return e.cfg.StatusPoll, nil
 }
 
 // finishRestore ends the running restore: the roles no longer ask for it

@@ -28,6 +28,8 @@ const (
 	// DefaultResyncInterval re-checks settled clusters against vCenter
 	// (vanished VMs, expired agent certificates).
 	DefaultResyncInterval = 5 * time.Minute
+	// DefaultStatusPoll: see Config.StatusPoll.
+	DefaultStatusPoll = 5 * time.Second
 	// DefaultLeaveTimeout bounds how long a removed node is given to
 	// leave its cluster (etcd member removed, kubeadm reset, VIP given up)
 	// before its VM is powered off anyway.
@@ -87,6 +89,11 @@ type Config struct {
 	// ResyncInterval is how often every cluster is checked against
 	// vCenter, work or not; default DefaultResyncInterval.
 	ResyncInterval time.Duration
+	// StatusPoll is how often a cluster at work looks again at the node
+	// reports it waits on (a hand-over, a leave, a new VM's Ready, a
+	// snapshot); a report that changes a node's phase makes it look at
+	// once (NodePhaseChanged). Default DefaultStatusPoll.
+	StatusPoll time.Duration
 }
 
 // Service creates, changes and deletes clusters.
@@ -136,6 +143,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ResyncInterval <= 0 {
 		cfg.ResyncInterval = DefaultResyncInterval
+	}
+	if cfg.StatusPoll <= 0 {
+		cfg.StatusPoll = DefaultStatusPoll
 	}
 	if cfg.UpgradeNodeTimeout < 0 {
 		return nil, fmt.Errorf("upgrade node timeout %s: want a positive duration", cfg.UpgradeNodeTimeout)

@@ -193,13 +193,13 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 	r := *rec.EtcdSnapshot
 	copies, err := e.cfg.copiesOf(rec)
 	if err != nil {
-		return leavePoll, err
+		return e.cfg.StatusPoll, err
 	}
 	why := ""
 	if !answerSnapshotRequest(&r, machines, statuses, copies, e.cfg.Copies != nil) {
 		waited := e.cfg.Now().Sub(r.AskedAt)
 		if waited < e.cfg.SnapshotTimeout {
-			return leavePoll, nil
+			return e.cfg.StatusPoll, nil
 		}
 		why = snapshotLate(&r, machines, statuses, waited)
 	}
@@ -226,7 +226,7 @@ func (e *engine) driveSnapshot(name string) (time.Duration, error) {
 		return putRoles(tx, cur, sec)
 	})
 	if err != nil {
-		return leavePoll, err
+		return e.cfg.StatusPoll, err
 	}
 	e.cfg.Notify(NotifyKey(name))
 	e.cfg.Log.Info("etcd snapshot request ended", "cluster", name, "taken_at", r.TakenAt, "master", r.Master, "copied", r.Copied, "error", why)

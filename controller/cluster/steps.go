@@ -25,9 +25,6 @@ const (
 	// dataDiskRoot is the datastore folder of the masters' data disks,
 	// apart from the VMs' folders so that no VM's removal takes them.
 	dataDiskRoot = "harmony-data"
-	// leavePoll is how often a leaving node's status is looked at while
-	// its machine waits.
-	leavePoll = 5 * time.Second
 )
 
 // stepTimeout bounds one step: longer than a clone of the largest disk.
@@ -341,7 +338,7 @@ func (e *engine) leave(ctx context.Context, p *pass, m *machine, ref types.Manag
 	if left <= 0 {
 		return warn(fmt.Sprintf("it did not report %s by its deadline %s", v1.PhaseLeft, m.LeaveBy.UTC().Format(time.RFC3339))), nil
 	}
-	return stepResult{wait: min(left, leavePoll)}, nil
+	return stepResult{wait: min(left, e.cfg.StatusPoll)}, nil
 }
 
 // unhealthyComponents names the components a status reports unhealthy.

@@ -223,7 +223,7 @@ func (e *engine) handOver(m *machine) stepResult {
 		return e.startRollback(m, fmt.Sprintf("it did not hand over by %s; the agent last reported: %s",
 			s.HandOverBy.UTC().Format(time.RFC3339), agentReport(st, reported)))
 	}
-	return stepResult{wait: min(s.HandOverBy.Sub(e.cfg.Now()), leavePoll)}
+	return stepResult{wait: min(s.HandOverBy.Sub(e.cfg.Now()), e.cfg.StatusPoll)}
 }
 
 // verifySwap waits for the new VM's agent to report Ready, as the same
@@ -250,7 +250,7 @@ func (e *engine) verifySwap(m *machine) stepResult {
 	if why := e.newVMFault(s.PoweredOnAt, st, fresh); why != "" {
 		return e.startRollback(m, "the new VM "+why)
 	}
-	return stepResult{wait: min(s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout).Sub(e.cfg.Now()), leavePoll)}
+	return stepResult{wait: min(s.PoweredOnAt.Add(e.cfg.UpgradeNodeTimeout).Sub(e.cfg.Now()), e.cfg.StatusPoll)}
 }
 
 // newVMFault says why a new VM of an upgrade, powered on at poweredOn and

@@ -464,13 +464,13 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 		return 0, e.stopUpgrade(p, rolledBack, state,
 			fmt.Sprintf("%s was rolled back to its old VM: %s", rolledBack.Name, rolledBack.Swap.Why))
 	case swapping != nil:
-		return leavePoll, nil // its machine's own steps move it
+		return e.cfg.StatusPoll, nil // its machine's own steps move it
 	case u.stopping():
 		if err := e.abortSurge(p, machines); err != nil {
 			return 0, err
 		}
 		if inflight > 0 {
-			return leavePoll, nil
+			return e.cfg.StatusPoll, nil
 		}
 		if u.Abort {
 			return 0, e.stopUpgrade(p, nil, v1.UpgradeAborted, fmt.Sprintf("aborted by an admin; %d of %d nodes run %s", upgraded, total, u.Image))
@@ -480,8 +480,14 @@ func (e *engine) driveUpgrade(ctx context.Context, p *pass, machines []machine) 
 	if len(masters) > 0 {
 		return e.startSwap(p, pickMaster(masters, first).Name)
 	}
-	if done, err := e.advanceSurge(ctx, p, machines, oldWorkers, inflight); err != nil || !done {
-		return leavePoll, err
+	done, moved, err := e.advanceSurge(ctx, p, machines, oldWorkers, inflight)
+	switch {
+	case err != nil:
+		return e.cfg.StatusPoll, err
+	case moved:
+		return 0, nil // the next pass takes up the new and the leaving workers now
+	case !done:
+		return e.cfg.StatusPoll, nil
 	}
 	return 0, e.stopUpgrade(p, nil, v1.UpgradeSucceeded, fmt.Sprintf("every node runs %s with Kubernetes %s", u.Image, u.KubernetesVersion))
 }
@@ -530,7 +536,7 @@ func (e *engine) startSwap(p *pass, node string) (time.Duration, error) {
 		// Not now: the next master waits for the cluster to be whole, and
 		// for its etcd to be saved.
 		e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Waiting", Message: err.Error()})
-		return leavePoll, nil
+		return e.cfg.StatusPoll, nil
 	}
 	e.condition(name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "Replacing",
 		Message: fmt.Sprintf("to %s (Kubernetes %s)", p.rec.Upgrade.Image, p.rec.Upgrade.KubernetesVersion)})
@@ -640,8 +646,9 @@ func checkSnapshots(rec *record, masters []machine, statuses map[string]v1.Statu
 // advanceSurge moves the worker replacements on: an old worker whose
 // surge worker reports Ready leaves and goes (the removal's own steps:
 // drain, power off, destroy), and free surge slots get new workers for
-// the next old ones. It reports whether every worker is done.
-func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, oldWorkers []machine, inflight int) (bool, error) {
+// the next old ones. It reports whether every worker is done, and
+// whether it moved any on (their machines' steps are owed a pass).
+func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, oldWorkers []machine, inflight int) (done, moved bool, _ error) {
 	rec, u := p.rec, p.rec.Upgrade
 	byName := map[string]machine{}
 	for _, m := range machines {
@@ -682,16 +689,17 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 			return err
 		})
 		if err != nil {
-			return false, err
+			return false, moved, err
 		}
+		moved = true
 		e.cfg.Notify(NotifyKey(rec.Spec.Name))
 	}
 	if fault != "" {
-		return false, e.rollBackUpgrade(p, faulty, fault)
+		return false, moved, e.rollBackUpgrade(p, faulty, fault)
 	}
 	slots := u.MaxSurge - inflight
 	if slots <= 0 || len(oldWorkers) == 0 {
-		return len(oldWorkers) == 0 && inflight == 0, nil
+		return len(oldWorkers) == 0 && inflight == 0, moved, nil
 	}
 	slices.SortFunc(oldWorkers, cmpCreated)
 	olds := oldWorkers[:min(slots, len(oldWorkers))]
@@ -704,9 +712,11 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 	}
 	if err := precheck(ctx, p.vc, &target, add); err != nil {
 		e.condition(rec.Spec.Name, v1.Condition{Type: v1.ConditionUpgrading, Status: "True", Reason: "NoRoom", Message: err.Error()})
-		return false, nil
+		return false, moved, nil
 	}
+	added := false
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
+		added = false // a retried transaction starts again
 		cur, err := runningUpgrade(tx, rec.Spec.Name)
 		if err != nil || cur == nil {
 			return err
@@ -730,6 +740,7 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		if len(adding) == 0 {
 			return nil
 		}
+		added = true
 		cur.WorkerSeq = target.WorkerSeq
 		if err := tx.Put(store.Clusters, cur.Spec.Name, cur); err != nil {
 			return err
@@ -758,10 +769,12 @@ func (e *engine) advanceSurge(ctx context.Context, p *pass, machines []machine, 
 		return nil
 	})
 	if err != nil {
-		return false, err
+		return false, moved, err
 	}
-	e.cfg.Notify(NotifyKey(rec.Spec.Name))
-	return false, nil
+	if added {
+		e.cfg.Notify(NotifyKey(rec.Spec.Name))
+	}
+	return false, moved || added, nil
 }
 
 // surgeFault says why a surge worker that is not Ready never will be
