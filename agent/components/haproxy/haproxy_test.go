@@ -40,7 +40,7 @@ func TestRenderThreeMasters(t *testing.T) {
 		"\n    pidfile /run/haproxy/haproxy.pid\n",
 		"\n    stats socket /run/haproxy/admin.sock mode 600 level admin expose-fd listeners\n",
 		"\n    mode tcp\n",
-		"\n    timeout connect 1s\n",
+		"\n    timeout connect 250ms\n",
 		"\n    option redispatch 1\n",
 		"\n    timeout client 4h\n",
 		"\n    timeout server 4h\n",
