@@ -120,7 +120,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 }
 
 // Run reconciles on every role from roles, on every kick, and after each
-// pass's wait (see nextWait), until ctx is done. Nothing runs before the
+// pass's wait (see nextRetry), until ctx is done. Nothing runs before the
 // first role.
 func (r *Runner) Run(ctx context.Context, roles <-chan v1.Role) {
 	var current *v1.Role
