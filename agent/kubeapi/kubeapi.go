@@ -59,6 +59,13 @@ func FromHTTP(server string, h *http.Client) *Client {
 	return &Client{server: strings.TrimSuffix(server, "/"), http: h}
 }
 
+// At is the same client, credential and trust, for another address of
+// the same API: a master's kubeconfig names its own apiserver, which a
+// hand-over stops, where the VIP still answers.
+func (c *Client) At(server string) *Client {
+	return &Client{server: strings.TrimSuffix(server, "/"), http: c.http}
+}
+
 // Open is a client with the kubeconfig at path on the host (kubelet.conf,
 // admin.conf): its first cluster and user. A client certificate in a file
 // (the kubelet's, which it rotates) is read under the host's root.

@@ -26,6 +26,12 @@ const (
 	KubeletLink   = "/var/lib/harmony-kubelet/kubelet"
 )
 
+// KubeletUnit is the kubelet's systemd unit, which a node image installs
+// and enables (systemd/kubelet.service); kubeadm starts it, and a master's
+// hand-over stops it.
+const KubeletUnit = "kubelet.service"
+
+
 // KubernetesBinary is where an image keeps a Kubernetes binary of a
 // version.
 func KubernetesBinary(version, name string) string {

@@ -164,6 +164,22 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if obj.Spec.Unschedulable || obj.Metadata.Annotations[handOverAnnotation] != "" {
 		t.Errorf("after the uncordon: unschedulable %v, annotations %v", obj.Spec.Unschedulable, obj.Metadata.Annotations)
 	}
+	// Its control plane stopped, the hand-over marks the Node for the VM
+	// that takes over, as the node: Ready goes Unknown, so that kubeadm
+	// join accepts the name; the other conditions stay.
+	readyAgain := `{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"},{"type":"MemoryPressure","status":"False","reason":"KubeletHasSufficientMemory"}]}}`
+	mustSend(t, api, nodeCert, http.MethodPatch, "/api/v1/nodes/"+node+"/status", readyAgain, http.StatusOK)
+	if err := markHandedOver(context.Background(), nodeAPI, node, time.Now()); err != nil {
+		t.Fatalf("mark the Node handed over: %v", err)
+	}
+	if got := conditions(t, api, admin, node); got["Ready"] != "Unknown "+handedOverReason || got["MemoryPressure"] != "False KubeletHasSufficientMemory" {
+		t.Errorf("conditions after the hand-over's mark: %v", got)
+	}
+	// Gone meanwhile: nothing to mark.
+	if err := markHandedOver(context.Background(), nodeAPI, "gone", time.Now()); err != nil {
+		t.Errorf("mark a Node that is gone: %v", err)
+	}
+	mustSend(t, api, nodeCert, http.MethodPatch, "/api/v1/nodes/"+node+"/status", readyAgain, http.StatusOK)
 	// Drained once for the hand-over, it is not done again: the
 	// hand-over's later steps stop the apiserver its credential reaches.
 	if st := d.Leave(context.Background(), host, &handOver); st.Phase != reconcile.PhaseLeft || len(st.Actions) != 0 || st.Message != "cordoned and drained for the hand-over" {
@@ -186,6 +202,17 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if st := d.Leave(context.Background(), host, &other); st.Phase != reconcile.PhaseLeaving || !strings.Contains(st.Message, "403") {
 		t.Errorf("drain of %s with another node's credential: %+v", node, st)
 	}
+	// Nor mark it not Ready.
+	otherAPI, err := kubeapi.Open(host, KubeletKubeconfig, dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := markHandedOver(context.Background(), otherAPI, node, time.Now()); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("marking %s with another node's credential: %v", node, err)
+	}
+	if got := conditions(t, api, admin, node); got["Ready"] != "True KubeletReady" {
+		t.Errorf("conditions after another node's mark: %v", got)
+	}
 	// kubeadm reset, a later step, removes kubelet.conf; the sequence's
 	// next pass starts again with the drain, which reports what it did.
 	os.Remove(host.Path(KubeletKubeconfig))
@@ -197,6 +224,18 @@ func checkDrain(t *testing.T, host *reconcile.Host, dial func(ctx context.Contex
 	if st := d.Leave(context.Background(), host, &never); st.Phase != reconcile.PhaseLeft || !strings.Contains(st.Message, "never joined") {
 		t.Errorf("drain of a node that never joined: %+v", st)
 	}
+}
+
+// conditions are a Node's conditions, "status reason" by type.
+func conditions(t *testing.T, api *apiClient, admin *tls.Certificate, node string) map[string]string {
+	t.Helper()
+	var obj nodeObject
+	getJSON(t, api, admin, "/api/v1/nodes/"+node, &obj)
+	out := map[string]string{}
+	for _, c := range obj.Status.Conditions {
+		out[c.Type] = c.Status + " " + c.Reason
+	}
+	return out
 }
 
 // writeNodeKubeconfig writes kubelet.conf for node as kubeadm's TLS

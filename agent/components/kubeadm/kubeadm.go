@@ -99,6 +99,10 @@ const (
 type Config struct {
 	// Binary is kubeadm; default /usr/bin/kubeadm.
 	Binary string
+	// Systemctl starts and stops the kubelet's unit, which is not one of
+	// the agent's (kubeadm starts it with the systemctl on PATH); default
+	// /usr/bin/systemctl.
+	Systemctl string
 	// APIServerBinary runs in place of the manifest's image when standing
 	// in for the kubelet; default /usr/bin/kube-apiserver.
 	APIServerBinary string
@@ -172,6 +176,9 @@ func New(cfg Config) *Component {
 	if cfg.APIServerBinary == "" {
 		cfg.APIServerBinary = "/usr/bin/kube-apiserver"
 	}
+	if cfg.Systemctl == "" {
+		cfg.Systemctl = "/usr/bin/systemctl"
+	}
 	if cfg.Command == nil {
 		cfg.Command = func(ctx context.Context, argv []string) *exec.Cmd {
 			return exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -211,7 +218,7 @@ func (c *Component) imagesPending(host *reconcile.Host) string {
 }
 
 func (c *Component) checkConfig() error {
-	for _, b := range []struct{ name, path string }{{"Binary", c.cfg.Binary}, {"APIServerBinary", c.cfg.APIServerBinary}} {
+	for _, b := range []struct{ name, path string }{{"Binary", c.cfg.Binary}, {"APIServerBinary", c.cfg.APIServerBinary}, {"Systemctl", c.cfg.Systemctl}} {
 		if !filepath.IsAbs(b.path) {
 			return fmt.Errorf("kubeadm component: %s %q is not an absolute path", b.name, b.path)
 		}

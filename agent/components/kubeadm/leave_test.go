@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,8 +114,9 @@ func TestDrainWithNothingToDrain(t *testing.T) {
 // A master that hands over (an upgrade by reimage) stops its control plane
 // and resets nothing: kubeadm's certificates, configurations and the
 // etcd data stay. With a kubelet, the static pods' manifests leave its
-// sight; when the VM serves again (a rolled-back replacement), a pass
-// makes them afresh and the held copies go.
+// sight, and then the kubelet stops, so that the Node can be marked for
+// the new VM; when the VM serves again (a rolled-back replacement), a pass
+// starts the kubelet, makes the manifests afresh, and the held copies go.
 func TestMasterHandOverResetsNothing(t *testing.T) {
 	bin := k8sBin(t)
 	ctx := context.Background()
@@ -140,11 +142,19 @@ func TestMasterHandOverResetsNothing(t *testing.T) {
 	}
 
 	// With a kubelet: the manifests are held aside; the local apiserver
-	// (none answers here) is gone, so it has handed over.
-	withKubelet := New(Config{Binary: filepath.Join(bin, "kubeadm"), Kubelet: true, DialContext: refuseDial, CommandTimeout: 90 * time.Second})
+	// (none answers here) is gone, so the kubelet stops and the hand-over
+	// is done. No apiserver answers on the VIP either: the Node is not
+	// marked, which is said, and does not hold the hand-over up.
+	systemctl, calls := recordingSystemctl(t)
+	withKubelet := New(Config{Binary: filepath.Join(bin, "kubeadm"), Kubelet: true, Systemctl: systemctl,
+		DialContext: refuseDial, CommandTimeout: 90 * time.Second})
 	st = withKubelet.Leave(ctx, host, &handOver)
-	if st.Phase != reconcile.PhaseLeft || len(st.Actions) != 3 {
+	if st.Phase != reconcile.PhaseLeft || !st.Healthy || len(st.Actions) != 4 || st.Actions[3] != "stopped kubelet.service" ||
+		!strings.Contains(st.Message, "Node not marked") {
 		t.Fatalf("hand-over with a kubelet: %+v", st)
+	}
+	if got := calls(); !slices.Equal(got, []string{"stop kubelet.service"}) {
+		t.Errorf("systemctl calls: %q", got)
 	}
 	for _, m := range controlPlaneManifests {
 		if _, err := os.Stat(host.Path(filepath.Join(ManifestsDir, m))); err == nil {
@@ -159,13 +169,33 @@ func TestMasterHandOverResetsNothing(t *testing.T) {
 			t.Errorf("%s gone after the hand-over: %v", kept, err)
 		}
 	}
+	// The next pass stops the kubelet again (a stop is a no-op on a
+	// stopped unit) and tries the Node again, but reports no new action.
 	if again := withKubelet.Leave(ctx, host, &handOver); again.Phase != reconcile.PhaseLeft || len(again.Actions) != 0 {
 		t.Errorf("hand-over again: %+v", again)
 	}
 
-	// Rolled back: the VM serves again.
+	// Rolled back: the VM serves again, and the kubelet the hand-over
+	// stopped starts before anything else.
 	role.Revision++
-	if st := standIn.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "removed "+HandedOverDir+": this VM serves again") {
+	st = reconcile.Status{}
+	if err := withKubelet.restoreAfterHandOver(ctx, host, &st); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"started kubelet.service, which the hand-over had stopped", "removed " + HandedOverDir + ": this VM serves again"}; !slices.Equal(st.Actions, want) {
+		t.Errorf("restore after the hand-over: %q, want %q", st.Actions, want)
+	}
+	if got := calls(); !slices.Equal(got, []string{"stop kubelet.service", "stop kubelet.service", "start kubelet.service"}) {
+		t.Errorf("systemctl calls: %q", got)
+	}
+
+	// Handed over and rolled back again, on the stand-in's host: no
+	// kubelet to start, and the local phases make the manifests anew.
+	if st := withKubelet.Leave(ctx, host, &handOver); st.Phase != reconcile.PhaseLeft {
+		t.Fatalf("second hand-over: %+v", st)
+	}
+	if st := standIn.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged || !slices.Contains(st.Actions, "removed "+HandedOverDir+": this VM serves again") ||
+		slices.ContainsFunc(st.Actions, func(a string) bool { return strings.Contains(a, "kubelet") }) {
 		t.Fatalf("converge after the rollback: %+v", st)
 	}
 	for _, m := range controlPlaneManifests {
@@ -175,5 +205,27 @@ func TestMasterHandOverResetsNothing(t *testing.T) {
 	}
 	if _, ok := rec.Unit(APIServerUnit); !ok {
 		t.Error("the stand-in apiserver does not run again")
+	}
+}
+
+// recordingSystemctl is a systemctl that only records its arguments, one
+// call per line: no test may stop or start this machine's units.
+func recordingSystemctl(t *testing.T) (string, func() []string) {
+	t.Helper()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "systemctl")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return script, func() []string {
+		data, err := os.ReadFile(log)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if out := strings.TrimSpace(string(data)); out != "" {
+			return strings.Split(out, "\n")
+		}
+		return nil
 	}
 }

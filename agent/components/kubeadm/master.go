@@ -72,7 +72,7 @@ func (c *Component) reconcileMaster(ctx context.Context, host *reconcile.Host, r
 		}
 	}
 
-	if err := restoreAfterHandOver(host, &st); err != nil {
+	if err := c.restoreAfterHandOver(ctx, host, &st); err != nil {
 		return fail(err)
 	}
 	pkiDigest, err := writePKI(host, role, owe, &st)

@@ -244,6 +244,16 @@ type plan struct {
 	certsRenewed string
 }
 
+// vipEndpoint is the cluster's VIP and VIP:frontendPort, where HAProxy
+// serves the cluster's API.
+func vipEndpoint(role *v1.Role, frontendPort int) (netip.Addr, string, error) {
+	vip, err := netip.ParseAddr(role.Cluster.VIP)
+	if err != nil {
+		return netip.Addr{}, "", fmt.Errorf("cluster.vip: empty or not an address; the API endpoint is VIP:%d", frontendPort)
+	}
+	return vip, net.JoinHostPort(vip.String(), fmt.Sprint(frontendPort)), nil
+}
+
 // newPlan checks what the role must carry for this node and derives the
 // rest. defaultVersion is kubeadm's own version, used when the role names
 // none. Errors name the role field.
@@ -253,11 +263,11 @@ func newPlan(role *v1.Role, facts []netip.Addr, frontendPort int, defaultVersion
 		p.token = role.Kubeadm.BootstrapToken
 	}
 
-	vip, err := netip.ParseAddr(role.Cluster.VIP)
+	vip, endpoint, err := vipEndpoint(role, frontendPort)
 	if err != nil {
-		return nil, errors.New("cluster.vip: empty or not an address; the API endpoint is VIP:8443")
+		return nil, err
 	}
-	p.endpoint = net.JoinHostPort(vip.String(), fmt.Sprint(frontendPort))
+	p.endpoint = endpoint
 
 	p.version = role.KubernetesVersion()
 	if p.version == "" {

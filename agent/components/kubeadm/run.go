@@ -51,6 +51,13 @@ func (c *Component) argv(host *reconcile.Host, args []string) ([]string, error) 
 	return append(argv, args...), nil
 }
 
+// systemctl runs systemctl verb on a unit that is not the agent's own
+// (the kubelet's), as kubeadm itself does.
+func (c *Component) systemctl(ctx context.Context, verb, unit string) error {
+	_, err := c.runNamed(ctx, "systemctl "+verb+" "+unit, []string{c.cfg.Systemctl, verb, unit}, "")
+	return err
+}
+
 // run runs one kubeadm command with a minimal environment, bounded by
 // CommandTimeout. Its error names the command (never a secret: those are
 // only in the config files) and keeps kubeadm's own error lines.

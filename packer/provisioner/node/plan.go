@@ -193,7 +193,7 @@ func unitsFor(role string) []string {
 		// service comes with it.
 		return append(units, "harmony-controller.service", "harmony-controller-backup.timer")
 	}
-	return append(units, "kubelet.service", "harmony-images-import.service")
+	return append(units, components.KubeletUnit, "harmony-images-import.service")
 }
 
 // dropInsFor returns the drop-ins (UNIT.d/NAME.conf under systemd/) that
@@ -204,7 +204,7 @@ func dropInsFor(role string) []string {
 		// backups beside etcd's, so that a reimage keeps them.
 		return []string{"harmony-data-disk.service.d/appliance.conf"}
 	}
-	return []string{"kubelet.service.d/10-kubeadm.conf"}
+	return []string{components.KubeletUnit + ".d/10-kubeadm.conf"}
 }
 
 // add stages a local file and installs it at dest.
