@@ -31,7 +31,6 @@ const (
 // hand-over stops it.
 const KubeletUnit = "kubelet.service"
 
-
 // KubernetesBinary is where an image keeps a Kubernetes binary of a
 // version.
 func KubernetesBinary(version, name string) string {
