@@ -90,7 +90,12 @@ func (c *Component) handOver(ctx context.Context, host *reconcile.Host, role *v1
 		return st
 	}
 	st.Phase, st.Healthy = reconcile.PhaseLeft, true
-	st.Message = "control plane stopped; nothing reset: the new VM takes the node over; " + c.releaseNode(ctx, host, role, &st)
+	st.Message = "control plane stopped; nothing reset: the new VM takes the node over"
+	// The first master's new VM takes over without a join (kubeadm's
+	// kubelet-start), which checks nothing of the Node.
+	if first, err := isFirstMaster(role); err == nil && !first {
+		st.Message += "; " + c.releaseNode(ctx, host, role, &st)
+	}
 	return st
 }
 
@@ -98,7 +103,7 @@ func (c *Component) handOver(ctx context.Context, host *reconcile.Host, role *v1
 // went. kubeadm join refuses a name whose Node is Ready, and this Node
 // stays Ready until the node lifecycle controller misses its kubelet,
 // about 50 s after the power-off: each replaced master but the first
-// (which takes over without a join) waited that long. So, its static pods
+// waited that long. So, its static pods
 // stopped, the kubelet stops too (its next status update, within 10 s,
 // would say Ready again), and the node marks its own Ready condition
 // Unknown with the kubelet's credential (NodeRestriction lets a node

@@ -124,7 +124,8 @@ func TestMasterHandOverResetsNothing(t *testing.T) {
 	host := &reconcile.Host{Root: t.TempDir(), Services: rec, Log: slog.New(slog.DiscardHandler)}
 	standIn := New(Config{Binary: filepath.Join(bin, "kubeadm"), APIServerBinary: filepath.Join(bin, "kube-apiserver"),
 		StandInForKubelet: true, DialContext: refuseDial, CommandTimeout: 90 * time.Second})
-	role := newTestCluster(t).role(t, "m1", 0)
+	cl := newTestCluster(t)
+	role := cl.role(t, "m2", 0)
 	if st := standIn.Reconcile(ctx, host, role); st.Phase != reconcile.PhaseConverged {
 		t.Fatalf("converge: %+v", st)
 	}
@@ -205,6 +206,23 @@ func TestMasterHandOverResetsNothing(t *testing.T) {
 	}
 	if _, ok := rec.Unit(APIServerUnit); !ok {
 		t.Error("the stand-in apiserver does not run again")
+	}
+
+	// The first master's new VM takes over without a join: its kubelet
+	// keeps running until the power-off, and the Node is left alone.
+	first := &reconcile.Host{Root: t.TempDir(), Services: servicetest.New(), Log: slog.New(slog.DiscardHandler)}
+	m1 := cl.role(t, "m1", 0)
+	if st := standIn.Reconcile(ctx, first, m1); st.Phase != reconcile.PhaseConverged {
+		t.Fatalf("converge m1: %+v", st)
+	}
+	m1.Leave = handOver.Leave
+	callsBefore := len(calls())
+	if st := withKubelet.Leave(ctx, first, m1); st.Phase != reconcile.PhaseLeft || !st.Healthy || strings.Contains(st.Message, "kubelet") ||
+		slices.ContainsFunc(st.Actions, func(a string) bool { return strings.Contains(a, "kubelet.service") }) {
+		t.Errorf("the first master's hand-over: %+v", st)
+	}
+	if got := calls(); len(got) != callsBefore {
+		t.Errorf("systemctl calls after the first master's hand-over: %q", got[callsBefore:])
 	}
 }
 
