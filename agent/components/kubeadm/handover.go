@@ -103,13 +103,13 @@ func (c *Component) handOver(ctx context.Context, host *reconcile.Host, role *v1
 // went. kubeadm join refuses a name whose Node is Ready, and this Node
 // stays Ready until the node lifecycle controller misses its kubelet,
 // about 50 s after the power-off: each replaced master but the first
-// waited that long. So, its static pods
-// stopped, the kubelet stops too (its next status update, within 10 s,
-// would say Ready again), and the node marks its own Ready condition
-// Unknown with the kubelet's credential (NodeRestriction lets a node
-// update its own status), through the VIP: its own apiserver has
-// stopped. Best effort: whatever fails is said, and the node lifecycle
-// controller marks the Node later, as it did before.
+// waited that long. So, its static pods stopped, the kubelet stops too
+// (its next status update, within 10 s, would say Ready again), and the
+// node marks its own Ready condition Unknown with the kubelet's
+// credential (NodeRestriction lets a node update its own status), through
+// the VIP: its own apiserver has stopped. Best effort: whatever fails is
+// said, and the node lifecycle controller marks the Node later, as it did
+// before.
 func (c *Component) releaseNode(ctx context.Context, host *reconcile.Host, role *v1.Role, st *reconcile.Status) string {
 	const later = "; the new VM's join waits for the node lifecycle controller to mark the Node"
 	if exists(host.Path(nodeReleased)) {
@@ -117,14 +117,14 @@ func (c *Component) releaseNode(ctx context.Context, host *reconcile.Host, role 
 	}
 	// Marked before the stop, so that an agent killed right after it
 	// still has a VM that serves again start the kubelet.
-	first := !exists(host.Path(kubeletStopped))
+	newStop := !exists(host.Path(kubeletStopped))
 	if err := os.WriteFile(host.Path(kubeletStopped), []byte("stopped by the hand-over\n"), 0o600); err != nil {
 		return "kubelet not stopped: " + err.Error() + later
 	}
 	if err := c.systemctl(ctx, "stop", components.KubeletUnit); err != nil {
 		return "kubelet not stopped: " + err.Error() + later
 	}
-	if first {
+	if newStop {
 		st.Actions = append(st.Actions, "stopped "+components.KubeletUnit)
 	}
 	if err := c.markNodeHandedOver(ctx, host, role); err != nil {
