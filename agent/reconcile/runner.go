@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -142,8 +143,18 @@ func (r *Runner) Run(ctx context.Context, roles <-chan v1.Role) {
 			continue
 		}
 		retry = r.nextRetry(retry, r.Pass(ctx, current))
-		timer.Reset(cmp.Or(retry, r.interval))
+		timer.Reset(jittered(cmp.Or(retry, r.interval)))
 	}
+}
+
+// jittered spreads a wait over [d, 1.2·d): agents that turned unsettled
+// together (a fleet that lost its VIP at once) or started together report
+// to the controller spread out, not in step.
+func jittered(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d + rand.N(d/5+1)
 }
 
 // nextRetry is the wait before the pass after one that ended with

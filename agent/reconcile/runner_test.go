@@ -300,3 +300,24 @@ func TestRunnerRetryDoublesUpToTheInterval(t *testing.T) {
 		}
 	}
 }
+
+// Waits are spread over a fifth of their length, so that agents that
+// turned unsettled at the same moment do not report in step.
+func TestJitteredSpreadsAWaitOverAFifth(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 30 * time.Second} {
+		lo, hi := time.Duration(1<<62), time.Duration(0)
+		for range 1000 {
+			w := jittered(d)
+			if w < d || w > d+d/5 {
+				t.Fatalf("jittered(%s) = %s, want within [%s, %s]", d, w, d, d+d/5)
+			}
+			lo, hi = min(lo, w), max(hi, w)
+		}
+		if hi-lo < d/10 {
+			t.Errorf("jittered(%s) over 1000 draws: %s to %s, want a spread of at least %s", d, lo, hi, d/10)
+		}
+	}
+	if got := jittered(0); got != 0 {
+		t.Errorf("jittered(0) = %s", got)
+	}
+}
