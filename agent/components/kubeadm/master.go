@@ -206,9 +206,10 @@ func (c *Component) joinControlPlane(ctx context.Context, host *reconcile.Host, 
 		"FileAvailable--etc-kubernetes-manifests-kube-controller-manager.yaml",
 		"FileAvailable--etc-kubernetes-manifests-kube-scheduler.yaml",
 		// A join refused at kubelet-start (a VM that replaces this
-		// master finds the old VM's Node still Ready until the node
-		// lifecycle marks it, about 40 s after its power-off) leaves
-		// this file; the next try writes it again.
+		// master finds the old VM's Node still Ready when the old VM
+		// could not mark it, releaseNode, until the node lifecycle
+		// controller does, about 40 s after its power-off) leaves this
+		// file; the next try writes it again.
 		"FileAvailable--etc-kubernetes-bootstrap-kubelet.conf",
 	}
 	if _, err := c.kubeadm(ctx, host, p.token, "join", "--config", JoinConfigFile,
