@@ -128,7 +128,7 @@ func (d drainStep) drain(ctx context.Context, host *reconcile.Host, role *v1.Rol
 	}
 	st.Message = "cordoned and drained"
 	if handingOver(role) {
-		if err := markHandOverDrained(host); err != nil {
+		if err := setHandOverMark(host, handOverDrained, "drained"); err != nil {
 			return st.Failed(err)
 		}
 	}

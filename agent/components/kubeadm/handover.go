@@ -39,11 +39,12 @@ const (
 
 func handingOver(role *v1.Role) bool { return role.Leave != nil && role.Leave.HandOver }
 
-func markHandOverDrained(host *reconcile.Host) error {
+// setHandOverMark writes one of the hand-over's marks, note its content.
+func setHandOverMark(host *reconcile.Host, mark, note string) error {
 	if err := os.MkdirAll(host.Path(HandedOverDir), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(host.Path(handOverDrained), []byte("drained\n"), 0o600)
+	return os.WriteFile(host.Path(mark), []byte(note+"\n"), 0o600)
 }
 
 // handOverAnnotation marks a Node cordoned by a hand-over: the node that
@@ -111,14 +112,17 @@ func (c *Component) handOver(ctx context.Context, host *reconcile.Host, role *v1
 // said, and the node lifecycle controller marks the Node later, as it did
 // before.
 func (c *Component) releaseNode(ctx context.Context, host *reconcile.Host, role *v1.Role, st *reconcile.Status) string {
-	const later = "; the new VM's join waits for the node lifecycle controller to mark the Node"
+	const (
+		released = "kubelet stopped and Node marked Ready=Unknown for the new VM"
+		later    = "; the new VM's join waits for the node lifecycle controller to mark the Node"
+	)
 	if exists(host.Path(nodeReleased)) {
-		return "kubelet stopped and Node marked Ready=Unknown for the new VM"
+		return released
 	}
 	// Marked before the stop, so that an agent killed right after it
 	// still has a VM that serves again start the kubelet.
 	newStop := !exists(host.Path(kubeletStopped))
-	if err := os.WriteFile(host.Path(kubeletStopped), []byte("stopped by the hand-over\n"), 0o600); err != nil {
+	if err := setHandOverMark(host, kubeletStopped, "stopped by the hand-over"); err != nil {
 		return "kubelet not stopped: " + err.Error() + later
 	}
 	if err := c.systemctl(ctx, "stop", components.KubeletUnit); err != nil {
@@ -130,12 +134,12 @@ func (c *Component) releaseNode(ctx context.Context, host *reconcile.Host, role 
 	if err := c.markNodeHandedOver(ctx, host, role); err != nil {
 		return "kubelet stopped; Node not marked: " + err.Error() + later
 	}
-	if err := os.WriteFile(host.Path(nodeReleased), []byte("released\n"), 0o600); err != nil {
+	if err := setHandOverMark(host, nodeReleased, "released"); err != nil {
 		return "kubelet stopped; Node marked, not recorded: " + err.Error()
 	}
 	st.Actions = append(st.Actions, "marked Node "+role.NodeName+" Ready=Unknown")
 	logger(host).Info("stopped the kubelet and marked the Node not Ready for the VM that takes over", "node", role.NodeName)
-	return "kubelet stopped and Node marked Ready=Unknown for the new VM"
+	return released
 }
 
 // markNodeHandedOver sets the node's Ready condition to Unknown, as the
