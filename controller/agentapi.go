@@ -81,7 +81,7 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request, who pr
 	}
 	st.NodeName = who.name
 	st.ReportedAt = c.now().UTC()
-	prev, _ := c.store.Status(who.name) // none yet: every phase is new
+	prev, _ := c.store.Status(who.name) // none yet: every report has news
 	if err := c.store.SetStatus(*st); err != nil {
 		return storeError(err, "node")
 	}
@@ -89,10 +89,8 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request, who pr
 	if err := c.clusters.StatusReported(who.name); err != nil {
 		c.log.Error("roles after a status report", "node", who.name, "err", err)
 	}
-	if prev.Phase != st.Phase {
-		if err := c.clusters.NodePhaseChanged(who.name); err != nil {
-			c.log.Error("waking the cluster after a new phase", "node", who.name, "phase", st.Phase, "err", err)
-		}
+	if err := c.clusters.NodeReported(who.name, prev, *st); err != nil {
+		c.log.Error("waking the cluster after a report", "node", who.name, "phase", st.Phase, "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -55,7 +55,16 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
 	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout))
 	body := &bodyReader{r: r.Body}
-	copied, err := c.copies.Put(cl, takenAt, body, r.ContentLength, rule)
+	// Told before anyone lists the copy, so that the request's pass
+	// does not find it first, not knowing whose it is.
+	kept := func(copied v1.EtcdSnapshotCopy) {
+		c.log.Info("etcd snapshot copied", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", copied.Bytes)
+		if err := c.clusters.SnapshotCopied(cl, who.name, takenAt); err != nil {
+			// The copy is kept; the request's pass finds it, if not whose.
+			c.log.Warn("etcd snapshot request not told of the copy", "cluster", cl.Name, "node", who.name, "err", err)
+		}
+	}
+	copied, err := c.copies.Put(cl, takenAt, body, r.ContentLength, rule, kept)
 	var notWanted *etcdcopies.NotWantedError
 	var tooBig *http.MaxBytesError
 	switch {
@@ -78,11 +87,6 @@ func (c *Controller) handlePutEtcdSnapshotCopy(w http.ResponseWriter, r *http.Re
 		return e
 	case err != nil:
 		return internalError("etcd snapshot copy", err)
-	}
-	c.log.Info("etcd snapshot copied", "cluster", cl.Name, "node", who.name, "takenAt", takenAt, "bytes", copied.Bytes)
-	if err := c.clusters.SnapshotCopied(cl, who.name, takenAt); err != nil {
-		// The copy is kept; the request's pass finds it, if not whose.
-		c.log.Warn("etcd snapshot request not told of the copy", "cluster", cl.Name, "node", who.name, "err", err)
 	}
 	writeJSON(w, http.StatusCreated, copied)
 	return nil

@@ -239,7 +239,7 @@ func putCopies(t *testing.T, dir string, c etcdcopies.Cluster, t0 time.Time, n i
 	var bodies [][]byte
 	for i := range n {
 		body := testutil.EtcdSnapshot(t, 1+i)
-		if _, err := copies.Put(c, t0.Add(time.Duration(i)*time.Hour), bytes.NewReader(body), int64(len(body)), etcdcopies.Rule{Keep: 10, Gap: time.Minute}); err != nil {
+		if _, err := copies.Put(c, t0.Add(time.Duration(i)*time.Hour), bytes.NewReader(body), int64(len(body)), etcdcopies.Rule{Keep: 10, Gap: time.Minute}, nil); err != nil {
 			t.Fatal(err)
 		}
 		bodies = append(bodies, body)

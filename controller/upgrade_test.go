@@ -1107,7 +1107,7 @@ func TestUpgradeWaitsForEtcdSnapshots(t *testing.T) {
 // A cluster at work moves on at the report it waits for, not at its next
 // look: with that look an hour apart, an upgrade of a master and a worker
 // still ends within minutes, each hand-over, new VM's Ready and leave
-// seen when the node reports it (a report that changes its phase).
+// seen when the node reports it (a report with news for the wait).
 func TestUpgradeMovesOnAtTheReportsItWaitsFor(t *testing.T) {
 	e := newClusterEnv(t, func(c *Config) {
 		c.ClusterStatusPoll = time.Hour

@@ -53,7 +53,7 @@ func TestAgentReconnectsAfterRestoreFromBackup(t *testing.T) {
 	}
 	snapshot := testutil.EtcdSnapshot(t, 3)
 	takenAt := time.Now().UTC().Truncate(time.Second)
-	if _, err := copies.Put(etcdcopies.Cluster{Name: "demo", UID: "0123456789abcdef"}, takenAt, bytes.NewReader(snapshot), int64(len(snapshot)), etcdcopies.Rule{Keep: 3}); err != nil {
+	if _, err := copies.Put(etcdcopies.Cluster{Name: "demo", UID: "0123456789abcdef"}, takenAt, bytes.NewReader(snapshot), int64(len(snapshot)), etcdcopies.Rule{Keep: 3}, nil); err != nil {
 		t.Fatal(err)
 	}
 	copyPath := filepath.Join(dataDir, etcdcopies.Dir, v1.ClusterInstance("demo", "0123456789abcdef"), etcdsnapshot.Name(takenAt))

@@ -110,13 +110,17 @@ func (e *engine) kickBusy(name string) {
 	}
 }
 
-// NodePhaseChanged is told of a report that changed a node's phase
-// (Ready, Leaving, Left): what a hand-over, a leave, a new VM's check or
-// an upgrade waits for. The node's machine, if it waits, and its cluster,
-// if at work, look again now rather than at their next StatusPoll. A
-// failed step's backoff is left alone.
-func (s *Service) NodePhaseChanged(node string) error {
-	waiting := func(tx *store.Tx) (*machine, string, error) {
+// NodeReported is told of each report a node makes, after it is stored
+// (prev: the one before, zero if none). A report with news for what a
+// hand-over, a leave, a new VM's check, an upgrade or a restore waits for
+// (reportNews) makes the node's machine, if it waits, and its cluster, if
+// at work, look again now rather than at their next StatusPoll. A failed
+// step's backoff is left alone. A machine at work that does not wait yet
+// counts the news: its step may have read the report before, and must
+// not then wait for it (recordWait).
+func (s *Service) NodeReported(node string, prev, cur v1.Status) error {
+	changed := gistOf(prev) != gistOf(cur)
+	atWork := func(tx *store.Tx) (*machine, string, error) {
 		n, err := tx.Node(node)
 		if errors.Is(err, store.ErrNotFound) || err == nil && n.Cluster == "" {
 			return nil, "", nil
@@ -131,7 +135,7 @@ func (s *Service) NodePhaseChanged(node string) error {
 		case err != nil:
 			return nil, "", err
 		}
-		if m.settled() || m.Failed || m.Attempts > 0 || !m.NextTry.After(time.Now()) {
+		if m.settled() || m.Failed || !changed && !firstSince(m.PoweredOnAt, prev, cur) {
 			return nil, n.Cluster, nil
 		}
 		return &m, n.Cluster, nil
@@ -140,26 +144,55 @@ func (s *Service) NodePhaseChanged(node string) error {
 	var cluster string
 	err := s.cfg.Store.View(func(tx *store.Tx) error {
 		var err error
-		m, cluster, err = waiting(tx)
+		m, cluster, err = atWork(tx)
 		return err
 	})
 	if err == nil && m != nil {
 		err = s.cfg.Store.Update(func(tx *store.Tx) error {
-			m, _, err := waiting(tx)
+			m, _, err := atWork(tx)
 			if err != nil || m == nil {
 				return err
 			}
-			m.NextTry = time.Time{}
+			m.News++
+			if m.Attempts == 0 {
+				m.NextTry = time.Time{}
+			}
 			return putMachine(tx, m)
 		})
 	}
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
-	if cluster != "" {
+	if cluster != "" && (changed || m != nil) {
 		s.engine.kickBusy(cluster)
 	}
 	return nil
+}
+
+// reportGist is what of a report the engine's waits read, apart from
+// when it was made: a report whose gist differs from the one before has
+// news for them.
+type reportGist struct {
+	phase, member, kubeReady, refused, restored string
+	snapshotAt                                  time.Time
+}
+
+func gistOf(st v1.Status) reportGist {
+	g := reportGist{phase: st.Phase, member: st.EtcdMemberID, refused: refusedComponents(st.Components), restored: st.EtcdRestored}
+	if st.KubernetesNode != nil {
+		g.kubeReady = st.KubernetesNode.Ready
+	}
+	if st.EtcdSnapshotAt != nil {
+		g.snapshotAt = st.EtcdSnapshotAt.UTC()
+	}
+	return g
+}
+
+// firstSince reports whether cur is the node's first report since
+// poweredOn (a new VM's, whatever it says: its waits count only reports
+// made after its power-on).
+func firstSince(poweredOn time.Time, prev, cur v1.Status) bool {
+	return !poweredOn.IsZero() && !prev.ReportedAt.After(poweredOn) && cur.ReportedAt.After(poweredOn)
 }
 
 func (e *engine) run(name string, kicked chan struct{}) {

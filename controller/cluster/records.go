@@ -87,6 +87,10 @@ type machine struct {
 	NextTry   time.Time `json:"nextTry,omitzero"`
 	LastError string    `json:"lastError,omitempty"`
 	Failed    bool      `json:"failed,omitempty"`
+	// News counts the node's reports with news for its waits while the
+	// machine was at work (NodeReported): a step that read the node's
+	// report before one of them waits for nothing (recordWait).
+	News      uint64    `json:"news,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// PoweredOnAt is when its workflow powered the VM on; a surge
 	// worker's node timeout counts from it.

@@ -91,8 +91,8 @@ type Config struct {
 	ResyncInterval time.Duration
 	// StatusPoll is how often a cluster at work looks again at the node
 	// reports it waits on (a hand-over, a leave, a new VM's Ready, a
-	// snapshot); a report that changes a node's phase makes it look at
-	// once (NodePhaseChanged). Default DefaultStatusPoll.
+	// snapshot); a report with news for them makes it look at once
+	// (NodeReported). Default DefaultStatusPoll.
 	StatusPoll time.Duration
 }
 

@@ -177,8 +177,10 @@ func (e *engine) createStep(ctx context.Context, p *pass, m *machine) (stepResul
 		err = vc.Configure(ctx, ref, vsphere.Hardware{CPUs: size.CPUs, MemoryMiB: size.MemoryMiB, ExtraConfig: extra})
 		return done(stepBootstrapped, fmt.Sprintf("%s: bootstrap and network (%s) written to guestinfo", m.Name, m.IP)), err
 	case stepBootstrapped:
-		err := vc.PowerOn(ctx, ref)
+		// Taken before the power-on: an agent quick to boot may report
+		// before the task returns, and its reports are the new VM's.
 		m.PoweredOnAt = e.cfg.Now().UTC()
+		err := vc.PowerOn(ctx, ref)
 		if m.Swap != nil {
 			// The replacement's health is judged from reports after this.
 			m.Swap.PoweredOnAt = m.PoweredOnAt
@@ -398,9 +400,16 @@ func (e *engine) recordWait(m *machine, wait time.Duration) {
 	// the controller's.
 	m.NextTry = time.Now().Add(wait)
 	now := e.cfg.Now().UTC()
+	seen := m.News
 	err := e.cfg.Store.Update(func(tx *store.Tx) error {
 		if err := mergeProgress(tx, m, now); err != nil {
 			return err
+		}
+		if m.News != seen {
+			// A report with news came since the pass read the machine,
+			// maybe after the step read the node's: no wait, and the
+			// report's kick runs the next pass.
+			m.NextTry = time.Time{}
 		}
 		return putMachine(tx, m)
 	})
@@ -534,7 +543,7 @@ func mergeProgress(tx *store.Tx, m *machine, now time.Time) error {
 		// Removal was asked for meanwhile: it starts from a clean slate.
 		m.Failed, m.Attempts, m.NextTry, m.LastError = false, 0, time.Time{}, ""
 	}
-	m.Remove, m.KeepVM, m.LeaveBy = cur.Remove, cur.KeepVM, cur.LeaveBy
+	m.Remove, m.KeepVM, m.LeaveBy, m.News = cur.Remove, cur.KeepVM, cur.LeaveBy, cur.News
 	if cur.Swap != nil && cur.Swap.Rollback && m.Swap != nil && !m.Swap.Rollback {
 		// An abort turned the replacement around meanwhile.
 		m.Swap.Rollback, m.Swap.Why = true, cur.Swap.Why

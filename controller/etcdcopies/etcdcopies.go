@@ -81,8 +81,9 @@ var (
 // Store is the copies of every cluster.
 type Store struct {
 	dir string
-	// mu orders the check that a copy is wanted with its rename and the
-	// pruning after it; the upload itself runs outside it.
+	// mu orders the check that a copy is wanted with its rename, the
+	// pruning after it and Put's kept, and List after all of them; the
+	// upload itself runs outside it.
 	mu sync.Mutex
 }
 
@@ -111,12 +112,15 @@ func Open(dataDir string) (*Store, error) {
 }
 
 // List returns the cluster's copies, oldest first, and when a snapshot
-// must have been taken after for rule to take a copy of it.
+// must have been taken after for rule to take a copy of it. A copy Put
+// keeps shows here only once its kept has returned.
 func (s *Store) List(c Cluster, rule Rule) (v1.EtcdSnapshotCopyList, error) {
 	dir, err := s.clusterDir(c)
 	if err != nil {
 		return v1.EtcdSnapshotCopyList{}, err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	items, err := list(dir)
 	if err != nil {
 		return v1.EtcdSnapshotCopyList{}, err
@@ -141,8 +145,11 @@ func nextAfter(items []v1.EtcdSnapshotCopy, rule Rule) time.Time {
 // checked as it streams, and it is kept only whole, under its name, once
 // on disk. Then the oldest copies beyond rule.Keep go. size is what the
 // sender says the snapshot's size is (-1 when it does not); the copy must
-// leave a tenth of the disk free (else ErrNoRoom).
-func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, rule Rule) (v1.EtcdSnapshotCopy, error) {
+// leave a tenth of the disk free (else ErrNoRoom). kept, unless nil, runs
+// once the copy is kept and before List shows it: only the sender knows
+// whose it is (masters asked at once take theirs to the same second), so
+// what kept records of that is there for whoever lists it.
+func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, rule Rule, kept func(v1.EtcdSnapshotCopy)) (v1.EtcdSnapshotCopy, error) {
 	dir, err := s.clusterDir(c)
 	if err != nil {
 		return v1.EtcdSnapshotCopy{}, err
@@ -197,7 +204,11 @@ func (s *Store) Put(c Cluster, takenAt time.Time, body io.Reader, size int64, ru
 	if err := prune(dir, rule.Keep); err != nil {
 		return v1.EtcdSnapshotCopy{}, err
 	}
-	return v1.EtcdSnapshotCopy{TakenAt: takenAt, Bytes: n}, nil
+	copied := v1.EtcdSnapshotCopy{TakenAt: takenAt, Bytes: n}
+	if kept != nil {
+		kept(copied)
+	}
+	return copied, nil
 }
 
 func (s *Store) wanted(dir string, takenAt time.Time, rule Rule) error {

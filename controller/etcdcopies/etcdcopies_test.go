@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	v1 "github.com/harmonykaas/harmony/api/v1"
 	"github.com/harmonykaas/harmony/internal/etcdsnapshot"
 	"github.com/harmonykaas/harmony/internal/testutil"
 )
@@ -30,14 +31,14 @@ func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Put(c, t0.Add(time.Minute), pr, int64(len(slow)), rule)
+		_, err := s.Put(c, t0.Add(time.Minute), pr, int64(len(slow)), rule, nil)
 		done <- err
 	}()
 	if _, err := pw.Write(slow[:4096]); err != nil { // the slow copy is under way
 		t.Fatal(err)
 	}
 	fast := testutil.EtcdSnapshot(t, 1)
-	if _, err := s.Put(c, t0, bytes.NewReader(fast), int64(len(fast)), rule); err != nil {
+	if _, err := s.Put(c, t0, bytes.NewReader(fast), int64(len(fast)), rule, nil); err != nil {
 		t.Fatalf("the copy that finishes first: %v", err)
 	}
 	if _, err := pw.Write(slow[4096:]); err != nil {
@@ -55,6 +56,46 @@ func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
 	}
 }
 
+// Whose a copy is, only its sender knows: Put's kept records it before
+// anyone listing the copies sees it, so that a pass listing them meanwhile
+// does not find a copy it cannot name.
+func TestACopyIsListedOnlyOnceItsKeptHasRun(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	data := testutil.EtcdSnapshot(t, 1)
+	listed := make(chan []v1.EtcdSnapshotCopy, 1)
+	var seenInKept []v1.EtcdSnapshotCopy
+	kept := func(copied v1.EtcdSnapshotCopy) {
+		go func() {
+			l, err := s.List(c, Rule{})
+			if err != nil {
+				t.Error(err)
+			}
+			listed <- l.Items
+		}()
+		select {
+		case seenInKept = <-listed:
+		case <-time.After(200 * time.Millisecond):
+		}
+		if copied.TakenAt != t0 || copied.Bytes != int64(len(data)) {
+			t.Errorf("kept got %+v, want the copy of %s, %d bytes", copied, t0, len(data))
+		}
+	}
+	if _, err := s.Put(c, t0, bytes.NewReader(data), int64(len(data)), Rule{Keep: 1}, kept); err != nil {
+		t.Fatal(err)
+	}
+	if seenInKept != nil {
+		t.Fatalf("a List while kept ran returned %+v, want it to wait for kept", seenInKept)
+	}
+	if items := <-listed; len(items) != 1 || !items[0].TakenAt.Equal(t0) {
+		t.Errorf("the List after kept: %+v, want the copy", items)
+	}
+}
+
 // A copy cut short by a kill leaves a temporary file, which the next
 // start removes; the copies stay.
 func TestOpenRemovesWhatAKilledCopyLeft(t *testing.T) {
@@ -66,7 +107,7 @@ func TestOpenRemovesWhatAKilledCopyLeft(t *testing.T) {
 	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
 	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	good := testutil.EtcdSnapshot(t, 1)
-	if _, err := s.Put(c, t0, bytes.NewReader(good), -1, Rule{Keep: 1}); err != nil {
+	if _, err := s.Put(c, t0, bytes.NewReader(good), -1, Rule{Keep: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	dir, _ := c.dirName()
@@ -96,7 +137,7 @@ func TestClusterNamesStayInTheirDirectory(t *testing.T) {
 		if _, err := s.List(c, Rule{}); err == nil {
 			t.Errorf("%+v: listed, want a refusal", c)
 		}
-		if _, err := s.Put(c, time.Now(), bytes.NewReader(testutil.EtcdSnapshot(t, 1)), -1, Rule{Keep: 1}); err == nil {
+		if _, err := s.Put(c, time.Now(), bytes.NewReader(testutil.EtcdSnapshot(t, 1)), -1, Rule{Keep: 1}, nil); err == nil {
 			t.Errorf("%+v: copied, want a refusal", c)
 		}
 		if err := s.Remove(c); err == nil {
@@ -121,12 +162,12 @@ func TestACopyLeavesTheDiskATenthFree(t *testing.T) {
 	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
 	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	small := testutil.EtcdSnapshot(t, 2)
-	if _, err := s.Put(c, t0, bytes.NewReader(small), int64(len(small)), Rule{Keep: 5}); err != nil {
+	if _, err := s.Put(c, t0, bytes.NewReader(small), int64(len(small)), Rule{Keep: 5}, nil); err != nil {
 		t.Fatalf("a copy of %d bytes: %v", len(small), err)
 	}
 	large := testutil.EtcdSnapshot(t, 240) // 960 KiB of 1 MiB
 	for _, size := range []int64{int64(len(large)), -1} {
-		_, err := s.Put(c, t0.Add(time.Duration(size+2)*time.Hour), bytes.NewReader(large), size, Rule{Keep: 5})
+		_, err := s.Put(c, t0.Add(time.Duration(size+2)*time.Hour), bytes.NewReader(large), size, Rule{Keep: 5}, nil)
 		if !errors.Is(err, ErrNoRoom) {
 			t.Errorf("a copy of %d bytes (size said: %d): %v, want no room", len(large), size, err)
 		}
@@ -152,7 +193,7 @@ func TestAWantedSnapshotIsCopiedWhateverTheGap(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	data := testutil.EtcdSnapshot(t, 1)
 	put := func(at time.Time, rule Rule) error {
-		_, err := s.Put(c, at, bytes.NewReader(data), int64(len(data)), rule)
+		_, err := s.Put(c, at, bytes.NewReader(data), int64(len(data)), rule, nil)
 		return err
 	}
 	scheduled := Rule{Keep: 5, Gap: 6 * time.Hour}
