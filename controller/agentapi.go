@@ -81,8 +81,8 @@ func (c *Controller) handleStatus(w http.ResponseWriter, r *http.Request, who pr
 	}
 	st.NodeName = who.name
 	st.ReportedAt = c.now().UTC()
-	prev, _ := c.store.Status(who.name) // none yet: every report has news
-	if err := c.store.SetStatus(*st); err != nil {
+	prev, err := c.store.ReplaceStatus(*st) // none yet: every report has news
+	if err != nil {
 		return storeError(err, "node")
 	}
 	// The report is stored either way; roles that depend on it follow.

@@ -226,7 +226,7 @@ func (l *labUnderTest) checkUpgrade(t *testing.T) {
 	// What the issue asks to print.
 	t.Logf("upgrade to %s: %s for %d masters and %d workers", img.Name, took.Round(time.Second), len(masters), before.Spec.Workers)
 	for _, n := range slices.Sorted(maps.Keys(s.Replaced)) {
-		t.Logf("  %s replaced in %s", n, s.Replaced[n].Round(time.Second))
+		t.Logf("  %s replaced in %s: %s", n, s.Replaced[n].Round(time.Second), s.Timeline(n))
 	}
 	elections := s.Elections()
 	t.Logf("API through the VIP: %d samples every 100 ms, %d failed; longest run of failures %d (%s, from %s); fewest netexec pods ready %d; etcd leader elections %d (%d masters)",

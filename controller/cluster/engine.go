@@ -78,7 +78,13 @@ func (e *engine) kickAll() {
 }
 
 // kick makes the cluster's worker run a pass now, starting it if needed.
-func (e *engine) kick(name string) {
+func (e *engine) kick(name string) { e.nudge(name, true) }
+
+// kickBusy is kick for a cluster whose worker is at work; a cluster at
+// rest stays at rest.
+func (e *engine) kickBusy(name string) { e.nudge(name, false) }
+
+func (e *engine) nudge(name string, start bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ctx == nil || e.ctx.Err() != nil {
@@ -91,23 +97,13 @@ func (e *engine) kick(name string) {
 		}
 		return
 	}
+	if !start {
+		return
+	}
 	ch := make(chan struct{}, 1)
 	e.workers[name] = ch
 	e.wg.Add(1)
 	go e.run(name, ch)
-}
-
-// kickBusy is kick for a cluster whose worker is at work; a cluster at
-// rest stays at rest.
-func (e *engine) kickBusy(name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ch, ok := e.workers[name]; ok {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // NodeReported is told of each report a node makes, after it is stored

@@ -475,12 +475,27 @@ func (s *Store) putRoles(tx *bolt.Tx, roles []v1.Role) (int64, error) {
 
 // SetStatus stores a node's latest status report.
 func (s *Store) SetStatus(st v1.Status) error {
-	return s.batch.do(func(tx *bolt.Tx) error {
+	_, err := s.ReplaceStatus(st)
+	return err
+}
+
+// ReplaceStatus is SetStatus that returns the report it replaced (zero
+// when there was none), read in the same transaction: of two reports at
+// once, each sees the other's or none.
+func (s *Store) ReplaceStatus(st v1.Status) (v1.Status, error) {
+	var prev v1.Status
+	err := s.batch.do(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketNodes).Get([]byte(st.NodeName)) == nil {
 			return fmt.Errorf("node %q: %w", st.NodeName, ErrNotFound)
 		}
-		return putJSON(tx.Bucket(bucketStatus), st.NodeName, st)
+		b := tx.Bucket(bucketStatus)
+		prev = v1.Status{} // Batch may run this more than once
+		if err := getJSON(b, st.NodeName, &prev); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return putJSON(b, st.NodeName, st)
 	})
+	return prev, err
 }
 
 // Status returns a node's latest status report.

@@ -497,12 +497,16 @@ func TestSetStatusNeedsNode(t *testing.T) {
 		t.Fatalf("status of an unknown node was stored: %v", err)
 	}
 	st.NodeName, st.ObservedRevision = "w1", 7
-	if err := ts.SetStatus(st); err != nil {
-		t.Fatal(err)
+	if prev, err := ts.ReplaceStatus(st); err != nil || prev.Phase != "" {
+		t.Fatalf("the first report replaced %+v, %v; want nothing", prev, err)
 	}
 	got, err := ts.Status("w1")
 	if err != nil || got.ObservedRevision != 7 || got.Phase != v1.PhaseReady {
 		t.Fatalf("status %+v, %v", got, err)
+	}
+	st.ObservedRevision, st.Phase = 8, v1.PhaseLeaving
+	if prev, err := ts.ReplaceStatus(st); err != nil || prev.ObservedRevision != 7 || prev.Phase != v1.PhaseReady {
+		t.Fatalf("the second report replaced %+v, %v; want the first", prev, err)
 	}
 }
 

@@ -8,6 +8,7 @@ package upgradewatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -52,6 +53,36 @@ type Result struct {
 	// view that showed it to the first that did not (an old worker: until
 	// it is gone).
 	Replaced map[string]time.Duration
+	// Steps is each node's replacement step by step: every step the
+	// controller's view showed, in order, and when it first showed.
+	Steps map[string][]Step
+}
+
+// Step is a replacement step (ClusterNode.Upgrade) and when a view first
+// showed it.
+type Step struct {
+	Name string
+	At   time.Time
+}
+
+// Timeline says how long node's replacement showed each step: "HandingOver
+// 4s, HandedOver 2s, …", the last until the replacement ended; empty for
+// a node not replaced.
+func (r *Result) Timeline(node string) string {
+	steps := r.Steps[node]
+	if len(steps) == 0 {
+		return ""
+	}
+	end := steps[0].At.Add(r.Replaced[node])
+	var parts []string
+	for i, s := range steps {
+		next := end
+		if i+1 < len(steps) {
+			next = steps[i+1].At
+		}
+		parts = append(parts, fmt.Sprintf("%s %s", s.Name, next.Sub(s.At).Round(time.Second)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Elections counts the leader changes seen.
@@ -72,7 +103,7 @@ type Watch struct {
 // Start starts the clients.
 func Start(t Target) *Watch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watch{cancel: cancel, res: Result{MinReady: 1 << 30, Replaced: map[string]time.Duration{}}, swapStart: map[string]time.Time{}}
+	w := &Watch{cancel: cancel, res: Result{MinReady: 1 << 30, Replaced: map[string]time.Duration{}, Steps: map[string][]Step{}}, swapStart: map[string]time.Time{}}
 	get := func(path string) bool {
 		for range 2 {
 			resp, err := t.Kube.Get(t.APIServer + path)
@@ -187,8 +218,9 @@ func (w *Watch) deployment(t Target, now time.Time) {
 	}
 }
 
-// nodes notes when each node's replacement shows and when it is over: a
-// master's while the controller shows its step, an old worker's from its
+// nodes notes when each node's replacement shows, each step it shows, and
+// when it is over: a master's while the controller shows its step, an old
+// worker's from its
 // surge worker's creation until it is gone. The surge worker, which shows
 // "Replaces" for the same time, is not a replacement of its own.
 func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
@@ -197,8 +229,14 @@ func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
 	present := map[string]bool{}
 	for _, n := range nodes {
 		present[n.Name] = true
-		if n.Upgrade != "" && !strings.HasPrefix(n.Upgrade, v1.UpgradeReplaces) && w.swapStart[n.Name].IsZero() {
+		if n.Upgrade == "" || strings.HasPrefix(n.Upgrade, v1.UpgradeReplaces) {
+			continue
+		}
+		if w.swapStart[n.Name].IsZero() {
 			w.swapStart[n.Name] = now
+		}
+		if steps := w.res.Steps[n.Name]; len(steps) == 0 || steps[len(steps)-1].Name != n.Upgrade {
+			w.res.Steps[n.Name] = append(steps, Step{Name: n.Upgrade, At: now})
 		}
 	}
 	for name, start := range w.swapStart {

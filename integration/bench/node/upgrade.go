@@ -112,7 +112,7 @@ func upgrade(ctx context.Context, stateDir, nextImages string, sum *lab.Summary)
 	fmt.Printf("\nupgrade by reimage of the 3+2 cluster to %s: %.0f s, %.0f s per node (anchors: GDC for VMware plans %s per node: %s; OpenShift %s: %s)\n",
 		img.Name, took.Seconds(), perNode.Seconds(), anchorNodeGDC, verdict(perNode < anchorNodeGDC), anchorNodeOpenShift, verdict(perNode < anchorNodeOpenShift))
 	for _, n := range slices.Sorted(maps.Keys(res.Replaced)) {
-		fmt.Printf("  %-8s replaced in %5.0f s\n", n, res.Replaced[n].Seconds())
+		fmt.Printf("  %-8s replaced in %5.0f s: %s\n", n, res.Replaced[n].Seconds(), res.Timeline(n))
 	}
 	gap := time.Duration(res.LongestRun) * 100 * time.Millisecond
 	fmt.Printf("  API through the VIP (/readyz and a ConfigMap, one retry, every 100 ms): %d samples, %d failed; longest unavailability %.1f s, target none: %s (others measure 1 to %s)\n",
