@@ -20,13 +20,8 @@ import (
 // the one that finishes first is kept, the other is refused at its end
 // and leaves nothing behind.
 func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
+	s, c, t0 := openDemo(t)
 	rule := Rule{Keep: 3, Gap: 30 * time.Minute}
-	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	slow := testutil.EtcdSnapshot(t, 2)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -60,12 +55,7 @@ func TestOfTwoCopiesUnderWayTheFirstDoneWins(t *testing.T) {
 // anyone listing the copies sees it, so that a pass listing them meanwhile
 // does not find a copy it cannot name.
 func TestACopyIsListedOnlyOnceItsKeptHasRun(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
-	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	s, c, t0 := openDemo(t)
 	data := testutil.EtcdSnapshot(t, 1)
 	listed := make(chan []v1.EtcdSnapshotCopy, 1)
 	var seenInKept []v1.EtcdSnapshotCopy
@@ -185,12 +175,7 @@ func TestACopyLeavesTheDiskATenthFree(t *testing.T) {
 // A snapshot asked for by hand (Rule.Want) is copied although the gap
 // would refuse it, once: the next within the gap is refused again.
 func TestAWantedSnapshotIsCopiedWhateverTheGap(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Cluster{Name: "demo", UID: "0123456789abcdef"}
-	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	s, c, t0 := openDemo(t)
 	data := testutil.EtcdSnapshot(t, 1)
 	put := func(at time.Time, rule Rule) error {
 		_, err := s.Put(c, at, bytes.NewReader(data), int64(len(data)), rule, nil)
@@ -222,4 +207,15 @@ func TestAWantedSnapshotIsCopiedWhateverTheGap(t *testing.T) {
 	if list, err := s.List(c, asked); err != nil || len(list.Items) != 2 || !list.NextAfter.Equal(t0.Add(3*time.Minute+6*time.Hour)) {
 		t.Errorf("copies %+v, next after %s (%v), want two and the gap after the second", list.Items, list.NextAfter, err)
 	}
+}
+
+// openDemo opens a store in a new directory, with the cluster and the
+// time its tests use.
+func openDemo(t *testing.T) (*Store, Cluster, time.Time) {
+	t.Helper()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, Cluster{Name: "demo", UID: "0123456789abcdef"}, time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 }
