@@ -527,12 +527,19 @@ func TestSystemdReloadAndRestart(t *testing.T) {
 	sd := bootSystemd(t)
 	m := sd.manager(t)
 	hups := sd.out("hups")
+	// The script says when its trap is set: a SIGHUP before that ends
+	// the shell (CI once sent it that early), which is no reload.
 	loop := sd.script(t, "hup-loop.sh", `trap 'echo hup >> "$1"' HUP
+: > "$1.trapped"
 while :; do sleep 0.1; done
 `)
 	u := Unit{Name: "reloader", Command: []string{loop, hups}, ReloadSignal: syscall.SIGHUP}
 	mustEnsure(t, m, u)
 	st := mustState(t, m, "reloader")
+	testutil.Eventually(t, 30*time.Second, "the unit to trap SIGHUP", func() bool {
+		_, err := os.Stat(hups + ".trapped")
+		return err == nil
+	})
 	if err := m.Reload(ctx30(t), "reloader"); err != nil {
 		t.Fatal(err)
 	}
