@@ -109,7 +109,7 @@ func (e *engine) nudge(name string, start bool) {
 // NodeReported is told of each report a node makes, after it is stored
 // (prev: the one before, zero if none). A report with news for what a
 // hand-over, a leave, a new VM's check, an upgrade or a restore waits for
-// (reportNews) makes the node's machine, if it waits, and its cluster, if
+// (its gist changed, or it is a new VM's first: firstSince) makes the node's machine, if it waits, and its cluster, if
 // at work, look again now rather than at their next StatusPoll. A failed
 // step's backoff is left alone. A machine at work that does not wait yet
 // counts the news: its step may have read the report before, and must

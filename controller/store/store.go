@@ -490,8 +490,10 @@ func (s *Store) ReplaceStatus(st v1.Status) (v1.Status, error) {
 		}
 		b := tx.Bucket(bucketStatus)
 		prev = v1.Status{} // Batch may run this more than once
-		if err := getJSON(b, st.NodeName, &prev); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
+		if err := getJSON(b, st.NodeName, &prev); err != nil {
+			// None, or one this controller cannot read: the report
+			// replaces it whole, as it always did.
+			prev = v1.Status{}
 		}
 		return putJSON(b, st.NodeName, st)
 	})

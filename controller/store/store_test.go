@@ -508,6 +508,17 @@ func TestSetStatusNeedsNode(t *testing.T) {
 	if prev, err := ts.ReplaceStatus(st); err != nil || prev.ObservedRevision != 7 || prev.Phase != v1.PhaseReady {
 		t.Fatalf("the second report replaced %+v, %v; want the first", prev, err)
 	}
+	// A stored report this controller cannot read does not stop the
+	// node from reporting.
+	if err := ts.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketStatus).Put([]byte("w1"), []byte("{not json")) }); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := ts.ReplaceStatus(st); err != nil || prev.Phase != "" {
+		t.Fatalf("a report over an unreadable one: replaced %+v, %v; want nothing, stored", prev, err)
+	}
+	if got, err := ts.Status("w1"); err != nil || got.ObservedRevision != 8 {
+		t.Fatalf("status after the unreadable one: %+v, %v", got, err)
+	}
 }
 
 // A new operation deletes its cluster's finished operations beyond the
