@@ -93,17 +93,20 @@ type Watch struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	res       Result
-	run       int
-	runStart  time.Time
-	swapStart map[string]time.Time
+	mu       sync.Mutex
+	res      Result
+	run      int
+	runStart time.Time
+}
+
+func newWatch(cancel context.CancelFunc) *Watch {
+	return &Watch{cancel: cancel, res: Result{MinReady: 1 << 30, Replaced: map[string]time.Duration{}, Steps: map[string][]Step{}}}
 }
 
 // Start starts the clients.
 func Start(t Target) *Watch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watch{cancel: cancel, res: Result{MinReady: 1 << 30, Replaced: map[string]time.Duration{}, Steps: map[string][]Step{}}, swapStart: map[string]time.Time{}}
+	w := newWatch(cancel)
 	get := func(path string) bool {
 		for range 2 {
 			resp, err := t.Kube.Get(t.APIServer + path)
@@ -153,9 +156,9 @@ func (w *Watch) Stop() *Result {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
-	for name, start := range w.swapStart {
+	for name, steps := range w.res.Steps {
 		if _, done := w.res.Replaced[name]; !done {
-			w.res.Replaced[name] = now.Sub(start)
+			w.res.Replaced[name] = now.Sub(steps[0].At)
 		}
 	}
 	res := w.res
@@ -218,11 +221,11 @@ func (w *Watch) deployment(t Target, now time.Time) {
 	}
 }
 
-// nodes notes when each node's replacement shows, each step it shows, and
-// when it is over: a master's while the controller shows its step, an old
-// worker's from its
-// surge worker's creation until it is gone. The surge worker, which shows
-// "Replaces" for the same time, is not a replacement of its own.
+// nodes notes each step of each node's replacement as it shows, and when
+// the replacement is over: a master's while the controller shows its
+// step, an old worker's from its surge worker's creation until it is
+// gone. The surge worker, which shows "Replaces" for the same time, is not
+// a replacement of its own.
 func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -232,14 +235,11 @@ func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
 		if n.Upgrade == "" || strings.HasPrefix(n.Upgrade, v1.UpgradeReplaces) {
 			continue
 		}
-		if w.swapStart[n.Name].IsZero() {
-			w.swapStart[n.Name] = now
-		}
 		if steps := w.res.Steps[n.Name]; len(steps) == 0 || steps[len(steps)-1].Name != n.Upgrade {
 			w.res.Steps[n.Name] = append(steps, Step{Name: n.Upgrade, At: now})
 		}
 	}
-	for name, start := range w.swapStart {
+	for name, steps := range w.res.Steps {
 		if _, done := w.res.Replaced[name]; done {
 			continue
 		}
@@ -250,7 +250,7 @@ func (w *Watch) nodes(nodes []v1.ClusterNode, now time.Time) {
 			}
 		}
 		if !showing || !present[name] {
-			w.res.Replaced[name] = now.Sub(start)
+			w.res.Replaced[name] = now.Sub(steps[0].At)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 // that does not; one still showing when the watch stops (the last worker,
 // whose removal ends the operation) ends at the stop.
 func TestReplacementsAreTimedUntilGoneOrStopped(t *testing.T) {
-	w := &Watch{cancel: func() {}, res: Result{Replaced: map[string]time.Duration{}, Steps: map[string][]Step{}}, swapStart: map[string]time.Time{}}
+	w := newWatch(func() {})
 	t0 := time.Now().Add(-time.Minute)
 	w.nodes([]v1.ClusterNode{{Name: "w1", Upgrade: v1.UpgradeReplacedBy + "w3"}, {Name: "w2"}, {Name: "w3", Upgrade: v1.UpgradeReplaces + "w1"}}, t0)
 	w.nodes([]v1.ClusterNode{{Name: "w2", Upgrade: v1.UpgradeReplacedBy + "w4"}, {Name: "w3"}, {Name: "w4", Upgrade: v1.UpgradeReplaces + "w2"}}, t0.Add(20*time.Second))
@@ -43,7 +43,7 @@ func TestReplacementsAreTimedUntilGoneOrStopped(t *testing.T) {
 // A master's replacement is told step by step: how long the controller's
 // view showed each step, the last until the replacement ended.
 func TestTimelineSaysHowLongEachStepShowed(t *testing.T) {
-	w := &Watch{cancel: func() {}, res: Result{Replaced: map[string]time.Duration{}, Steps: map[string][]Step{}}, swapStart: map[string]time.Time{}}
+	w := newWatch(func() {})
 	t0 := time.Now()
 	for i, step := range []string{v1.SwapHandingOver, v1.SwapHandingOver, v1.SwapHandedOver, v1.SwapVerifying, v1.SwapVerifying, v1.SwapVerifying, ""} {
 		w.nodes([]v1.ClusterNode{{Name: "m1", Upgrade: step}, {Name: "m2"}}, t0.Add(time.Duration(i)*2*time.Second))
